@@ -1,0 +1,342 @@
+//! The index config: its shape (serde) and validation.
+
+use serde::{Deserialize, Serialize};
+
+/// Default `indexing_settings.commit_timeout_secs`.
+pub const DEFAULT_COMMIT_TIMEOUT_SECS: u64 = 60;
+/// Default `indexing_settings.split_num_docs_target`.
+pub const DEFAULT_SPLIT_NUM_DOCS_TARGET: u64 = 10_000_000;
+/// Default `doc_mapping.max_num_partitions`.
+pub const DEFAULT_MAX_NUM_PARTITIONS: u32 = 200;
+
+/// Error in an index config; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The document could not be parsed as YAML or JSON, or has the wrong shape.
+    #[error("failed to parse index config: {0}")]
+    Parse(String),
+    /// A field has an invalid value.
+    #[error("invalid index config: `{field}`: {message}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `doc_mapping.timestamp_field`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A Quickwit-compatible index config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexConfig {
+    /// Accepted and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<serde_json::Value>,
+    /// `^[a-zA-Z][a-zA-Z0-9._-]{2,254}$`.
+    pub index_id: String,
+    /// Where the index's splits live; defaults to `{default storage}/{index_id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_uri: Option<String>,
+    /// How documents are mapped to fields.
+    pub doc_mapping: DocMapping,
+    /// When splits are cut, and how they are merged.
+    #[serde(default)]
+    pub indexing_settings: IndexingSettings,
+    /// Search defaults.
+    #[serde(default)]
+    pub search_settings: SearchSettings,
+    /// Data retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionPolicy>,
+}
+
+/// The doc mapping.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocMapping {
+    /// Identity of this mapping version; assigned by the metastore, changes on update.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub doc_mapping_uid: String,
+    /// The declared fields.
+    #[serde(default)]
+    pub field_mappings: Vec<FieldMapping>,
+    /// What to do with undeclared fields.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Datetime field used for time pruning and sort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_field: Option<String>,
+    /// Fields whose values are recorded per split for pruning.
+    #[serde(default)]
+    pub tag_fields: Vec<String>,
+    /// `field`, `hash_mod(field, N)` or `hash_mod((a,b,c), N)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_key: Option<String>,
+    /// Partitions beyond this count share one catch-all partition id.
+    #[serde(default = "default_max_num_partitions")]
+    pub max_num_partitions: u32,
+    /// Keep the original JSON document in the `_source` stored field.
+    #[serde(default)]
+    pub store_source: bool,
+}
+
+fn default_max_num_partitions() -> u32 {
+    DEFAULT_MAX_NUM_PARTITIONS
+}
+
+/// What to do with fields that are not declared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Undeclared fields are ignored.
+    Lenient,
+    /// Undeclared fields are an error.
+    Strict,
+    /// Undeclared fields are indexed in a catch-all JSON field.
+    #[default]
+    Dynamic,
+}
+
+/// One declared field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FieldMapping {
+    /// Field name.
+    pub name: String,
+    /// Type and type-specific options.
+    #[serde(flatten)]
+    pub kind: FieldKind,
+}
+
+/// The type of a field and its options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum FieldKind {
+    /// Full-text or raw string.
+    Text(TextOptions),
+    /// Signed integer.
+    I64(NumericOptions),
+    /// Unsigned integer.
+    U64(NumericOptions),
+    /// Float.
+    F64(NumericOptions),
+    /// Boolean.
+    Bool(NumericOptions),
+    /// Date and time.
+    Datetime(DatetimeOptions),
+    /// Arbitrary JSON object.
+    Json(JsonOptions),
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Options of a `text` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Stored in the doc store (returned in hits).
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable.
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar (for sort and aggregations).
+    #[serde(default)]
+    pub fast: bool,
+    /// `default` or `raw`.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// `basic`, `freq` or `position`.
+    #[serde(default)]
+    pub record: IndexRecord,
+}
+
+/// Tokenizers available to text fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tokenizer {
+    /// Split on non-alphanumerics, lowercase, drop long tokens.
+    #[default]
+    Default,
+    /// The whole value is one token.
+    Raw,
+}
+
+/// What the inverted index records per term.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexRecord {
+    /// Doc ids only.
+    Basic,
+    /// Doc ids and term frequencies.
+    Freq,
+    /// Doc ids, frequencies and positions (needed for phrase queries).
+    #[default]
+    Position,
+}
+
+/// Options of numeric and boolean fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumericOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Stored in the doc store.
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable.
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar.
+    #[serde(default)]
+    pub fast: bool,
+}
+
+/// Input formats accepted by datetime fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DateInputFormat {
+    /// `2024-01-02T03:04:05Z`.
+    Rfc3339,
+    /// ISO 8601.
+    Iso8601,
+    /// A number of seconds (or milli/micro/nanoseconds, guessed from magnitude as Quickwit does).
+    UnixTimestamp,
+}
+
+/// Precision of a datetime fast field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FastPrecision {
+    /// Seconds.
+    #[default]
+    Seconds,
+    /// Milliseconds.
+    Milliseconds,
+    /// Microseconds.
+    Microseconds,
+    /// Nanoseconds.
+    Nanoseconds,
+}
+
+/// Options of a `datetime` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatetimeOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Formats tried in order.
+    #[serde(default = "default_input_formats")]
+    pub input_formats: Vec<DateInputFormat>,
+    /// Accepted for compatibility; hits render datetimes as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_format: Option<String>,
+    /// Precision kept in the fast field.
+    #[serde(default)]
+    pub fast_precision: FastPrecision,
+    /// Stored in the doc store.
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable.
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar.
+    #[serde(default)]
+    pub fast: bool,
+}
+
+fn default_input_formats() -> Vec<DateInputFormat> {
+    vec![DateInputFormat::Rfc3339, DateInputFormat::UnixTimestamp]
+}
+
+/// Options of a `json` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Stored in the doc store.
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable.
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar.
+    #[serde(default)]
+    pub fast: bool,
+    /// Tokenizer for string values.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// What the inverted index records.
+    #[serde(default)]
+    pub record: IndexRecord,
+}
+
+/// Indexing settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexingSettings {
+    /// A split is cut at the latest this long after its first document.
+    #[serde(default = "default_commit_timeout_secs")]
+    pub commit_timeout_secs: u64,
+    /// A split is cut when it holds this many documents; splits this big are mature.
+    #[serde(default = "default_split_num_docs_target")]
+    pub split_num_docs_target: u64,
+    /// The merge policy, stored as given (interpreted by the compaction crate).
+    #[serde(default = "default_merge_policy")]
+    pub merge_policy: serde_json::Value,
+    /// Any other Quickwit setting (e.g. `resources`), kept but unused.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_commit_timeout_secs() -> u64 {
+    DEFAULT_COMMIT_TIMEOUT_SECS
+}
+fn default_split_num_docs_target() -> u64 {
+    DEFAULT_SPLIT_NUM_DOCS_TARGET
+}
+fn default_merge_policy() -> serde_json::Value {
+    serde_json::json!({"type": "stable_log"})
+}
+
+impl Default for IndexingSettings {
+    fn default() -> Self {
+        IndexingSettings {
+            commit_timeout_secs: DEFAULT_COMMIT_TIMEOUT_SECS,
+            split_num_docs_target: DEFAULT_SPLIT_NUM_DOCS_TARGET,
+            merge_policy: default_merge_policy(),
+            other: Default::default(),
+        }
+    }
+}
+
+/// Search settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSettings {
+    /// Fields searched by a query term without a field.
+    #[serde(default)]
+    pub default_search_fields: Vec<String>,
+}
+
+/// Retention policy: splits whose time range ends before `now - period` are deleted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionPolicy {
+    /// e.g. `90 days`, `12 hours`.
+    pub period: String,
+    /// e.g. `daily`, `hourly`.
+    #[serde(default = "default_retention_schedule")]
+    pub schedule: String,
+}
+
+fn default_retention_schedule() -> String {
+    "hourly".to_string()
+}

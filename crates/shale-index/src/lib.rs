@@ -1,0 +1,1 @@
+//! shale-index (being written).

@@ -1,0 +1,1 @@
+//! shale-ingest (being written).

@@ -1,0 +1,167 @@
+//! The metastore: the durable bookkeeping of indexes, splits and source checkpoints.
+//! One trait, [`Metastore`], with two backends — SQLite (embedded default, a file in the data
+//! dir) and PostgreSQL (selected by a `postgres://` URI) — that pass one conformance suite.
+//! This is the only crate that knows SQL.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use shale_config::IndexConfig;
+use shale_types::{
+    CheckpointDelta, IndexUid, PartitionId, SourceCheckpoint, SourceId, Split, SplitId,
+    SplitMetadata, SplitState,
+};
+use std::collections::BTreeMap;
+
+/// Errors of metastore operations.
+#[derive(Debug, thiserror::Error)]
+pub enum MetastoreError {
+    /// The index or split does not exist.
+    #[error("{kind} `{id}` not found")]
+    NotFound {
+        /// `index` or `split`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The index already exists.
+    #[error("{kind} `{id}` already exists")]
+    AlreadyExists {
+        /// `index` or `split`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The operation's preconditions do not hold; nothing was changed.
+    #[error("failed precondition: {0}")]
+    FailedPrecondition(String),
+    /// The database failed.
+    #[error("metastore database error: {0}")]
+    Db(String),
+    /// Stored data could not be (de)serialized.
+    #[error("metastore serialization error: {0}")]
+    Serde(String),
+}
+
+/// Result of metastore operations.
+pub type MetastoreResult<T> = Result<T, MetastoreError>;
+
+/// An index as stored: its config, uid and source checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexMetadata {
+    /// Id plus incarnation.
+    pub index_uid: IndexUid,
+    /// The config, with `doc_mapping.doc_mapping_uid` filled in.
+    pub index_config: IndexConfig,
+    /// Source id → checkpoint.
+    pub checkpoints: BTreeMap<SourceId, SourceCheckpoint>,
+    /// Seconds since epoch.
+    pub create_timestamp: i64,
+}
+
+impl IndexMetadata {
+    /// The index id.
+    pub fn index_id(&self) -> &str {
+        &self.index_uid.index_id
+    }
+    /// The checkpoint of `source_id` (empty if none yet).
+    pub fn checkpoint(&self, source_id: &str) -> SourceCheckpoint {
+        self.checkpoints.get(source_id).cloned().unwrap_or_default()
+    }
+}
+
+/// Filters for [`Metastore::list_splits`]; every `None`/empty filter matches all.
+#[derive(Clone, Debug, Default)]
+pub struct ListSplitsQuery {
+    /// Splits of this index only.
+    pub index_uid: Option<IndexUid>,
+    /// Splits in one of these states (empty: any state).
+    pub split_states: Vec<SplitState>,
+    /// Splits whose time range intersects `[start, end)` (seconds). Splits without a time
+    /// range always match.
+    pub time_range_start: Option<i64>,
+    /// Exclusive end of the time filter.
+    pub time_range_end: Option<i64>,
+    /// Splits whose time range ends strictly before this second (retention).
+    pub time_range_end_lt: Option<i64>,
+    /// Splits last updated at or before this second (janitor grace periods).
+    pub update_timestamp_lte: Option<i64>,
+    /// Splits of this partition only.
+    pub partition_id: Option<PartitionId>,
+    /// Splits immature at this second only (for the merge planner).
+    pub immature_at: Option<i64>,
+}
+
+impl ListSplitsQuery {
+    /// All splits of `index_uid`.
+    pub fn for_index(index_uid: IndexUid) -> Self {
+        ListSplitsQuery {
+            index_uid: Some(index_uid),
+            ..Default::default()
+        }
+    }
+    /// Restricts to `states`.
+    pub fn with_states(mut self, states: &[SplitState]) -> Self {
+        self.split_states = states.to_vec();
+        self
+    }
+}
+
+/// The metastore. Every method is atomic.
+#[async_trait]
+pub trait Metastore: Send + Sync + 'static {
+    /// Creates an index: assigns its uid and doc mapping uid. Fails with `AlreadyExists`.
+    async fn create_index(&self, index_config: IndexConfig) -> MetastoreResult<IndexMetadata>;
+
+    /// The index with this id (`NotFound` otherwise).
+    async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata>;
+
+    /// All indexes, by id.
+    async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>>;
+
+    /// Replaces the index config. When the doc mapping changed, a new doc mapping uid is
+    /// assigned. The index id cannot change.
+    async fn update_index_config(
+        &self,
+        index_uid: &IndexUid,
+        index_config: IndexConfig,
+    ) -> MetastoreResult<IndexMetadata>;
+
+    /// Deletes the index row, its checkpoints and all its split rows; returns the splits it
+    /// had, so the caller can delete their objects.
+    async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>>;
+
+    /// Records splits as Staged (or updates splits that are still Staged). Fails with
+    /// `FailedPrecondition` if one exists in another state; nothing is written then.
+    async fn stage_splits(
+        &self,
+        index_uid: &IndexUid,
+        splits: Vec<SplitMetadata>,
+    ) -> MetastoreResult<()>;
+
+    /// In ONE transaction: publishes `staged` splits, marks `replaced` splits for deletion and
+    /// applies `checkpoint_delta` to the source's checkpoint. Fails, changing nothing, if a
+    /// staged split is not Staged, a replaced split is not Published, or the delta does not
+    /// start where the stored checkpoint ends.
+    async fn publish_splits(
+        &self,
+        index_uid: &IndexUid,
+        staged: &[SplitId],
+        replaced: &[SplitId],
+        checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
+    ) -> MetastoreResult<()>;
+
+    /// Splits matching `query`, ordered by split id.
+    async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>>;
+
+    /// Marks splits (in any state) for deletion; unknown ids are ignored.
+    async fn mark_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()>;
+
+    /// Deletes split rows that are Staged or MarkedForDeletion. Fails with
+    /// `FailedPrecondition` (deleting nothing) if one is Published.
+    async fn delete_splits(&self, index_uid: &IndexUid, split_ids: &[SplitId])
+        -> MetastoreResult<()>;
+}

@@ -1,0 +1,1 @@
+//! shale-search (being written).

@@ -1,0 +1,1 @@
+//! shale-server (being written).

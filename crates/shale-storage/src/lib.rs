@@ -1,0 +1,1 @@
+//! shale-storage (being written).

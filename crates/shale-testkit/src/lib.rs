@@ -1,0 +1,19 @@
+//! Test-only helpers that start the real servers integration tests need, on loopback:
+//! a private PostgreSQL cluster (`initdb` + `pg_ctl`) and an S3-compatible server (moto).
+//! When `CI` is set, a server that cannot be started is a test failure, never a skip.
+
+pub mod postgres;
+pub mod s3;
+
+use std::net::TcpListener;
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port on loopback");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Whether we run under CI (where missing servers must fail tests).
+pub fn under_ci() -> bool {
+    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
+}

@@ -1,0 +1,1 @@
+//! PostgreSQL test harness (to be written).

@@ -1,0 +1,1 @@
+//! S3-compatible server test harness (to be written).

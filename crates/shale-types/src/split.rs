@@ -1,0 +1,176 @@
+//! Split metadata: what the metastore records about each immutable split.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{DocMappingUid, IndexUid, NodeId, PartitionId, SourceId, SplitId, TimeRange};
+
+/// The life cycle of a split in the metastore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SplitState {
+    /// Being uploaded; invisible to search. Garbage if never published.
+    Staged,
+    /// Visible to search.
+    Published,
+    /// Replaced or deleted; its object is removed after a grace period.
+    MarkedForDeletion,
+}
+
+impl SplitState {
+    /// The name stored in the metastore and shown by the API.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SplitState::Staged => "Staged",
+            SplitState::Published => "Published",
+            SplitState::MarkedForDeletion => "MarkedForDeletion",
+        }
+    }
+
+    /// Parses the stored name (case-insensitive, `_` and `-` ignored).
+    pub fn parse(s: &str) -> Option<SplitState> {
+        let norm: String = s
+            .chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        match norm.as_str() {
+            "staged" => Some(SplitState::Staged),
+            "published" => Some(SplitState::Published),
+            "markedfordeletion" => Some(SplitState::MarkedForDeletion),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a split may still be merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SplitMaturity {
+    /// Never merged again.
+    Mature,
+    /// Mergeable until `create_timestamp + maturation_period_secs`.
+    Immature {
+        /// Seconds after creation at which the split becomes mature.
+        maturation_period_secs: u64,
+    },
+}
+
+impl Default for SplitMaturity {
+    fn default() -> Self {
+        SplitMaturity::Mature
+    }
+}
+
+/// What the metastore knows about one split.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SplitMetadata {
+    /// ULID of the split; its object is `{split_id}.split`.
+    pub split_id: SplitId,
+    /// Index the split belongs to.
+    pub index_uid: IndexUid,
+    /// Source the documents came from.
+    pub source_id: SourceId,
+    /// Node that produced the split.
+    pub node_id: NodeId,
+    /// Partition of every document in the split.
+    pub partition_id: PartitionId,
+    /// Schema version of the split.
+    pub doc_mapping_uid: DocMappingUid,
+    /// Number of documents.
+    pub num_docs: u64,
+    /// Size of the split object in bytes.
+    pub size_bytes: u64,
+    /// Bytes of the documents as ingested (for write amplification figures).
+    #[serde(default)]
+    pub uncompressed_docs_size_bytes: u64,
+    /// Seconds covered by the documents' timestamps, if the index has a timestamp field.
+    pub time_range: Option<TimeRange>,
+    /// `field:value` tags of the documents (for pruning), plus `field!` when too many values.
+    #[serde(default)]
+    pub tags: BTreeSet<String>,
+    /// Seconds since epoch when the split was created.
+    pub create_timestamp: i64,
+    /// Mergeable or not.
+    pub maturity: SplitMaturity,
+    /// Number of merges that produced this split (0 for a split fresh from ingest).
+    #[serde(default)]
+    pub num_merge_ops: u32,
+    /// Delete tasks up to this opstamp have been applied to the split.
+    #[serde(default)]
+    pub delete_opstamp: u64,
+    /// Byte range of the bundle footer within the split object (for range reads).
+    #[serde(default)]
+    pub footer_offsets: (u64, u64),
+}
+
+impl SplitMetadata {
+    /// Whether the split will never be merged again at `now` (seconds).
+    pub fn is_mature(&self, now: i64) -> bool {
+        match self.maturity {
+            SplitMaturity::Mature => true,
+            SplitMaturity::Immature {
+                maturation_period_secs,
+            } => self.create_timestamp.saturating_add(maturation_period_secs as i64) <= now,
+        }
+    }
+
+    /// The second at which the split becomes mature (`None` if already mature by construction).
+    pub fn maturity_timestamp(&self) -> i64 {
+        match self.maturity {
+            SplitMaturity::Mature => 0,
+            SplitMaturity::Immature {
+                maturation_period_secs,
+            } => self.create_timestamp.saturating_add(maturation_period_secs as i64),
+        }
+    }
+
+    /// The merge scope of this split; `node_local` adds the node id, as Quickwit does.
+    pub fn merge_scope(&self, node_local: bool) -> MergeScope {
+        MergeScope {
+            node_id: node_local.then(|| self.node_id.clone()),
+            index_uid: self.index_uid.clone(),
+            source_id: self.source_id.clone(),
+            partition_id: self.partition_id,
+            doc_mapping_uid: self.doc_mapping_uid.clone(),
+        }
+    }
+
+    /// The object key of the split in the index's storage.
+    pub fn object_key(&self) -> String {
+        split_object_key(&self.split_id)
+    }
+}
+
+/// The object key of a split: `{split_id}.split`.
+pub fn split_object_key(split_id: &str) -> String {
+    format!("{split_id}.split")
+}
+
+/// A split and its state in the metastore.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Split {
+    /// Staged, Published or MarkedForDeletion.
+    pub split_state: SplitState,
+    /// Seconds since epoch of the last state change.
+    pub update_timestamp: i64,
+    /// Seconds since epoch of publication.
+    pub publish_timestamp: Option<i64>,
+    /// The split's metadata.
+    pub split_metadata: SplitMetadata,
+}
+
+/// The key inside which splits may be merged together.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MergeScope {
+    /// Set in `node_local` mode only.
+    pub node_id: Option<NodeId>,
+    /// Index.
+    pub index_uid: IndexUid,
+    /// Source.
+    pub source_id: SourceId,
+    /// Partition.
+    pub partition_id: PartitionId,
+    /// Schema version.
+    pub doc_mapping_uid: DocMappingUid,
+}
