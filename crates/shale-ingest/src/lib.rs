@@ -1,1 +1,13 @@
-//! shale-ingest (being written).
+//! Ingestion: the write-ahead log (one mrecordlog queue per shard), the router that validates
+//! documents and appends them to their shard, and the indexing pipeline that drains shards into
+//! splits: WAL → parse → split builder (per partition) → upload → publish with the checkpoint
+//! delta (one metastore transaction) → truncate the WAL.
+
+pub mod metrics;
+pub mod pipeline;
+pub mod router;
+pub mod wal;
+
+pub use pipeline::{PipelineEnv, PipelineHandle, PipelineParams};
+pub use router::{CommitMode, IngestError, IngestOutcome, IngestRouter};
+pub use wal::{PersistPolicy, Wal, WalError};

@@ -7,8 +7,8 @@
 mod cache;
 mod storage;
 
-pub use cache::SplitCache;
-pub use storage::{S3Options, Storage, StorageResolver};
+pub use cache::{CachedSplit, SplitCache};
+pub use storage::{IndexStorages, S3Options, Storage, StorageResolver};
 
 /// Errors of storage operations.
 #[derive(Debug, thiserror::Error)]

@@ -281,3 +281,33 @@ mod tests {
         assert!(StorageResolver::default().resolve("gs://x").is_err());
     }
 }
+
+/// Where each index's splits live: its `index_uri` when set, else `{default root}/{index_id}`.
+#[derive(Clone, Debug)]
+pub struct IndexStorages {
+    resolver: StorageResolver,
+    default_root: String,
+}
+
+impl IndexStorages {
+    /// Indexes without an `index_uri` go under `default_root` (a storage URI).
+    pub fn new(resolver: StorageResolver, default_root: impl Into<String>) -> Self {
+        IndexStorages {
+            resolver,
+            default_root: default_root.into(),
+        }
+    }
+
+    /// The URI of the index's storage.
+    pub fn index_uri(&self, index_id: &str, index_uri: Option<&str>) -> String {
+        match index_uri {
+            Some(uri) => uri.trim_end_matches('/').to_string(),
+            None => format!("{}/{}", self.default_root.trim_end_matches('/'), index_id),
+        }
+    }
+
+    /// The storage of an index.
+    pub fn for_index(&self, index_id: &str, index_uri: Option<&str>) -> StorageResult<Storage> {
+        self.resolver.resolve(&self.index_uri(index_id, index_uri))
+    }
+}

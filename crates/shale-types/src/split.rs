@@ -156,7 +156,8 @@ pub struct Split {
     pub update_timestamp: i64,
     /// Seconds since epoch of publication.
     pub publish_timestamp: Option<i64>,
-    /// The split's metadata.
+    /// The split's metadata (flattened into the same JSON object, as Quickwit's API does).
+    #[serde(flatten)]
     pub split_metadata: SplitMetadata,
 }
 

@@ -1,3 +1,169 @@
-fn main() {
-    println!("Hello, world!");
+//! `shale`: the command line. `shale run` starts a node (embedded defaults: 127.0.0.1:7280,
+//! `./shale-data`, SQLite metastore, splits on local disk); the other commands talk to a
+//! running node over its REST API.
+
+mod client;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use shale_config::NodeConfig;
+
+#[derive(Parser)]
+#[command(name = "shale", version, about = "Shale: an observability store on object storage")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a node.
+    Run(RunArgs),
+    /// Manage indexes.
+    #[command(subcommand)]
+    Index(client::IndexCommand),
+    /// Ingest NDJSON documents from a file or stdin.
+    Ingest(client::IngestArgs),
+    /// Search an index.
+    Search(client::SearchArgs),
+    /// Inspect splits.
+    #[command(subcommand)]
+    Splits(client::SplitsCommand),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Node config file (YAML); flags and SHALE_* variables override it.
+    #[arg(long, env = "SHALE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory (WAL, cache, default SQLite metastore and split storage).
+    #[arg(long, env = "SHALE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address of the REST API.
+    #[arg(long, env = "SHALE_LISTEN")]
+    listen: Option<String>,
+    /// `sqlite://PATH` or `postgres://…`.
+    #[arg(long, env = "SHALE_METASTORE_URI")]
+    metastore_uri: Option<String>,
+    /// Default split storage: `file:///DIR` or `s3://bucket/prefix`.
+    #[arg(long, env = "SHALE_STORAGE_URI")]
+    storage_uri: Option<String>,
+    /// This node's id.
+    #[arg(long, env = "SHALE_NODE_ID")]
+    node_id: Option<String>,
+    /// WAL persist policy: `on-delay` (default) or `on-append`.
+    #[arg(long, env = "SHALE_WAL_PERSIST_POLICY")]
+    wal_persist_policy: Option<String>,
+}
+
+/// The node config: file, then environment and flags on top; defaults derived from the data
+/// dir follow an overridden data dir.
+fn node_config(args: &RunArgs) -> anyhow::Result<NodeConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("cannot read node config {}", path.display()))?;
+            NodeConfig::from_yaml(&bytes)
+                .with_context(|| format!("invalid node config {}", path.display()))?
+        }
+        None => NodeConfig::default(),
+    };
+    if let Some(data_dir) = &args.data_dir {
+        let old_metastore = NodeConfig::default_metastore_uri(&config.data_dir);
+        let old_storage = NodeConfig::default_storage_uri(&config.data_dir);
+        config.data_dir = data_dir.clone();
+        if config.metastore_uri == old_metastore {
+            config.metastore_uri = NodeConfig::default_metastore_uri(data_dir);
+        }
+        if config.default_index_root_uri == old_storage {
+            config.default_index_root_uri = NodeConfig::default_storage_uri(data_dir);
+        }
+    }
+    if let Some(listen) = &args.listen {
+        config.listen_address = listen.clone();
+    }
+    if let Some(uri) = &args.metastore_uri {
+        config.metastore_uri = uri.clone();
+    }
+    if let Some(uri) = &args.storage_uri {
+        config.default_index_root_uri = uri.clone();
+    }
+    if let Some(node_id) = &args.node_id {
+        config.node_id = node_id.clone();
+    }
+    if let Some(policy) = &args.wal_persist_policy {
+        config.wal_persist_policy = match policy.as_str() {
+            "on-delay" => shale_config::WalPersistPolicy::OnDelay,
+            "on-append" => shale_config::WalPersistPolicy::OnAppend,
+            other => anyhow::bail!("unknown WAL persist policy `{other}` (on-delay or on-append)"),
+        };
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = node_config(&args)?;
+    let listen = config.listen_address.clone();
+    tracing::info!(?config, "starting node");
+    let node = shale_server::Node::start(config).await?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    eprintln!("shale node listening on http://{listen}");
+    let shutdown = async {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("install SIGTERM handler");
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+    };
+    shale_server::serve(node.clone(), listener, shutdown).await?;
+    // Make everything acknowledged durable before exiting.
+    node.wal.persist().await?;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHALE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run(args).await,
+            Command::Index(cmd) => client::index(cmd).await,
+            Command::Ingest(args) => client::ingest(args).await,
+            Command::Search(args) => client::search(args).await,
+            Command::Splits(cmd) => client::splits(cmd).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

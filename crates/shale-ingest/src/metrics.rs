@@ -1,0 +1,32 @@
+//! Prometheus metrics of ingestion, registered in the default registry (the server exposes it).
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_int_counter, register_int_counter_vec, register_int_gauge, IntCounter,
+    IntCounterVec, IntGauge,
+};
+
+macro_rules! metric {
+    ($name:ident: $ty:ty = $reg:expr) => {
+        /// See the metric's help text.
+        pub static $name: LazyLock<$ty> = LazyLock::new(|| $reg.expect("metric registered once"));
+    };
+}
+
+metric!(DOCS_INGESTED: IntCounter = register_int_counter!(
+    "shale_ingest_docs_total", "Documents accepted into the WAL."));
+metric!(DOCS_REJECTED: IntCounter = register_int_counter!(
+    "shale_ingest_docs_rejected_total", "Documents rejected at ingest (parse or validation errors)."));
+metric!(BYTES_INGESTED: IntCounter = register_int_counter!(
+    "shale_ingest_bytes_total", "Bytes of documents accepted into the WAL."));
+metric!(SPLITS_PUBLISHED: IntCounter = register_int_counter!(
+    "shale_indexing_splits_published_total", "Splits published by indexing pipelines."));
+metric!(SPLIT_BYTES_WRITTEN: IntCounter = register_int_counter!(
+    "shale_indexing_split_bytes_total", "Bytes of split objects uploaded by indexing pipelines."));
+metric!(PIPELINE_ERRORS: IntCounterVec = register_int_counter_vec!(
+    "shale_indexing_errors_total", "Indexing pipeline failures, by stage.", &["stage"]));
+metric!(WAL_MEMORY_BYTES: IntGauge = register_int_gauge!(
+    "shale_wal_memory_bytes", "Bytes of not-yet-truncated WAL records held in memory."));
+metric!(WAL_DISK_BYTES: IntGauge = register_int_gauge!(
+    "shale_wal_disk_bytes", "Bytes used by WAL files on disk."));

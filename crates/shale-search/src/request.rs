@@ -1,0 +1,155 @@
+//! Search requests and responses, in Quickwit's REST shape.
+
+use serde::{Deserialize, Serialize};
+
+/// Default `max_hits`.
+pub const DEFAULT_MAX_HITS: usize = 20;
+
+fn default_max_hits() -> usize {
+    DEFAULT_MAX_HITS
+}
+
+/// A search request (`GET` query string or `POST` JSON body).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SearchRequest {
+    /// Tantivy query language; empty or `*` matches everything.
+    #[serde(default)]
+    pub query: String,
+    /// Inclusive lower bound on the timestamp field, seconds since epoch.
+    #[serde(default)]
+    pub start_timestamp: Option<i64>,
+    /// Exclusive upper bound on the timestamp field, seconds since epoch.
+    #[serde(default)]
+    pub end_timestamp: Option<i64>,
+    /// Hits returned (default 20).
+    #[serde(default = "default_max_hits")]
+    pub max_hits: usize,
+    /// Hits skipped first.
+    #[serde(default)]
+    pub start_offset: usize,
+    /// `timestamp`/`-timestamp`/`+timestamp`/`timestamp:asc|desc` or `_score`.
+    #[serde(default)]
+    pub sort_by: Option<String>,
+    /// Fields searched by terms without a field (default: the index's default search fields).
+    #[serde(default, deserialize_with = "comma_list")]
+    pub search_field: Option<Vec<String>>,
+}
+
+fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => None,
+        Some(OneOrMany::One(s)) => Some(
+            s.split(',')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .map(str::to_string)
+                .collect(),
+        ),
+        Some(OneOrMany::Many(v)) => Some(v),
+    })
+}
+
+/// Sort direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortOrder {
+    /// Smallest first.
+    Asc,
+    /// Largest first.
+    Desc,
+}
+
+/// How hits are ordered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    /// By BM25 score, best first.
+    Score,
+    /// By a fast field (the timestamp field).
+    Field {
+        /// Field name.
+        field: String,
+        /// Direction.
+        order: SortOrder,
+    },
+}
+
+impl SortBy {
+    /// Parses the `sort_by` parameter: `field` (descending, newest first), `-field` (descending),
+    /// `+field` (ascending), `field:asc|desc`, or `_score`.
+    pub fn parse(s: &str) -> Result<SortBy, String> {
+        let s = s.trim();
+        if s == "_score" || s == "-_score" {
+            return Ok(SortBy::Score);
+        }
+        let (field, order) = if let Some((field, order)) = s.split_once(':') {
+            let order = match order {
+                "asc" => SortOrder::Asc,
+                "desc" => SortOrder::Desc,
+                other => return Err(format!("unknown sort order `{other}` (asc or desc)")),
+            };
+            (field, order)
+        } else if let Some(field) = s.strip_prefix('-') {
+            (field, SortOrder::Desc)
+        } else if let Some(field) = s.strip_prefix('+') {
+            (field, SortOrder::Asc)
+        } else {
+            (s, SortOrder::Desc)
+        };
+        if field.is_empty() {
+            return Err("empty sort field".to_string());
+        }
+        Ok(SortBy::Field {
+            field: field.to_string(),
+            order,
+        })
+    }
+}
+
+/// A search response, Quickwit's shape plus split fan-out figures.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SearchResponse {
+    /// Total number of matching documents.
+    pub num_hits: u64,
+    /// The requested page of hits, as JSON documents.
+    pub hits: Vec<serde_json::Value>,
+    /// Wall time of the search.
+    pub elapsed_time_micros: u64,
+    /// Per-split failures (the other splits' hits are still returned).
+    pub errors: Vec<String>,
+    /// Splits opened.
+    pub num_splits_searched: usize,
+    /// Splits skipped by time range or tag pruning.
+    pub num_splits_pruned: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_by_forms() {
+        assert_eq!(SortBy::parse("_score").unwrap(), SortBy::Score);
+        let f = |field: &str, order| SortBy::Field {
+            field: field.into(),
+            order,
+        };
+        assert_eq!(SortBy::parse("ts").unwrap(), f("ts", SortOrder::Desc));
+        assert_eq!(SortBy::parse("-ts").unwrap(), f("ts", SortOrder::Desc));
+        assert_eq!(SortBy::parse("+ts").unwrap(), f("ts", SortOrder::Asc));
+        assert_eq!(SortBy::parse("ts:asc").unwrap(), f("ts", SortOrder::Asc));
+        assert!(SortBy::parse("ts:up").is_err());
+    }
+
+    #[test]
+    fn search_field_accepts_comma_list() {
+        let req: SearchRequest =
+            serde_json::from_str(r#"{"query":"x","search_field":"a, b"}"#).unwrap();
+        assert_eq!(req.search_field.unwrap(), vec!["a", "b"]);
+        assert_eq!(req.max_hits, 20);
+    }
+}

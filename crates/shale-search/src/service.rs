@@ -1,0 +1,491 @@
+//! The search service: root (list, prune, fan out, merge) and leaf (search one split) in one
+//! process. Leaf searches run on the blocking pool, bounded by a semaphore.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use prometheus::{register_histogram, register_int_counter, Histogram, IntCounter};
+use shale_index::DocMapper;
+use shale_metastore::{ListSplitsQuery, Metastore, MetastoreError};
+use shale_storage::{IndexStorages, SplitCache, Storage, StorageError};
+use shale_types::{Split, SplitMetadata, SplitState};
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::{BooleanQuery, Occur, Query};
+use tantivy::{DocAddress, Index, Order, Searcher, TantivyDocument};
+use tokio::sync::Semaphore;
+
+use crate::request::{SearchRequest, SearchResponse, SortBy, SortOrder};
+
+static SEARCH_LATENCY: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "shale_search_latency_seconds",
+        "Latency of search requests.",
+        vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+    )
+    .expect("metric registered once")
+});
+static SPLITS_SEARCHED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("shale_search_splits_searched_total", "Splits opened by searches.")
+        .expect("metric registered once")
+});
+static SPLITS_PRUNED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "shale_search_splits_pruned_total",
+        "Splits skipped by time or tag pruning."
+    )
+    .expect("metric registered once")
+});
+
+/// Search failures that fail the whole request (per-split failures go to `errors`).
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// No such index.
+    #[error("index `{0}` not found")]
+    IndexNotFound(String),
+    /// The request is invalid (query syntax, unknown field, bad sort).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The metastore failed.
+    #[error("{0}")]
+    Metastore(MetastoreError),
+    /// The index's storage or mapping cannot be used.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Alias kept for readers of the API: index storages resolve split locations.
+pub type IndexStorageResolver = IndexStorages;
+
+/// Opened splits kept in memory (bounded), keyed by split id.
+const MAX_OPEN_SPLITS: usize = 512;
+
+struct OpenSplit {
+    searcher: Searcher,
+    // Keeps the cache entry pinned while the split is open.
+    _cached: Arc<shale_storage::CachedSplit>,
+}
+
+/// The search service of a node.
+pub struct SearchService {
+    metastore: Arc<dyn Metastore>,
+    storages: IndexStorages,
+    cache: Arc<SplitCache>,
+    doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
+    open_splits: Mutex<HashMap<String, Arc<OpenSplit>>>,
+    leaf_permits: Arc<Semaphore>,
+}
+
+/// A candidate hit from one split.
+struct LeafHit {
+    /// Sort key as a comparable i64 (timestamp micros) or f32 score bits.
+    key: SortKey,
+    split_ord: usize,
+    doc: DocAddress,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+enum SortKey {
+    Score(f32),
+    Value(Option<i64>),
+}
+
+struct LeafResult {
+    count: u64,
+    hits: Vec<(SortKey, DocAddress)>,
+}
+
+impl SearchService {
+    /// A search service fetching splits through `cache`.
+    pub fn new(
+        metastore: Arc<dyn Metastore>,
+        storages: IndexStorages,
+        cache: Arc<SplitCache>,
+        max_concurrent_leaf_searches: usize,
+    ) -> Self {
+        SearchService {
+            metastore,
+            storages,
+            cache,
+            doc_mappers: Mutex::new(HashMap::new()),
+            open_splits: Mutex::new(HashMap::new()),
+            leaf_permits: Arc::new(Semaphore::new(max_concurrent_leaf_searches.max(1))),
+        }
+    }
+
+    /// The split cache.
+    pub fn cache(&self) -> &Arc<SplitCache> {
+        &self.cache
+    }
+
+    /// Runs `request` on `index_id`.
+    pub async fn search(
+        &self,
+        index_id: &str,
+        request: SearchRequest,
+    ) -> Result<SearchResponse, SearchError> {
+        let started = Instant::now();
+        let _timer = SEARCH_LATENCY.start_timer();
+        let index = match self.metastore.index_metadata(index_id).await {
+            Ok(index) => index,
+            Err(MetastoreError::NotFound { .. }) => {
+                return Err(SearchError::IndexNotFound(index_id.to_string()))
+            }
+            Err(err) => return Err(SearchError::Metastore(err)),
+        };
+        let doc_mapper = self.doc_mapper(&index)?;
+        let sort_by = match &request.sort_by {
+            Some(s) => SortBy::parse(s).map_err(SearchError::InvalidRequest)?,
+            None => match doc_mapper.timestamp_field_name() {
+                Some(ts) => SortBy::Field {
+                    field: ts.to_string(),
+                    order: SortOrder::Desc,
+                },
+                None => SortBy::Score,
+            },
+        };
+        if let SortBy::Field { field, .. } = &sort_by {
+            if doc_mapper.timestamp_field_name() != Some(field.as_str()) {
+                return Err(SearchError::InvalidRequest(format!(
+                    "cannot sort by `{field}`: only the timestamp field or `_score` can be sorted on"
+                )));
+            }
+        }
+        let user_query = doc_mapper
+            .parse_query(&request.query, request.search_field.as_deref())
+            .map_err(|err| SearchError::InvalidRequest(err.to_string()))?;
+        let query: Box<dyn Query> = match doc_mapper
+            .time_range_query(request.start_timestamp, request.end_timestamp)
+        {
+            Some(range) => Box::new(BooleanQuery::new(vec![
+                (Occur::Must, user_query),
+                (Occur::Must, range),
+            ])),
+            None => user_query,
+        };
+        let query: Arc<dyn Query> = Arc::from(query);
+
+        // Root: list and prune before opening anything.
+        let published = self
+            .metastore
+            .list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published]),
+            )
+            .await
+            .map_err(SearchError::Metastore)?;
+        let num_published = published.len();
+        let required_tags = doc_mapper.required_tag_terms(&request.query);
+        let splits: Vec<SplitMetadata> = published
+            .into_iter()
+            .map(|s: Split| s.split_metadata)
+            .filter(|split| {
+                split.time_range.is_none_or(|range| {
+                    range.intersects(request.start_timestamp, request.end_timestamp)
+                })
+            })
+            .filter(|split| tags_may_match(split, &required_tags))
+            .collect();
+        let num_splits_pruned = num_published - splits.len();
+
+        let storage = self
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+            .map_err(|err| SearchError::Internal(err.to_string()))?;
+        let k = request.start_offset + request.max_hits;
+        let mut leaf_futures = FuturesUnordered::new();
+        for (ord, split) in splits.iter().enumerate() {
+            let query = query.clone();
+            let sort_by = sort_by.clone();
+            let storage = storage.clone();
+            leaf_futures.push(async move {
+                let result = self.leaf_search(&storage, split, query, sort_by, k).await;
+                (ord, result)
+            });
+        }
+        let mut num_hits = 0u64;
+        let mut errors = Vec::new();
+        let mut candidates: Vec<LeafHit> = Vec::new();
+        let mut searchers: HashMap<usize, Arc<OpenSplit>> = HashMap::new();
+        while let Some((ord, result)) = leaf_futures.next().await {
+            match result {
+                Ok((open, leaf)) => {
+                    num_hits += leaf.count;
+                    candidates.extend(leaf.hits.into_iter().map(|(key, doc)| LeafHit {
+                        key,
+                        split_ord: ord,
+                        doc,
+                    }));
+                    searchers.insert(ord, open);
+                }
+                Err(err) => errors.push(format!("split {}: {err}", splits[ord].split_id)),
+            }
+        }
+        drop(leaf_futures);
+        sort_candidates(&mut candidates, &sort_by);
+        let page: Vec<LeafHit> = candidates
+            .into_iter()
+            .skip(request.start_offset)
+            .take(request.max_hits)
+            .collect();
+        let mapper = doc_mapper.clone();
+        let hits = tokio::task::spawn_blocking(move || {
+            page.iter()
+                .map(|hit| {
+                    let searcher = &searchers[&hit.split_ord].searcher;
+                    searcher
+                        .doc::<TantivyDocument>(hit.doc)
+                        .map(|doc| mapper.doc_to_json(&doc))
+                        .map_err(|err| err.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .map_err(|err| SearchError::Internal(err.to_string()))?
+        .map_err(SearchError::Internal)?;
+        SPLITS_SEARCHED.inc_by(splits.len() as u64);
+        SPLITS_PRUNED.inc_by(num_splits_pruned as u64);
+        Ok(SearchResponse {
+            num_hits,
+            hits,
+            elapsed_time_micros: started.elapsed().as_micros() as u64,
+            errors,
+            num_splits_searched: splits.len(),
+            num_splits_pruned,
+        })
+    }
+
+    fn doc_mapper(
+        &self,
+        index: &shale_metastore::IndexMetadata,
+    ) -> Result<Arc<DocMapper>, SearchError> {
+        let key = format!(
+            "{}/{}",
+            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+        );
+        let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mapper) = mappers.get(&key) {
+            return Ok(mapper.clone());
+        }
+        let mapper = Arc::new(
+            DocMapper::new(
+                &index.index_config.doc_mapping,
+                &index.index_config.search_settings,
+            )
+            .map_err(|err| SearchError::Internal(err.to_string()))?,
+        );
+        mappers.insert(key, mapper.clone());
+        Ok(mapper)
+    }
+
+    /// Opens a split (through the cache) or returns it from the open-split table.
+    async fn open_split(
+        &self,
+        storage: &Storage,
+        split: &SplitMetadata,
+    ) -> Result<Arc<OpenSplit>, String> {
+        if let Some(open) = self
+            .open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&split.split_id)
+        {
+            return Ok(open.clone());
+        }
+        let key = split.object_key();
+        let cached = self
+            .cache
+            .get_or_fetch(&split.split_id, |dir| {
+                let storage = storage.clone();
+                async move {
+                    let bundle = dir.join("split.bundle");
+                    let size = storage.get_to_file(&key, &bundle).await?;
+                    let unpack_dir = dir.clone();
+                    tokio::task::spawn_blocking(move || {
+                        shale_index::unpack_split(&bundle, &unpack_dir)
+                            .map_err(|err| StorageError::ObjectStore(err.to_string()))?;
+                        std::fs::remove_file(&bundle).map_err(|err| StorageError::Io {
+                            path: bundle.display().to_string(),
+                            source: err,
+                        })
+                    })
+                    .await
+                    .map_err(|err| StorageError::ObjectStore(err.to_string()))??;
+                    Ok(size)
+                }
+            })
+            .await
+            .map_err(|err| err.to_string())?;
+        let path = cached.path().to_path_buf();
+        let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
+            let index = Index::open_in_dir(&path).map_err(|err| err.to_string())?;
+            let reader = index.reader().map_err(|err| err.to_string())?;
+            Ok(reader.searcher())
+        })
+        .await
+        .map_err(|err| err.to_string())??;
+        let open = Arc::new(OpenSplit {
+            searcher,
+            _cached: cached,
+        });
+        let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
+        if table.len() >= MAX_OPEN_SPLITS {
+            // Drop an arbitrary unused split; it is re-opened from the cache when needed.
+            if let Some(victim) = table
+                .iter()
+                .find(|(_, s)| Arc::strong_count(s) == 1)
+                .map(|(k, _)| k.clone())
+            {
+                table.remove(&victim);
+            }
+        }
+        table.insert(split.split_id.clone(), open.clone());
+        Ok(open)
+    }
+
+    /// Forgets an open split (its object was deleted).
+    pub fn forget_split(&self, split_id: &str) {
+        self.open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(split_id);
+    }
+
+    async fn leaf_search(
+        &self,
+        storage: &Storage,
+        split: &SplitMetadata,
+        query: Arc<dyn Query>,
+        sort_by: SortBy,
+        k: usize,
+    ) -> Result<(Arc<OpenSplit>, LeafResult), String> {
+        let open = self.open_split(storage, split).await?;
+        let _permit = self
+            .leaf_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|err| err.to_string())?;
+        let open_for_task = open.clone();
+        let leaf = tokio::task::spawn_blocking(move || {
+            run_leaf(&open_for_task.searcher, query.as_ref(), &sort_by, k)
+        })
+        .await
+        .map_err(|err| err.to_string())??;
+        Ok((open, leaf))
+    }
+}
+
+fn run_leaf(
+    searcher: &Searcher,
+    query: &dyn Query,
+    sort_by: &SortBy,
+    k: usize,
+) -> Result<LeafResult, String> {
+    let err = |e: tantivy::TantivyError| e.to_string();
+    if k == 0 {
+        let count = searcher.search(query, &Count).map_err(err)?;
+        return Ok(LeafResult {
+            count: count as u64,
+            hits: Vec::new(),
+        });
+    }
+    match sort_by {
+        SortBy::Score => {
+            let (count, top) = searcher
+                .search(query, &(Count, TopDocs::with_limit(k).order_by_score()))
+                .map_err(err)?;
+            Ok(LeafResult {
+                count: count as u64,
+                hits: top
+                    .into_iter()
+                    .map(|(score, doc)| (SortKey::Score(score), doc))
+                    .collect(),
+            })
+        }
+        SortBy::Field { field, order } => {
+            let order = match order {
+                SortOrder::Asc => Order::Asc,
+                SortOrder::Desc => Order::Desc,
+            };
+            let collector = TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
+            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
+            Ok(LeafResult {
+                count: count as u64,
+                hits: top
+                    .into_iter()
+                    .map(|(value, doc)| {
+                        (
+                            SortKey::Value(value.map(|v| v.into_timestamp_micros())),
+                            doc,
+                        )
+                    })
+                    .collect(),
+            })
+        }
+    }
+}
+
+/// Orders candidates from all splits: best first; ties broken by split then doc, so pages
+/// are stable.
+fn sort_candidates(candidates: &mut [LeafHit], sort_by: &SortBy) {
+    use std::cmp::Ordering;
+    let tie = |a: &LeafHit, b: &LeafHit| {
+        (a.split_ord, a.doc.segment_ord, a.doc.doc_id).cmp(&(b.split_ord, b.doc.segment_ord, b.doc.doc_id))
+    };
+    candidates.sort_by(|a, b| {
+        let primary = match (a.key, b.key) {
+            (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+            (SortKey::Value(x), SortKey::Value(y)) => {
+                let desc = matches!(sort_by, SortBy::Field { order: SortOrder::Desc, .. });
+                match (x, y) {
+                    (Some(x), Some(y)) => {
+                        if desc {
+                            y.cmp(&x)
+                        } else {
+                            x.cmp(&y)
+                        }
+                    }
+                    // Documents without a value come last either way.
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (None, None) => Ordering::Equal,
+                }
+            }
+            _ => Ordering::Equal,
+        };
+        primary.then_with(|| tie(a, b))
+    });
+}
+
+/// Whether a split can hold documents with every required `field:value` tag.
+fn tags_may_match(split: &SplitMetadata, required: &[(String, String)]) -> bool {
+    required.iter().all(|(field, value)| {
+        split.tags.contains(&format!("{field}:{value}"))
+            || split.tags.contains(&format!("{field}!"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_pruning_is_conservative() {
+        let mut split: SplitMetadata = serde_json::from_value(serde_json::json!({
+            "split_id": "01H", "index_uid": "idx:01ARZ3NDEKTSV4RRFFQ69G5FAV", "source_id": "s",
+            "node_id": "n", "partition_id": 0, "doc_mapping_uid": "d", "num_docs": 1,
+            "size_bytes": 1, "time_range": null, "create_timestamp": 0,
+            "maturity": {"type": "mature"}
+        }))
+        .unwrap();
+        split.tags.insert("service:api".into());
+        let req = |f: &str, v: &str| vec![(f.to_string(), v.to_string())];
+        assert!(tags_may_match(&split, &[]));
+        assert!(tags_may_match(&split, &req("service", "api")));
+        assert!(!tags_may_match(&split, &req("service", "db")));
+        split.tags.insert("service!".into());
+        assert!(tags_may_match(&split, &req("service", "db")));
+    }
+}

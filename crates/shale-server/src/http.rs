@@ -1,0 +1,337 @@
+//! The REST API, Quickwit- and Elasticsearch-compatible. Every error body is JSON with a
+//! `message`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use shale_config::{ConfigError, IndexConfig};
+use shale_ingest::{CommitMode, IngestError};
+use shale_metastore::{ListSplitsQuery, MetastoreError};
+use shale_search::{SearchError, SearchRequest};
+use shale_types::SplitState;
+
+use crate::node::{Node, NodeError};
+
+/// An API error: a status and a message, rendered `{"message": …}`.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable cause.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+    /// A 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+    fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "message": self.message }))).into_response()
+    }
+}
+
+impl From<MetastoreError> for ApiError {
+    fn from(err: MetastoreError) -> Self {
+        let status = match &err {
+            MetastoreError::NotFound { .. } => StatusCode::NOT_FOUND,
+            MetastoreError::AlreadyExists { .. } => StatusCode::BAD_REQUEST,
+            MetastoreError::FailedPrecondition(_) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            message: err.to_string(),
+        }
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(err: NodeError) -> Self {
+        match err {
+            NodeError::Metastore(err) => err.into(),
+            NodeError::Storage(err @ shale_storage::StorageError::InvalidUri { .. }) => {
+                ApiError::bad_request(err.to_string())
+            }
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(err: IngestError) -> Self {
+        match err {
+            IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
+            IngestError::Metastore(err) => err.into(),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<SearchError> for ApiError {
+    fn from(err: SearchError) -> Self {
+        match err {
+            SearchError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
+            SearchError::InvalidRequest(_) => ApiError::bad_request(err.to_string()),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ConfigError> for ApiError {
+    fn from(err: ConfigError) -> Self {
+        ApiError::bad_request(err.to_string())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The node.
+    pub node: Arc<Node>,
+}
+
+/// The REST router.
+pub fn router(node: Arc<Node>) -> Router {
+    let state = AppState { node };
+    Router::new()
+        .route("/health/livez", get(|| async { Json(json!(true)) }))
+        .route("/health/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/indexes", post(create_index).get(list_indexes))
+        .route(
+            "/api/v1/indexes/{index_id}",
+            get(describe_index).delete(delete_index),
+        )
+        .route("/api/v1/indexes/{index_id}/splits", get(list_splits))
+        .route("/api/v1/{index_id}/ingest", post(ingest))
+        .route(
+            "/api/v1/{index_id}/search",
+            get(search_get).post(search_post),
+        )
+        .route("/api/v1/_elastic/_bulk", post(crate::elastic::bulk))
+        .route(
+            "/api/v1/_elastic/{index_id}/_bulk",
+            post(crate::elastic::bulk_index),
+        )
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.node.metastore.list_indexes().await {
+        Ok(_) => Json(json!(true)).into_response(),
+        Err(err) => ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!("metastore unavailable: {err}"),
+        }
+        .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    crate::metrics::refresh(&state.node).await;
+    match crate::metrics::render() {
+        Ok(text) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            text,
+        )
+            .into_response(),
+        Err(err) => ApiError::internal(err).into_response(),
+    }
+}
+
+async fn create_index(State(state): State<AppState>, body: Bytes) -> ApiResult<Json<Value>> {
+    let config = IndexConfig::parse(&body)?;
+    let index = state.node.create_index(config).await?;
+    Ok(Json(json!(index)))
+}
+
+async fn list_indexes(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let indexes = state.node.metastore.list_indexes().await?;
+    Ok(Json(json!(indexes)))
+}
+
+async fn describe_index(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let index = state.node.metastore.index_metadata(&index_id).await?;
+    Ok(Json(json!(index)))
+}
+
+async fn delete_index(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let splits = state.node.delete_index(&index_id).await?;
+    let files: Vec<Value> = splits
+        .iter()
+        .map(|s| {
+            json!({
+                "file_name": s.split_metadata.object_key(),
+                "file_size_bytes": s.split_metadata.size_bytes,
+            })
+        })
+        .collect();
+    Ok(Json(json!(files)))
+}
+
+#[derive(Deserialize)]
+struct ListSplitsParams {
+    #[serde(default)]
+    split_states: Option<String>,
+    #[serde(default)]
+    start_timestamp: Option<i64>,
+    #[serde(default)]
+    end_timestamp: Option<i64>,
+}
+
+async fn list_splits(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    Query(params): Query<ListSplitsParams>,
+) -> ApiResult<Json<Value>> {
+    let index = state.node.metastore.index_metadata(&index_id).await?;
+    let mut query = ListSplitsQuery::for_index(index.index_uid.clone());
+    if let Some(states) = &params.split_states {
+        for state_name in states.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let split_state = SplitState::parse(state_name).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "unknown split state `{state_name}` (Staged, Published or MarkedForDeletion)"
+                ))
+            })?;
+            query.split_states.push(split_state);
+        }
+    }
+    query.time_range_start = params.start_timestamp;
+    query.time_range_end = params.end_timestamp;
+    let splits = state.node.metastore.list_splits(query).await?;
+    Ok(Json(json!({
+        "offset": 0,
+        "size": splits.len(),
+        "splits": splits,
+    })))
+}
+
+/// Reads a request body, enforcing the node's limit with a JSON 413.
+pub async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> ApiResult<Bytes> {
+    let limit = state.node.config.max_ingest_body_bytes as usize;
+    let too_large = || ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: format!("request body exceeds the limit of {limit} bytes (max_ingest_body_bytes)"),
+    };
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > limit {
+            return Err(too_large());
+        }
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
+}
+
+/// Parses `commit=` (or `refresh=` for the Elasticsearch API).
+pub fn commit_mode(params: &HashMap<String, String>, key: &str) -> ApiResult<CommitMode> {
+    match params.get(key) {
+        None => Ok(CommitMode::Auto),
+        Some(value) => CommitMode::parse(value).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "invalid `{key}` value `{value}`: expected auto, wait_for or force"
+            ))
+        }),
+    }
+}
+
+/// Splits an NDJSON body into documents (blank lines skipped).
+pub fn ndjson_docs(body: &Bytes) -> Vec<Bytes> {
+    body.split(|b| *b == b'\n')
+        .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+        .map(|line| body.slice_ref(line))
+        .collect()
+}
+
+async fn ingest(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let commit = commit_mode(&params, "commit")?;
+    let body = read_body(&state, &headers, body).await?;
+    let docs = ndjson_docs(&body);
+    let num_docs = docs.len();
+    let outcome = state.node.router.ingest(&index_id, docs.clone(), commit).await?;
+    let parse_failures: Vec<Value> = outcome
+        .results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().map(|err| (i, err)))
+        .map(|(i, err)| {
+            json!({
+                "doc_index": i,
+                "reason": err.reason(),
+                "message": err.to_string(),
+                "document": String::from_utf8_lossy(&docs[i][..docs[i].len().min(1024)]),
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "num_docs_for_processing": num_docs,
+        "num_ingested_docs": outcome.num_ingested,
+        "num_rejected_docs": outcome.num_rejected,
+        "parse_failures": parse_failures,
+    })))
+}
+
+async fn search_get(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    Query(request): Query<SearchRequest>,
+) -> ApiResult<Json<Value>> {
+    let response = state.node.search.search(&index_id, request).await?;
+    Ok(Json(json!(response)))
+}
+
+async fn search_post(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let request: SearchRequest = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("invalid search request: {err}")))?;
+    let response = state.node.search.search(&index_id, request).await?;
+    Ok(Json(json!(response)))
+}

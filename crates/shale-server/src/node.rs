@@ -1,0 +1,195 @@
+//! Node wiring: opens the metastore, the WAL, the storage and the split cache from a
+//! [`NodeConfig`], starts the ingest router (and its indexing pipelines) and the search
+//! service, and owns index lifecycle operations that touch several of them.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shale_config::{IndexConfig, NodeConfig, WalPersistPolicy};
+use shale_ingest::{IngestRouter, PersistPolicy, PipelineEnv, Wal};
+use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
+use shale_search::SearchService;
+use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
+use shale_types::{Split, SplitState};
+use tracing::{info, warn};
+
+/// Errors starting a node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Metastore unavailable.
+    #[error("metastore: {0}")]
+    Metastore(#[from] MetastoreError),
+    /// WAL unavailable.
+    #[error("WAL: {0}")]
+    Wal(#[from] shale_ingest::WalError),
+    /// Storage unavailable.
+    #[error("storage: {0}")]
+    Storage(#[from] shale_storage::StorageError),
+    /// Ingest router failed to start.
+    #[error("ingest: {0}")]
+    Ingest(#[from] shale_ingest::IngestError),
+    /// Local directories.
+    #[error("data dir {path}: {source}")]
+    Io {
+        /// Path involved.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// A running node's services.
+pub struct Node {
+    /// Resolved configuration.
+    pub config: NodeConfig,
+    /// The metastore.
+    pub metastore: Arc<dyn Metastore>,
+    /// Where each index's splits live.
+    pub storages: IndexStorages,
+    /// Validates, logs and indexes documents.
+    pub router: Arc<IngestRouter>,
+    /// Searches splits.
+    pub search: Arc<SearchService>,
+    /// The WAL.
+    pub wal: Arc<Wal>,
+}
+
+fn ensure_dir(path: &Path) -> Result<(), NodeError> {
+    std::fs::create_dir_all(path).map_err(|source| NodeError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Maps node settings to storage options.
+pub fn s3_options(config: &NodeConfig) -> S3Options {
+    let s3 = &config.s3;
+    S3Options {
+        endpoint: s3.endpoint.clone(),
+        region: s3.region.clone(),
+        access_key_id: s3.access_key_id.clone(),
+        secret_access_key: s3.secret_access_key.clone(),
+        force_path_style: Some(s3.force_path_style || s3.endpoint.is_some()),
+        allow_http: Some(s3.allow_http),
+    }
+}
+
+impl Node {
+    /// Starts a node: everything it needs is opened, leftovers of a crash are cleaned, and
+    /// every index's pipelines resume from their checkpoints.
+    pub async fn start(config: NodeConfig) -> Result<Arc<Node>, NodeError> {
+        ensure_dir(&config.data_dir)?;
+        let metastore = open_metastore(&config.metastore_uri).await?;
+        let resolver = StorageResolver::new(s3_options(&config));
+        // Fail fast on an unusable storage URI.
+        resolver.resolve(&config.default_index_root_uri)?;
+        let storages = IndexStorages::new(resolver, config.default_index_root_uri.clone());
+        let policy = match config.wal_persist_policy {
+            WalPersistPolicy::OnAppend => PersistPolicy::OnAppend,
+            WalPersistPolicy::OnDelay => {
+                PersistPolicy::OnDelay(Duration::from_secs(config.wal_persist_interval_secs))
+            }
+        };
+        let wal = Wal::open(&config.data_dir.join("queues"), policy).await?;
+        let scratch_dir = config.data_dir.join("indexing");
+        if scratch_dir.exists() {
+            // Scratch of a previous run: its batches are rebuilt from the WAL.
+            let _ = std::fs::remove_dir_all(&scratch_dir);
+        }
+        ensure_dir(&scratch_dir)?;
+        let cache = Arc::new(SplitCache::open(
+            &config.data_dir.join("split-cache"),
+            config.split_cache_max_bytes,
+        )?);
+        let env = PipelineEnv {
+            node_id: config.node_id.clone(),
+            metastore: metastore.clone(),
+            wal: wal.clone(),
+            scratch_dir,
+            writer_heap_bytes: 128 * 1024 * 1024,
+            writer_threads: 1,
+        };
+        let node = Node {
+            router: Arc::new(IngestRouter::new(env, storages.clone())),
+            search: Arc::new(SearchService::new(
+                metastore.clone(),
+                storages.clone(),
+                cache,
+                std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+            )),
+            config,
+            metastore,
+            storages,
+            wal,
+        };
+        node.clean_staged_splits().await?;
+        node.router.start().await?;
+        info!(node_id = %node.config.node_id, "node started");
+        Ok(Arc::new(node))
+    }
+
+    /// Deletes the splits this node staged but never published (it crashed mid-commit).
+    async fn clean_staged_splits(&self) -> Result<(), NodeError> {
+        for index in self.metastore.list_indexes().await? {
+            let staged: Vec<Split> = self
+                .metastore
+                .list_splits(
+                    ListSplitsQuery::for_index(index.index_uid.clone())
+                        .with_states(&[SplitState::Staged]),
+                )
+                .await?
+                .into_iter()
+                .filter(|s| s.split_metadata.node_id == self.config.node_id)
+                .collect();
+            if staged.is_empty() {
+                continue;
+            }
+            let storage = self.index_storage(&index)?;
+            let mut ids = Vec::new();
+            for split in staged {
+                storage.delete(&split.split_metadata.object_key()).await?;
+                ids.push(split.split_metadata.split_id);
+            }
+            self.metastore.delete_splits(&index.index_uid, &ids).await?;
+            info!(index = %index.index_uid, count = ids.len(), "deleted staged splits left by a crash");
+        }
+        Ok(())
+    }
+
+    /// The storage of an index.
+    pub fn index_storage(
+        &self,
+        index: &IndexMetadata,
+    ) -> Result<shale_storage::Storage, shale_storage::StorageError> {
+        self.storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+    }
+
+    /// Creates an index and starts serving it.
+    pub async fn create_index(&self, config: IndexConfig) -> Result<IndexMetadata, NodeError> {
+        // Resolve its storage before recording anything.
+        self.storages
+            .for_index(&config.index_id, config.index_uri.as_deref())?;
+        let index = self.metastore.create_index(config).await?;
+        self.router.serve_index(&index).await?;
+        Ok(index)
+    }
+
+    /// Deletes an index: stops its pipelines, drops its WAL, its metastore rows and its split
+    /// objects. Returns the deleted splits.
+    pub async fn delete_index(&self, index_id: &str) -> Result<Vec<Split>, NodeError> {
+        let index = self.metastore.index_metadata(index_id).await?;
+        self.router.remove_index(&index.index_uid).await?;
+        let splits = self.metastore.delete_index(&index.index_uid).await?;
+        let storage = self.index_storage(&index)?;
+        for split in &splits {
+            if let Err(err) = storage.delete(&split.split_metadata.object_key()).await {
+                warn!(%err, split_id = %split.split_metadata.split_id, "failed to delete split object");
+            }
+            self.search.forget_split(&split.split_metadata.split_id);
+            self.search.cache().remove(&split.split_metadata.split_id).await;
+        }
+        Ok(splits)
+    }
+}

@@ -1,0 +1,372 @@
+//! Client commands: they call a running node's REST API (`--endpoint`, default
+//! `http://127.0.0.1:7280`, or `SHALE_ENDPOINT`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+#[derive(clap::Args, Clone)]
+pub struct Endpoint {
+    /// REST endpoint of a node.
+    #[arg(long, env = "SHALE_ENDPOINT", default_value = "http://127.0.0.1:7280")]
+    endpoint: String,
+}
+
+impl Endpoint {
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.endpoint.trim_end_matches('/'), path)
+    }
+}
+
+#[derive(clap::Subcommand)]
+pub enum IndexCommand {
+    /// Create an index from a YAML or JSON config.
+    Create {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Index config file.
+        #[arg(long)]
+        index_config: PathBuf,
+    },
+    /// List indexes.
+    List {
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// Show an index's metadata and split statistics.
+    Describe {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Index id.
+        #[arg(long)]
+        index: String,
+    },
+    /// Delete an index and all its data.
+    Delete {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Index id.
+        #[arg(long)]
+        index: String,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct IngestArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Index id.
+    #[arg(long)]
+    index: String,
+    /// NDJSON file (default: stdin).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// auto, wait_for or force (applied to the last batch; others use auto).
+    #[arg(long, default_value = "force")]
+    commit: String,
+    /// Bytes per request.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    batch_bytes: usize,
+}
+
+#[derive(clap::Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Index id.
+    #[arg(long)]
+    index: String,
+    /// Query in Tantivy's query language.
+    #[arg(long, default_value = "*")]
+    query: String,
+    /// Hits to return.
+    #[arg(long, default_value_t = 20)]
+    max_hits: usize,
+    /// Hits to skip.
+    #[arg(long, default_value_t = 0)]
+    start_offset: usize,
+    /// Inclusive start, seconds.
+    #[arg(long)]
+    start_timestamp: Option<i64>,
+    /// Exclusive end, seconds.
+    #[arg(long)]
+    end_timestamp: Option<i64>,
+    /// Sort (`timestamp`, `+timestamp`, `_score`, …).
+    #[arg(long)]
+    sort_by: Option<String>,
+    /// Comma-separated default search fields.
+    #[arg(long)]
+    search_fields: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum SplitsCommand {
+    /// List an index's splits as a table.
+    List {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Index id.
+        #[arg(long)]
+        index: String,
+        /// Comma-separated states (Staged, Published, MarkedForDeletion).
+        #[arg(long)]
+        states: Option<String>,
+    },
+}
+
+fn http() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?)
+}
+
+/// Sends a request and returns its JSON, turning error statuses into errors with the
+/// server's `message`.
+async fn call(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    let response = request.send().await.context("cannot reach the node")?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        let message = body
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
+        bail!("{status}: {message}");
+    }
+    Ok(body)
+}
+
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub async fn index(cmd: IndexCommand) -> anyhow::Result<()> {
+    let client = http()?;
+    match cmd {
+        IndexCommand::Create {
+            endpoint,
+            index_config,
+        } => {
+            let body = std::fs::read(&index_config)
+                .with_context(|| format!("cannot read {}", index_config.display()))?;
+            let index = call(client.post(endpoint.url("/api/v1/indexes")).body(body)).await?;
+            println!(
+                "created index `{}` ({})",
+                index["index_config"]["index_id"].as_str().unwrap_or("?"),
+                index["index_uid"].as_str().unwrap_or("?")
+            );
+        }
+        IndexCommand::List { endpoint } => {
+            let indexes = call(client.get(endpoint.url("/api/v1/indexes"))).await?;
+            println!("{:<40} {:<50}", "INDEX ID", "INDEX URI / UID");
+            for index in indexes.as_array().into_iter().flatten() {
+                println!(
+                    "{:<40} {:<50}",
+                    index["index_config"]["index_id"].as_str().unwrap_or("?"),
+                    index["index_uid"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        IndexCommand::Describe { endpoint, index } => {
+            let meta = call(client.get(endpoint.url(&format!("/api/v1/indexes/{index}")))).await?;
+            let splits = call(client.get(endpoint.url(&format!(
+                "/api/v1/indexes/{index}/splits?split_states=Published"
+            ))))
+            .await?;
+            let splits = splits["splits"].as_array().cloned().unwrap_or_default();
+            let docs: u64 = splits.iter().filter_map(|s| s["num_docs"].as_u64()).sum();
+            let bytes: u64 = splits.iter().filter_map(|s| s["size_bytes"].as_u64()).sum();
+            print_json(&meta)?;
+            println!("published splits: {}", splits.len());
+            println!("documents:        {docs}");
+            println!("size:             {:.2} MB", bytes as f64 / 1e6);
+        }
+        IndexCommand::Delete { endpoint, index } => {
+            let files =
+                call(client.delete(endpoint.url(&format!("/api/v1/indexes/{index}")))).await?;
+            println!(
+                "deleted index `{index}` and {} split(s)",
+                files.as_array().map_or(0, Vec::len)
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
+    let client = http()?;
+    let (reader, total_bytes): (Box<dyn Read>, Option<u64>) = match &args.input {
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            let len = file.metadata().ok().map(|m| m.len());
+            (Box::new(file), len)
+        }
+        None => (Box::new(std::io::stdin()), None),
+    };
+    let bar = match total_bytes {
+        Some(total) => ProgressBar::new(total).with_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+            )?,
+        ),
+        None => ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bytes} {msg}")?),
+    };
+    let started = Instant::now();
+    let mut reader = BufReader::new(reader);
+    let mut batch = Vec::with_capacity(args.batch_bytes + 4096);
+    let mut line = Vec::new();
+    let mut stats = IngestStats::default();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n > 0 {
+            batch.extend_from_slice(&line);
+            if !line.ends_with(b"\n") {
+                batch.push(b'\n');
+            }
+        }
+        let last = n == 0;
+        if batch.len() >= args.batch_bytes || (last && !batch.is_empty()) {
+            let commit = if last { args.commit.as_str() } else { "auto" };
+            let url = args
+                .endpoint
+                .url(&format!("/api/v1/{}/ingest?commit={commit}", args.index));
+            let sent = batch.len() as u64;
+            let response = call(client.post(url).body(std::mem::take(&mut batch))).await?;
+            stats.add(&response);
+            bar.inc(sent);
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!(
+                "{} docs, {:.0} docs/s, {} rejected",
+                stats.ingested,
+                stats.ingested as f64 / secs,
+                stats.rejected
+            ));
+        }
+        if last {
+            break;
+        }
+    }
+    bar.finish();
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    println!(
+        "ingested {} documents in {:.1}s ({:.0} docs/s), {} rejected",
+        stats.ingested,
+        secs,
+        stats.ingested as f64 / secs,
+        stats.rejected
+    );
+    if !stats.reasons.is_empty() {
+        println!("rejections by reason:");
+        for (reason, count) in &stats.reasons {
+            println!("  {count:>8}  {reason}");
+        }
+        println!("first rejections:");
+        for example in &stats.examples {
+            println!("  {example}");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct IngestStats {
+    ingested: u64,
+    rejected: u64,
+    reasons: BTreeMap<String, u64>,
+    examples: Vec<String>,
+}
+
+impl IngestStats {
+    fn add(&mut self, response: &Value) {
+        self.ingested += response["num_ingested_docs"].as_u64().unwrap_or(0);
+        self.rejected += response["num_rejected_docs"].as_u64().unwrap_or(0);
+        for failure in response["parse_failures"].as_array().into_iter().flatten() {
+            let reason = failure["reason"].as_str().unwrap_or("unknown").to_string();
+            *self.reasons.entry(reason).or_default() += 1;
+            if self.examples.len() < 5 {
+                self.examples
+                    .push(failure["message"].as_str().unwrap_or("").to_string());
+            }
+        }
+    }
+}
+
+pub async fn search(args: SearchArgs) -> anyhow::Result<()> {
+    let client = http()?;
+    let mut body = serde_json::json!({
+        "query": args.query,
+        "max_hits": args.max_hits,
+        "start_offset": args.start_offset,
+    });
+    if let Some(ts) = args.start_timestamp {
+        body["start_timestamp"] = ts.into();
+    }
+    if let Some(ts) = args.end_timestamp {
+        body["end_timestamp"] = ts.into();
+    }
+    if let Some(sort) = args.sort_by {
+        body["sort_by"] = sort.into();
+    }
+    if let Some(fields) = args.search_fields {
+        body["search_field"] = fields.into();
+    }
+    let url = args.endpoint.url(&format!("/api/v1/{}/search", args.index));
+    let response = call(client.post(url).json(&body)).await?;
+    print_json(&response)
+}
+
+pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
+    let client = http()?;
+    let SplitsCommand::List {
+        endpoint,
+        index,
+        states,
+    } = cmd;
+    let mut url = endpoint.url(&format!("/api/v1/indexes/{index}/splits"));
+    if let Some(states) = states {
+        url.push_str(&format!("?split_states={states}"));
+    }
+    let response = call(client.get(url)).await?;
+    println!(
+        "{:<28} {:<18} {:>10} {:>10} {:>9} {:>6} {:<10} {:<21} {:<21}",
+        "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "MERGES", "MATURITY", "START", "END"
+    );
+    for split in response["splits"].as_array().into_iter().flatten() {
+        let ts = |v: &Value| {
+            v.as_i64()
+                .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+                .map(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .unwrap_or_default()
+                })
+                .unwrap_or_else(|| "-".to_string())
+        };
+        let maturity = match split["maturity"]["type"].as_str() {
+            Some("mature") => "mature".to_string(),
+            Some("immature") => "immature".to_string(),
+            _ => "-".to_string(),
+        };
+        println!(
+            "{:<28} {:<18} {:>10} {:>10.2} {:>9} {:>6} {:<10} {:<21} {:<21}",
+            split["split_id"].as_str().unwrap_or("?"),
+            split["split_state"].as_str().unwrap_or("?"),
+            split["num_docs"].as_u64().unwrap_or(0),
+            split["size_bytes"].as_u64().unwrap_or(0) as f64 / 1e6,
+            split["partition_id"].as_u64().unwrap_or(0),
+            split["num_merge_ops"].as_u64().unwrap_or(0),
+            maturity,
+            ts(&split["time_range"]["start"]),
+            ts(&split["time_range"]["end"]),
+        );
+    }
+    Ok(())
+}
