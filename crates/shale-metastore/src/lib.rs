@@ -2,6 +2,29 @@
 //! One trait, [`Metastore`], with two backends — SQLite (embedded default, a file in the data
 //! dir) and PostgreSQL (selected by a `postgres://` URI) — that pass one conformance suite.
 //! This is the only crate that knows SQL.
+//!
+//! - [`open_metastore`] picks the backend from a URI; [`SqliteMetastore::open`] and
+//!   [`PostgresMetastore::connect`] open one explicitly. Both apply their schema migrations
+//!   (`migrations/`) on start.
+//! - Both backends share one SQL implementation ([`SqlMetastore`], module `sql`): every write
+//!   is one transaction that locks the index row first, so `publish_splits` — state checks,
+//!   checkpoint check and updates — is atomic even when nodes publish concurrently.
+//! - The `testing` feature exposes the `conformance` module: the test suite every backend
+//!   passes, run against both backends by `tests/sqlite.rs` and `tests/postgres.rs`.
+
+mod migrations;
+mod postgres;
+mod sql;
+mod sqlite;
+
+#[cfg(feature = "testing")]
+pub mod conformance;
+
+pub use postgres::PostgresMetastore;
+pub use sql::{Dialect, SqlMetastore};
+pub use sqlite::SqliteMetastore;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -44,6 +67,34 @@ pub enum MetastoreError {
 
 /// Result of metastore operations.
 pub type MetastoreResult<T> = Result<T, MetastoreError>;
+
+impl From<sqlx::Error> for MetastoreError {
+    fn from(err: sqlx::Error) -> Self {
+        MetastoreError::Db(err.to_string())
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for MetastoreError {
+    fn from(err: sqlx::migrate::MigrateError) -> Self {
+        MetastoreError::Db(format!("schema migration failed: {err}"))
+    }
+}
+
+/// Opens the metastore at `uri`: `postgres://` or `postgresql://` selects PostgreSQL;
+/// `sqlite://…`, `sqlite::memory:` or a plain file path selects SQLite; other schemes are an
+/// error.
+pub async fn open_metastore(uri: &str) -> MetastoreResult<Arc<dyn Metastore>> {
+    if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresMetastore::connect(uri).await?))
+    } else if uri.starts_with("sqlite:") || !uri.contains("://") {
+        Ok(Arc::new(SqliteMetastore::open(uri).await?))
+    } else {
+        Err(MetastoreError::Db(format!(
+            "unsupported metastore URI `{uri}`: expected postgres://, postgresql://, sqlite:// \
+             or a file path"
+        )))
+    }
+}
 
 /// An index as stored: its config, uid and source checkpoints.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,7 +157,8 @@ impl ListSplitsQuery {
     }
 }
 
-/// The metastore. Every method is atomic.
+/// The metastore. Every method is atomic. Methods taking an `index_uid` fail with `NotFound`
+/// when that index (incarnation) does not exist.
 #[async_trait]
 pub trait Metastore: Send + Sync + 'static {
     /// Creates an index: assigns its uid and doc mapping uid. Fails with `AlreadyExists`.
@@ -131,7 +183,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>>;
 
     /// Records splits as Staged (or updates splits that are still Staged). Fails with
-    /// `FailedPrecondition` if one exists in another state; nothing is written then.
+    /// `FailedPrecondition` if one exists in another state, or belongs to another index;
+    /// nothing is written then.
     async fn stage_splits(
         &self,
         index_uid: &IndexUid,
@@ -141,7 +194,9 @@ pub trait Metastore: Send + Sync + 'static {
     /// In ONE transaction: publishes `staged` splits, marks `replaced` splits for deletion and
     /// applies `checkpoint_delta` to the source's checkpoint. Fails, changing nothing, if a
     /// staged split is not Staged, a replaced split is not Published, or the delta does not
-    /// start where the stored checkpoint ends.
+    /// start where the stored checkpoint ends — all with `FailedPrecondition`, including for
+    /// split ids that do not exist in the index. Safe under concurrency: of two publishes
+    /// replacing the same split, exactly one succeeds.
     async fn publish_splits(
         &self,
         index_uid: &IndexUid,
@@ -153,7 +208,8 @@ pub trait Metastore: Send + Sync + 'static {
     /// Splits matching `query`, ordered by split id.
     async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>>;
 
-    /// Marks splits (in any state) for deletion; unknown ids are ignored.
+    /// Marks splits (in any state) for deletion; unknown ids are ignored. Splits already marked
+    /// keep their update timestamp (the janitor's grace period is not restarted).
     async fn mark_splits_for_deletion(
         &self,
         index_uid: &IndexUid,
@@ -161,7 +217,10 @@ pub trait Metastore: Send + Sync + 'static {
     ) -> MetastoreResult<()>;
 
     /// Deletes split rows that are Staged or MarkedForDeletion. Fails with
-    /// `FailedPrecondition` (deleting nothing) if one is Published.
-    async fn delete_splits(&self, index_uid: &IndexUid, split_ids: &[SplitId])
-        -> MetastoreResult<()>;
+    /// `FailedPrecondition` (deleting nothing) if one is Published. Unknown ids are ignored.
+    async fn delete_splits(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()>;
 }

@@ -15,5 +15,7 @@ pub fn free_port() -> u16 {
 
 /// Whether we run under CI (where missing servers must fail tests).
 pub fn under_ci() -> bool {
-    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
+    std::env::var("CI")
+        .map(|v| !v.is_empty() && v != "false")
+        .unwrap_or(false)
 }

@@ -48,7 +48,14 @@ fn start_moto() -> Result<String, String> {
         .spawn(move || {
             let mut command = Command::new("python3");
             command
-                .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+                .args([
+                    "-m",
+                    "moto.server",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
@@ -97,7 +104,10 @@ fn set_parent_death_signal(_command: &mut Command) {}
 /// can be had.
 pub fn test_bucket() -> Option<(String, String)> {
     let endpoint = endpoint()?;
-    let bucket = format!("shale-test-{}", ulid::Ulid::new().to_string().to_lowercase());
+    let bucket = format!(
+        "shale-test-{}",
+        ulid::Ulid::new().to_string().to_lowercase()
+    );
     if let Err(err) = create_bucket(&endpoint, &bucket) {
         panic!("cannot create bucket {bucket} on {endpoint}: {err}");
     }
@@ -115,7 +125,9 @@ fn create_bucket(endpoint: &str, bucket: &str) -> Result<(), String> {
     let request = format!(
         "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     if response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200") {

@@ -44,22 +44,17 @@ impl SplitState {
 }
 
 /// Whether a split may still be merged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SplitMaturity {
     /// Never merged again.
+    #[default]
     Mature,
     /// Mergeable until `create_timestamp + maturation_period_secs`.
     Immature {
         /// Seconds after creation at which the split becomes mature.
         maturation_period_secs: u64,
     },
-}
-
-impl Default for SplitMaturity {
-    fn default() -> Self {
-        SplitMaturity::Mature
-    }
 }
 
 /// What the metastore knows about one split.

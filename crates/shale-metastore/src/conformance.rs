@@ -1,0 +1,1170 @@
+//! The conformance suite: what every [`Metastore`] backend must do, as test cases.
+//!
+//! Each case is a `pub async fn(Arc<dyn Metastore>)` that panics on failure and works on a
+//! fresh, empty metastore. [`metastore_conformance_tests!`](crate::metastore_conformance_tests)
+//! expands to one `#[tokio::test]` per case, given a setup function returning
+//! `Option<Fixture>` (`None` skips the case, e.g. when no PostgreSQL server is available outside
+//! CI):
+//!
+//! ```ignore
+//! async fn setup() -> Option<Fixture> { /* a fresh metastore */ }
+//! shale_metastore::metastore_conformance_tests!(setup);
+//! ```
+//!
+//! The calling crate needs `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use shale_config::IndexConfig;
+use shale_types::{
+    CheckpointDelta, IndexUid, Split, SplitId, SplitMaturity, SplitMetadata, SplitState, TimeRange,
+};
+use tokio::sync::Barrier;
+
+use crate::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
+
+/// A metastore under test, and whatever must live as long as it (e.g. its temp directory).
+pub struct Fixture {
+    /// The metastore, empty.
+    pub metastore: Arc<dyn Metastore>,
+    _guard: Option<Box<dyn Any + Send>>,
+}
+
+impl Fixture {
+    /// A fixture owning nothing else.
+    pub fn new(metastore: Arc<dyn Metastore>) -> Self {
+        Fixture {
+            metastore,
+            _guard: None,
+        }
+    }
+
+    /// Keeps `guard` alive until the test ends.
+    pub fn with_guard(mut self, guard: impl Any + Send) -> Self {
+        self._guard = Some(Box::new(guard));
+        self
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case; `$setup` is an
+/// `async fn() -> Option<Fixture>`.
+#[macro_export]
+macro_rules! metastore_conformance_tests {
+    ($setup:path) => {
+        $crate::metastore_conformance_tests!(@cases $setup;
+            create_index_assigns_uids,
+            create_index_fails_if_index_id_exists,
+            index_metadata_of_unknown_index_is_not_found,
+            list_indexes_orders_by_index_id,
+            update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
+            update_index_config_rejects_index_id_change,
+            delete_index_returns_its_splits_and_forgets_everything,
+            stage_splits_requires_the_index,
+            stage_splits_updates_a_staged_split,
+            stage_splits_fails_on_non_staged_split_and_writes_nothing,
+            stage_splits_rejects_split_of_another_index,
+            split_metadata_round_trips,
+            publish_splits_publishes_replaces_and_checkpoints,
+            publish_splits_checks_split_states,
+            failed_publish_changes_nothing,
+            checkpoint_deltas_must_chain,
+            concurrent_publishes_replacing_one_split_one_wins,
+            concurrent_publishes_of_one_checkpoint_delta_one_wins,
+            list_splits_filters_by_index_and_state,
+            list_splits_filters_by_time_range,
+            list_splits_filters_by_time_range_end,
+            list_splits_filters_by_partition_maturity_and_update_time,
+            list_splits_orders_by_split_id,
+            mark_splits_for_deletion_marks_any_state,
+            delete_splits_refuses_published_splits,
+            split_operations_on_unknown_index_are_not_found,
+        );
+    };
+    (@cases $setup:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let Some(fixture) = $setup().await else {
+                    return;
+                };
+                $crate::conformance::$case(fixture.metastore.clone()).await;
+                drop(fixture);
+            }
+        )*
+    };
+}
+
+// ----- helpers -----
+
+/// A minimal index config for `index_id`.
+pub fn index_config(index_id: &str) -> IndexConfig {
+    let config = serde_json::json!({
+        "index_id": index_id,
+        "doc_mapping": {
+            "field_mappings": [
+                {"name": "timestamp", "type": "datetime", "fast": true},
+                {"name": "body", "type": "text"},
+            ],
+            "timestamp_field": "timestamp",
+        },
+    });
+    match serde_json::from_value(config) {
+        Ok(config) => config,
+        Err(err) => panic!("the conformance index config does not parse: {err}"),
+    }
+}
+
+/// Split metadata of `index_uid`, immature for an hour, covering no time range.
+pub fn split_metadata(index_uid: &IndexUid, split_id: &str) -> SplitMetadata {
+    SplitMetadata {
+        split_id: split_id.to_string(),
+        index_uid: index_uid.clone(),
+        source_id: "source".to_string(),
+        node_id: "node-1".to_string(),
+        partition_id: 0,
+        doc_mapping_uid: "doc-mapping".to_string(),
+        num_docs: 10,
+        size_bytes: 1000,
+        uncompressed_docs_size_bytes: 2000,
+        time_range: None,
+        tags: BTreeSet::new(),
+        create_timestamp: shale_types::now_unix_secs(),
+        maturity: SplitMaturity::Immature {
+            maturation_period_secs: 3600,
+        },
+        num_merge_ops: 0,
+        delete_opstamp: 0,
+        footer_offsets: (0, 0),
+    }
+}
+
+fn ids(split_ids: &[&str]) -> Vec<SplitId> {
+    split_ids.iter().map(|id| id.to_string()).collect()
+}
+
+async fn create(metastore: &Arc<dyn Metastore>, index_id: &str) -> IndexMetadata {
+    metastore
+        .create_index(index_config(index_id))
+        .await
+        .expect("create_index")
+}
+
+async fn stage(metastore: &Arc<dyn Metastore>, index_uid: &IndexUid, split_ids: &[&str]) {
+    let splits = split_ids
+        .iter()
+        .map(|id| split_metadata(index_uid, id))
+        .collect();
+    metastore
+        .stage_splits(index_uid, splits)
+        .await
+        .expect("stage_splits");
+}
+
+async fn publish(metastore: &Arc<dyn Metastore>, index_uid: &IndexUid, split_ids: &[&str]) {
+    metastore
+        .publish_splits(index_uid, &ids(split_ids), &[], None)
+        .await
+        .expect("publish_splits");
+}
+
+async fn splits_of(metastore: &Arc<dyn Metastore>, index_uid: &IndexUid) -> Vec<Split> {
+    metastore
+        .list_splits(ListSplitsQuery::for_index(index_uid.clone()))
+        .await
+        .expect("list_splits")
+}
+
+/// `(split_id, state)` of every split of the index, by id.
+async fn states(metastore: &Arc<dyn Metastore>, index_uid: &IndexUid) -> Vec<(String, SplitState)> {
+    splits_of(metastore, index_uid)
+        .await
+        .into_iter()
+        .map(|s| (s.split_metadata.split_id, s.split_state))
+        .collect()
+}
+
+async fn listed_ids(metastore: &Arc<dyn Metastore>, query: ListSplitsQuery) -> Vec<String> {
+    metastore
+        .list_splits(query)
+        .await
+        .expect("list_splits")
+        .into_iter()
+        .map(|s| s.split_metadata.split_id)
+        .collect()
+}
+
+fn assert_failed_precondition<T: std::fmt::Debug>(result: Result<T, MetastoreError>) {
+    match result {
+        Err(MetastoreError::FailedPrecondition(_)) => {}
+        other => panic!("expected FailedPrecondition, got {other:?}"),
+    }
+}
+
+fn assert_not_found<T: std::fmt::Debug>(result: Result<T, MetastoreError>) {
+    match result {
+        Err(MetastoreError::NotFound { .. }) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+}
+
+fn assert_recent(timestamp: i64) {
+    let now = shale_types::now_unix_secs();
+    assert!(
+        (now - 60..=now).contains(&timestamp),
+        "timestamp {timestamp} is not within the last minute (now: {now})"
+    );
+}
+
+fn is_ulid(s: &str) -> bool {
+    ulid::Ulid::from_string(s).is_ok()
+}
+
+// ----- indexes -----
+
+/// `create_index` assigns a fresh uid and doc mapping uid and records the creation time.
+pub async fn create_index_assigns_uids(metastore: Arc<dyn Metastore>) {
+    let mut config = index_config("logs");
+    config.doc_mapping.doc_mapping_uid = "caller-provided".to_string();
+    let created = metastore.create_index(config).await.expect("create_index");
+    assert_eq!(created.index_uid.index_id, "logs");
+    assert!(is_ulid(&created.index_uid.incarnation));
+    assert!(is_ulid(&created.index_config.doc_mapping.doc_mapping_uid));
+    assert_eq!(created.index_config.index_id, "logs");
+    assert!(created.checkpoints.is_empty());
+    assert_recent(created.create_timestamp);
+
+    let read = metastore
+        .index_metadata("logs")
+        .await
+        .expect("index_metadata");
+    assert_eq!(read, created);
+
+    let other = create(&metastore, "traces").await;
+    assert_ne!(
+        other.index_config.doc_mapping.doc_mapping_uid,
+        created.index_config.doc_mapping.doc_mapping_uid
+    );
+}
+
+/// A second index with the same id is `AlreadyExists`; after deletion the id is free again,
+/// with a new incarnation.
+pub async fn create_index_fails_if_index_id_exists(metastore: Arc<dyn Metastore>) {
+    let first = create(&metastore, "logs").await;
+    match metastore.create_index(index_config("logs")).await {
+        Err(MetastoreError::AlreadyExists { kind, id }) => {
+            assert_eq!(kind, "index");
+            assert_eq!(id, "logs");
+        }
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(metastore.list_indexes().await.expect("list").len(), 1);
+
+    metastore
+        .delete_index(&first.index_uid)
+        .await
+        .expect("delete_index");
+    let second = create(&metastore, "logs").await;
+    assert_ne!(second.index_uid, first.index_uid);
+    assert_eq!(second.index_uid.index_id, "logs");
+}
+
+/// Unknown index ids are `NotFound`.
+pub async fn index_metadata_of_unknown_index_is_not_found(metastore: Arc<dyn Metastore>) {
+    assert_not_found(metastore.index_metadata("nope").await);
+    assert!(metastore.list_indexes().await.expect("list").is_empty());
+}
+
+/// `list_indexes` returns every index, ordered by id, with its checkpoints.
+pub async fn list_indexes_orders_by_index_id(metastore: Arc<dyn Metastore>) {
+    for index_id in ["index-b", "index-c", "index-a"] {
+        create(&metastore, index_id).await;
+    }
+    let b = metastore.index_metadata("index-b").await.expect("index-b");
+    metastore
+        .publish_splits(
+            &b.index_uid,
+            &[],
+            &[],
+            Some(("src".to_string(), CheckpointDelta::single("p", None, 7))),
+        )
+        .await
+        .expect("publish checkpoint");
+    let indexes = metastore.list_indexes().await.expect("list_indexes");
+    let index_ids: Vec<&str> = indexes.iter().map(|i| i.index_id()).collect();
+    assert_eq!(index_ids, ["index-a", "index-b", "index-c"]);
+    assert_eq!(indexes[1].checkpoint("src").position("p"), Some(7));
+    assert!(indexes[0].checkpoints.is_empty());
+}
+
+/// The doc mapping uid survives updates that keep the doc mapping (whatever uid the caller
+/// sends) and is renewed when the doc mapping changes.
+pub async fn update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed(
+    metastore: Arc<dyn Metastore>,
+) {
+    let created = create(&metastore, "logs").await;
+    let uid0 = created.index_config.doc_mapping.doc_mapping_uid.clone();
+
+    let mut config = created.index_config.clone();
+    config.indexing_settings.commit_timeout_secs = 5;
+    config.doc_mapping.doc_mapping_uid = "caller-provided".to_string();
+    let updated = metastore
+        .update_index_config(&created.index_uid, config)
+        .await
+        .expect("update (settings)");
+    assert_eq!(updated.index_config.doc_mapping.doc_mapping_uid, uid0);
+    assert_eq!(
+        updated.index_config.indexing_settings.commit_timeout_secs,
+        5
+    );
+    assert_eq!(updated.index_uid, created.index_uid);
+    assert_eq!(updated.create_timestamp, created.create_timestamp);
+
+    let mut config = updated.index_config.clone();
+    config.doc_mapping.tag_fields.push("body".to_string());
+    let updated = metastore
+        .update_index_config(&created.index_uid, config)
+        .await
+        .expect("update (doc mapping)");
+    let uid1 = updated.index_config.doc_mapping.doc_mapping_uid.clone();
+    assert_ne!(uid1, uid0);
+    assert!(is_ulid(&uid1));
+
+    let read = metastore
+        .index_metadata("logs")
+        .await
+        .expect("index_metadata");
+    assert_eq!(read, updated);
+    assert_eq!(read.index_config.doc_mapping.tag_fields, ["body"]);
+    assert_eq!(read.index_config.indexing_settings.commit_timeout_secs, 5);
+}
+
+/// The index id cannot change; unknown indexes are `NotFound`.
+pub async fn update_index_config_rejects_index_id_change(metastore: Arc<dyn Metastore>) {
+    let created = create(&metastore, "logs").await;
+    let mut config = created.index_config.clone();
+    config.index_id = "renamed".to_string();
+    assert_failed_precondition(
+        metastore
+            .update_index_config(&created.index_uid, config)
+            .await,
+    );
+    assert_eq!(
+        metastore.index_metadata("logs").await.expect("logs"),
+        created
+    );
+    assert_not_found(metastore.index_metadata("renamed").await);
+
+    let stale = IndexUid::new("logs");
+    assert_not_found(
+        metastore
+            .update_index_config(&stale, created.index_config.clone())
+            .await,
+    );
+}
+
+/// `delete_index` returns the splits it had, in every state, and removes the index, its
+/// splits and its checkpoints; a second delete is `NotFound`.
+pub async fn delete_index_returns_its_splits_and_forgets_everything(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let other = create(&metastore, "other").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["a", "b", "c"]).await;
+    metastore
+        .publish_splits(
+            uid,
+            &ids(&["a"]),
+            &[],
+            Some(("src".to_string(), CheckpointDelta::single("p", None, 3))),
+        )
+        .await
+        .expect("publish");
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["b"]))
+        .await
+        .expect("mark");
+    stage(&metastore, &other.index_uid, &["z"]).await;
+
+    let deleted = metastore.delete_index(uid).await.expect("delete_index");
+    let deleted: Vec<(String, SplitState)> = deleted
+        .into_iter()
+        .map(|s| (s.split_metadata.split_id, s.split_state))
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            ("a".to_string(), SplitState::Published),
+            ("b".to_string(), SplitState::MarkedForDeletion),
+            ("c".to_string(), SplitState::Staged),
+        ]
+    );
+    assert_not_found(metastore.index_metadata("logs").await);
+    assert!(splits_of(&metastore, uid).await.is_empty());
+    assert_not_found(metastore.delete_index(uid).await);
+    // The other index is untouched.
+    assert_eq!(
+        states(&metastore, &other.index_uid).await,
+        [("z".to_string(), SplitState::Staged)]
+    );
+    // A new incarnation starts from scratch, split ids included.
+    let recreated = create(&metastore, "logs").await;
+    assert!(recreated.checkpoints.is_empty());
+    stage(&metastore, &recreated.index_uid, &["a"]).await;
+}
+
+// ----- staging -----
+
+/// Staging into an unknown index (or a deleted incarnation) is `NotFound`.
+pub async fn stage_splits_requires_the_index(metastore: Arc<dyn Metastore>) {
+    let unknown = IndexUid::new("nope");
+    assert_not_found(
+        metastore
+            .stage_splits(&unknown, vec![split_metadata(&unknown, "a")])
+            .await,
+    );
+    let index = create(&metastore, "logs").await;
+    let stale = IndexUid::new("logs");
+    assert_not_found(
+        metastore
+            .stage_splits(&stale, vec![split_metadata(&stale, "a")])
+            .await,
+    );
+    assert!(splits_of(&metastore, &index.index_uid).await.is_empty());
+    assert!(metastore
+        .list_splits(ListSplitsQuery::default())
+        .await
+        .expect("list")
+        .is_empty());
+}
+
+/// Re-staging a Staged split replaces its metadata.
+pub async fn stage_splits_updates_a_staged_split(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["a"]).await;
+    let mut split = split_metadata(uid, "a");
+    split.num_docs = 20;
+    split.size_bytes = 4321;
+    split.time_range = Some(TimeRange { start: 5, end: 9 });
+    metastore
+        .stage_splits(uid, vec![split.clone()])
+        .await
+        .expect("re-stage");
+    let splits = splits_of(&metastore, uid).await;
+    assert_eq!(splits.len(), 1);
+    assert_eq!(splits[0].split_state, SplitState::Staged);
+    assert_eq!(splits[0].split_metadata, split);
+    assert_eq!(splits[0].publish_timestamp, None);
+    assert_recent(splits[0].update_timestamp);
+}
+
+/// Staging a split that exists in another state fails, and nothing of the batch is written.
+pub async fn stage_splits_fails_on_non_staged_split_and_writes_nothing(
+    metastore: Arc<dyn Metastore>,
+) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["a", "m"]).await;
+    publish(&metastore, uid, &["a"]).await;
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["m"]))
+        .await
+        .expect("mark");
+    let before = splits_of(&metastore, uid).await;
+
+    for existing in ["a", "m"] {
+        let mut changed = split_metadata(uid, existing);
+        changed.num_docs = 999;
+        let result = metastore
+            .stage_splits(uid, vec![split_metadata(uid, "b"), changed])
+            .await;
+        assert_failed_precondition(result);
+        assert_eq!(splits_of(&metastore, uid).await, before);
+    }
+}
+
+/// A split whose metadata names another index cannot be staged, and a split id taken by
+/// another index cannot be reused.
+pub async fn stage_splits_rejects_split_of_another_index(metastore: Arc<dyn Metastore>) {
+    let logs = create(&metastore, "logs").await;
+    let traces = create(&metastore, "traces").await;
+    assert_failed_precondition(
+        metastore
+            .stage_splits(
+                &logs.index_uid,
+                vec![split_metadata(&traces.index_uid, "a")],
+            )
+            .await,
+    );
+    stage(&metastore, &traces.index_uid, &["shared"]).await;
+    assert_failed_precondition(
+        metastore
+            .stage_splits(
+                &logs.index_uid,
+                vec![split_metadata(&logs.index_uid, "shared")],
+            )
+            .await,
+    );
+    assert!(splits_of(&metastore, &logs.index_uid).await.is_empty());
+    assert_eq!(
+        states(&metastore, &traces.index_uid).await,
+        [("shared".to_string(), SplitState::Staged)]
+    );
+}
+
+/// Every field of the split metadata comes back as staged, extreme values included.
+pub async fn split_metadata_round_trips(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    let mut split = split_metadata(uid, "01HZZZZZZZZZZZZZZZZZZZZZZZ");
+    split.partition_id = u64::MAX;
+    split.num_docs = u64::MAX;
+    split.size_bytes = 1 << 40;
+    split.uncompressed_docs_size_bytes = 1 << 41;
+    split.time_range = Some(TimeRange {
+        start: -5,
+        end: i64::MAX,
+    });
+    split.tags = ["service:api", "level:error", "host!"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    split.create_timestamp = 1_700_000_000;
+    split.maturity = SplitMaturity::Mature;
+    split.num_merge_ops = 7;
+    split.delete_opstamp = u64::MAX - 1;
+    split.footer_offsets = (123, 456);
+    split.doc_mapping_uid = index.index_config.doc_mapping.doc_mapping_uid.clone();
+    metastore
+        .stage_splits(uid, vec![split.clone()])
+        .await
+        .expect("stage");
+    let splits = splits_of(&metastore, uid).await;
+    assert_eq!(splits.len(), 1);
+    assert_eq!(splits[0].split_metadata, split);
+    let query = ListSplitsQuery {
+        partition_id: Some(u64::MAX),
+        ..ListSplitsQuery::for_index(uid.clone())
+    };
+    assert_eq!(
+        listed_ids(&metastore, query).await,
+        [split.split_id.clone()]
+    );
+}
+
+// ----- publishing -----
+
+/// Publishing moves staged splits to Published, replaced ones to MarkedForDeletion, and
+/// stores the checkpoint, with timestamps.
+pub async fn publish_splits_publishes_replaces_and_checkpoints(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["a", "b"]).await;
+    metastore
+        .publish_splits(
+            uid,
+            &ids(&["a", "b"]),
+            &[],
+            Some((
+                "src".to_string(),
+                CheckpointDelta::single("shard-1", None, 41),
+            )),
+        )
+        .await
+        .expect("publish a, b");
+    let splits = splits_of(&metastore, uid).await;
+    for split in &splits {
+        assert_eq!(split.split_state, SplitState::Published);
+        let published_at = split.publish_timestamp.expect("publish timestamp");
+        assert_recent(published_at);
+        assert_eq!(split.update_timestamp, published_at);
+    }
+    let checkpoint = metastore
+        .index_metadata("logs")
+        .await
+        .expect("index")
+        .checkpoint("src");
+    assert_eq!(checkpoint.position("shard-1"), Some(41));
+
+    // A merge: publish its output, replace its inputs, no checkpoint.
+    stage(&metastore, uid, &["merged"]).await;
+    metastore
+        .publish_splits(uid, &ids(&["merged"]), &ids(&["a", "b"]), None)
+        .await
+        .expect("publish merge");
+    assert_eq!(
+        states(&metastore, uid).await,
+        [
+            ("a".to_string(), SplitState::MarkedForDeletion),
+            ("b".to_string(), SplitState::MarkedForDeletion),
+            ("merged".to_string(), SplitState::Published),
+        ]
+    );
+    for split in splits_of(&metastore, uid).await {
+        assert_recent(split.update_timestamp);
+    }
+    let index = metastore.index_metadata("logs").await.expect("index");
+    assert_eq!(index.checkpoint("src").position("shard-1"), Some(41));
+    assert_eq!(index.checkpoints.len(), 1);
+}
+
+/// Staged ids must be Staged and replaced ids Published — existing in the index — else
+/// `FailedPrecondition`; an unknown index is `NotFound`.
+pub async fn publish_splits_checks_split_states(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let other = create(&metastore, "other").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["staged", "published", "marked"]).await;
+    publish(&metastore, uid, &["published"]).await;
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["marked"]))
+        .await
+        .expect("mark");
+    stage(&metastore, &other.index_uid, &["foreign"]).await;
+    let before = splits_of(&metastore, uid).await;
+
+    let cases: [(&[&str], &[&str]); 8] = [
+        (&["published"], &[]),
+        (&["marked"], &[]),
+        (&["missing"], &[]),
+        (&["foreign"], &[]),
+        (&[], &["staged"]),
+        (&[], &["marked"]),
+        (&[], &["missing"]),
+        (&["staged"], &["staged"]),
+    ];
+    for (staged, replaced) in cases {
+        let result = metastore
+            .publish_splits(uid, &ids(staged), &ids(replaced), None)
+            .await;
+        assert!(
+            matches!(result, Err(MetastoreError::FailedPrecondition(_))),
+            "publish {staged:?} replacing {replaced:?}: expected FailedPrecondition, got {result:?}"
+        );
+        assert_eq!(splits_of(&metastore, uid).await, before);
+    }
+    assert_not_found(
+        metastore
+            .publish_splits(&IndexUid::new("nope"), &[], &[], None)
+            .await,
+    );
+}
+
+/// A publish that fails for any reason changes neither splits nor checkpoints.
+pub async fn failed_publish_changes_nothing(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["a", "b", "c"]).await;
+    metastore
+        .publish_splits(
+            uid,
+            &ids(&["a"]),
+            &[],
+            Some(("src".to_string(), CheckpointDelta::single("p", None, 10))),
+        )
+        .await
+        .expect("publish a");
+    let splits_before = splits_of(&metastore, uid).await;
+    let index_before = metastore.index_metadata("logs").await.expect("index");
+
+    let good_delta = || {
+        let mut delta = CheckpointDelta::single("p", Some(10), 20);
+        delta.per_partition.insert(
+            "q".to_string(),
+            shale_types::PartitionDelta { from: None, to: 5 },
+        );
+        Some(("src".to_string(), delta))
+    };
+    // Valid splits, a delta not starting where the checkpoint is (for one partition of two).
+    let mut bad_delta = CheckpointDelta::single("p", Some(9), 20);
+    bad_delta.per_partition.insert(
+        "q".to_string(),
+        shale_types::PartitionDelta { from: None, to: 5 },
+    );
+    assert_failed_precondition(
+        metastore
+            .publish_splits(
+                uid,
+                &ids(&["c"]),
+                &ids(&["a"]),
+                Some(("src".to_string(), bad_delta)),
+            )
+            .await,
+    );
+    // A valid delta, but a replaced split that is not Published.
+    assert_failed_precondition(
+        metastore
+            .publish_splits(uid, &ids(&["c"]), &ids(&["b"]), good_delta())
+            .await,
+    );
+    // A valid delta, but one staged split unknown.
+    assert_failed_precondition(
+        metastore
+            .publish_splits(uid, &ids(&["c", "unknown"]), &ids(&["a"]), good_delta())
+            .await,
+    );
+    assert_eq!(splits_of(&metastore, uid).await, splits_before);
+    assert_eq!(
+        metastore.index_metadata("logs").await.expect("index"),
+        index_before
+    );
+
+    // And the same publish with everything right succeeds.
+    metastore
+        .publish_splits(uid, &ids(&["c"]), &ids(&["a"]), good_delta())
+        .await
+        .expect("valid publish");
+    let checkpoint = metastore
+        .index_metadata("logs")
+        .await
+        .expect("index")
+        .checkpoint("src");
+    assert_eq!(checkpoint.position("p"), Some(20));
+    assert_eq!(checkpoint.position("q"), Some(5));
+}
+
+/// Each delta must start where the stored checkpoint of its source ends; sources are
+/// independent.
+pub async fn checkpoint_deltas_must_chain(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    let publish_delta = |source: &str, from: Option<u64>, to: u64| {
+        let metastore = metastore.clone();
+        let uid = uid.clone();
+        let source = source.to_string();
+        async move {
+            metastore
+                .publish_splits(
+                    &uid,
+                    &[],
+                    &[],
+                    Some((source, CheckpointDelta::single("shard", from, to))),
+                )
+                .await
+        }
+    };
+    publish_delta("s1", None, 10).await.expect("s1 None→10");
+    assert_failed_precondition(publish_delta("s1", None, 5).await);
+    assert_failed_precondition(publish_delta("s1", Some(9), 15).await);
+    publish_delta("s1", Some(10), 20).await.expect("s1 10→20");
+    publish_delta("s2", None, 3).await.expect("s2 None→3");
+    assert_failed_precondition(publish_delta("s2", Some(20), 30).await);
+    // A huge position round-trips.
+    publish_delta("s2", Some(3), u64::MAX)
+        .await
+        .expect("s2 3→max");
+
+    let index = metastore.index_metadata("logs").await.expect("index");
+    assert_eq!(index.checkpoint("s1").position("shard"), Some(20));
+    assert_eq!(index.checkpoint("s2").position("shard"), Some(u64::MAX));
+    assert_eq!(index.checkpoint("s3").position("shard"), None);
+}
+
+/// Two publishes racing to replace the same split: exactly one succeeds.
+pub async fn concurrent_publishes_replacing_one_split_one_wins(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    const ROUNDS: usize = 8;
+    const RACERS: usize = 3;
+    for round in 0..ROUNDS {
+        let input = format!("input-{round}");
+        stage(&metastore, &uid, &[&input]).await;
+        publish(&metastore, &uid, &[&input]).await;
+        let outputs: Vec<String> = (0..RACERS).map(|i| format!("output-{round}-{i}")).collect();
+        let output_refs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+        stage(&metastore, &uid, &output_refs).await;
+
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let tasks: Vec<_> = outputs
+            .iter()
+            .map(|output| {
+                let (metastore, uid, barrier) = (metastore.clone(), uid.clone(), barrier.clone());
+                let (output, input) = (output.clone(), input.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    metastore
+                        .publish_splits(&uid, &[output], &[input], None)
+                        .await
+                })
+            })
+            .collect();
+        let mut winners = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(()) => winners += 1,
+                Err(MetastoreError::FailedPrecondition(_)) => {}
+                Err(err) => panic!("round {round}: unexpected error {err:?}"),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}: exactly one publish must win");
+        let states = states(&metastore, &uid).await;
+        let state_of = |id: &str| {
+            states
+                .iter()
+                .find(|(split_id, _)| split_id == id)
+                .map(|(_, state)| *state)
+        };
+        assert_eq!(state_of(&input), Some(SplitState::MarkedForDeletion));
+        let published = outputs
+            .iter()
+            .filter(|o| state_of(o) == Some(SplitState::Published))
+            .count();
+        let staged = outputs
+            .iter()
+            .filter(|o| state_of(o) == Some(SplitState::Staged))
+            .count();
+        assert_eq!((published, staged), (1, RACERS - 1), "round {round}");
+    }
+}
+
+/// Publishes racing with the same checkpoint delta (e.g. a retried upload): exactly one
+/// succeeds, and only its split is published.
+pub async fn concurrent_publishes_of_one_checkpoint_delta_one_wins(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    const RACERS: usize = 4;
+    let splits: Vec<String> = (0..RACERS).map(|i| format!("split-{i}")).collect();
+    let split_refs: Vec<&str> = splits.iter().map(String::as_str).collect();
+    stage(&metastore, &uid, &split_refs).await;
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let tasks: Vec<_> = splits
+        .iter()
+        .map(|split| {
+            let (metastore, uid, barrier) = (metastore.clone(), uid.clone(), barrier.clone());
+            let split = split.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let delta = CheckpointDelta::single("shard", None, 100);
+                metastore
+                    .publish_splits(&uid, &[split], &[], Some(("src".to_string(), delta)))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(()) => winners += 1,
+            Err(MetastoreError::FailedPrecondition(_)) => {}
+            Err(err) => panic!("unexpected error {err:?}"),
+        }
+    }
+    assert_eq!(winners, 1);
+    let published = states(&metastore, &uid)
+        .await
+        .into_iter()
+        .filter(|(_, state)| *state == SplitState::Published)
+        .count();
+    assert_eq!(published, 1);
+    let index = metastore.index_metadata("logs").await.expect("index");
+    assert_eq!(index.checkpoint("src").position("shard"), Some(100));
+}
+
+// ----- listing -----
+
+/// Index and state filters; no filter lists every split of every index.
+pub async fn list_splits_filters_by_index_and_state(metastore: Arc<dyn Metastore>) {
+    let logs = create(&metastore, "logs").await;
+    let traces = create(&metastore, "traces").await;
+    stage(&metastore, &logs.index_uid, &["l1", "l2", "l3"]).await;
+    publish(&metastore, &logs.index_uid, &["l2"]).await;
+    metastore
+        .mark_splits_for_deletion(&logs.index_uid, &ids(&["l3"]))
+        .await
+        .expect("mark");
+    stage(&metastore, &traces.index_uid, &["t1"]).await;
+    publish(&metastore, &traces.index_uid, &["t1"]).await;
+
+    let all = listed_ids(&metastore, ListSplitsQuery::default()).await;
+    assert_eq!(all, ["l1", "l2", "l3", "t1"]);
+    let logs_query = ListSplitsQuery::for_index(logs.index_uid.clone());
+    assert_eq!(
+        listed_ids(&metastore, logs_query.clone()).await,
+        ["l1", "l2", "l3"]
+    );
+    let by_state = |states: &[SplitState]| logs_query.clone().with_states(states);
+    assert_eq!(
+        listed_ids(&metastore, by_state(&[SplitState::Staged])).await,
+        ["l1"]
+    );
+    assert_eq!(
+        listed_ids(&metastore, by_state(&[SplitState::Published])).await,
+        ["l2"]
+    );
+    assert_eq!(
+        listed_ids(
+            &metastore,
+            by_state(&[SplitState::Staged, SplitState::MarkedForDeletion])
+        )
+        .await,
+        ["l1", "l3"]
+    );
+    let published_everywhere = ListSplitsQuery::default().with_states(&[SplitState::Published]);
+    assert_eq!(
+        listed_ids(&metastore, published_everywhere).await,
+        ["l2", "t1"]
+    );
+}
+
+async fn stage_time_ranges(metastore: &Arc<dyn Metastore>) -> IndexUid {
+    let index = create(metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    let ranges = [
+        ("r10-20", Some((10, 20))),
+        ("r30-40", Some((30, 40))),
+        ("r20-30", Some((20, 30))),
+        ("none", None),
+    ];
+    let splits = ranges
+        .iter()
+        .map(|(id, range)| {
+            let mut split = split_metadata(&uid, id);
+            split.time_range = range.map(|(start, end)| TimeRange { start, end });
+            split
+        })
+        .collect();
+    metastore.stage_splits(&uid, splits).await.expect("stage");
+    uid
+}
+
+/// A split matches `[start, end)` if it has no time range or its inclusive range intersects.
+pub async fn list_splits_filters_by_time_range(metastore: Arc<dyn Metastore>) {
+    let uid = stage_time_ranges(&metastore).await;
+    let query = |start: Option<i64>, end: Option<i64>| ListSplitsQuery {
+        time_range_start: start,
+        time_range_end: end,
+        ..ListSplitsQuery::for_index(uid.clone())
+    };
+    let cases: [(Option<i64>, Option<i64>, &[&str]); 8] = [
+        (None, None, &["none", "r10-20", "r20-30", "r30-40"]),
+        (Some(21), Some(30), &["none", "r20-30"]),
+        (Some(20), Some(21), &["none", "r10-20", "r20-30"]),
+        (Some(41), None, &["none"]),
+        (Some(40), None, &["none", "r30-40"]),
+        (None, Some(10), &["none"]),
+        (None, Some(11), &["none", "r10-20"]),
+        (Some(0), Some(1000), &["none", "r10-20", "r20-30", "r30-40"]),
+    ];
+    for (start, end, expected) in cases {
+        assert_eq!(
+            listed_ids(&metastore, query(start, end)).await,
+            expected,
+            "time range [{start:?}, {end:?})"
+        );
+    }
+}
+
+/// `time_range_end_lt` matches only splits whose range ends strictly before the bound.
+pub async fn list_splits_filters_by_time_range_end(metastore: Arc<dyn Metastore>) {
+    let uid = stage_time_ranges(&metastore).await;
+    let query = |lt: i64| ListSplitsQuery {
+        time_range_end_lt: Some(lt),
+        ..ListSplitsQuery::for_index(uid.clone())
+    };
+    let empty: &[&str] = &[];
+    assert_eq!(listed_ids(&metastore, query(20)).await, empty);
+    assert_eq!(listed_ids(&metastore, query(21)).await, ["r10-20"]);
+    assert_eq!(
+        listed_ids(&metastore, query(i64::MAX)).await,
+        ["r10-20", "r20-30", "r30-40"]
+    );
+}
+
+/// Partition, maturity (`maturity_timestamp > now`) and update-time filters, combined.
+pub async fn list_splits_filters_by_partition_maturity_and_update_time(
+    metastore: Arc<dyn Metastore>,
+) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    let now = shale_types::now_unix_secs();
+    let specs = [
+        (
+            "p1-immature",
+            1,
+            SplitMaturity::Immature {
+                maturation_period_secs: 1000,
+            },
+        ),
+        ("p1-mature", 1, SplitMaturity::Mature),
+        (
+            "p2-immature",
+            2,
+            SplitMaturity::Immature {
+                maturation_period_secs: 1000,
+            },
+        ),
+        (
+            "p2-matured",
+            2,
+            SplitMaturity::Immature {
+                maturation_period_secs: 10,
+            },
+        ),
+    ];
+    let splits = specs
+        .iter()
+        .map(|(id, partition_id, maturity)| {
+            let mut split = split_metadata(&uid, id);
+            split.partition_id = *partition_id;
+            split.maturity = *maturity;
+            split.create_timestamp = now - 100;
+            split
+        })
+        .collect();
+    metastore.stage_splits(&uid, splits).await.expect("stage");
+    let base = ListSplitsQuery::for_index(uid.clone());
+
+    let partition = |p: u64| ListSplitsQuery {
+        partition_id: Some(p),
+        ..base.clone()
+    };
+    assert_eq!(
+        listed_ids(&metastore, partition(1)).await,
+        ["p1-immature", "p1-mature"]
+    );
+    assert_eq!(
+        listed_ids(&metastore, partition(2)).await,
+        ["p2-immature", "p2-matured"]
+    );
+    assert!(listed_ids(&metastore, partition(3)).await.is_empty());
+
+    let immature_at = |at: i64| ListSplitsQuery {
+        immature_at: Some(at),
+        ..base.clone()
+    };
+    assert_eq!(
+        listed_ids(&metastore, immature_at(now)).await,
+        ["p1-immature", "p2-immature"]
+    );
+    assert_eq!(
+        listed_ids(&metastore, immature_at(now - 95)).await,
+        ["p1-immature", "p2-immature", "p2-matured"]
+    );
+    assert!(listed_ids(&metastore, immature_at(now + 1000))
+        .await
+        .is_empty());
+    let combined = ListSplitsQuery {
+        partition_id: Some(2),
+        immature_at: Some(now),
+        ..base.clone()
+    };
+    assert_eq!(listed_ids(&metastore, combined).await, ["p2-immature"]);
+
+    let updated_before = |lte: i64| ListSplitsQuery {
+        update_timestamp_lte: Some(lte),
+        ..base.clone()
+    };
+    assert!(listed_ids(&metastore, updated_before(now - 120))
+        .await
+        .is_empty());
+    assert_eq!(
+        listed_ids(&metastore, updated_before(now + 120))
+            .await
+            .len(),
+        4
+    );
+}
+
+/// Splits are listed by split id, whatever the order they were staged in.
+pub async fn list_splits_orders_by_split_id(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    let mut split_ids: Vec<String> = (0..30).map(|_| shale_types::new_ulid()).collect();
+    let shuffled: Vec<&str> = split_ids.iter().rev().map(String::as_str).collect();
+    stage(&metastore, &uid, &shuffled[..15]).await;
+    stage(&metastore, &uid, &shuffled[15..]).await;
+    split_ids.sort();
+    assert_eq!(
+        listed_ids(&metastore, ListSplitsQuery::for_index(uid)).await,
+        split_ids
+    );
+}
+
+// ----- deletion -----
+
+/// Splits in any state can be marked; unknown ids are ignored; splits already marked keep
+/// their update timestamp.
+pub async fn mark_splits_for_deletion_marks_any_state(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["staged", "published", "marked", "kept"]).await;
+    publish(&metastore, uid, &["published", "kept"]).await;
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["marked"]))
+        .await
+        .expect("mark");
+    let marked_at = splits_of(&metastore, uid).await[1].update_timestamp;
+
+    // Timestamps are in seconds: make a second pass.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["staged", "published", "marked", "unknown"]))
+        .await
+        .expect("mark again");
+    let splits = splits_of(&metastore, uid).await;
+    let summary: Vec<(&str, SplitState)> = splits
+        .iter()
+        .map(|s| (s.split_metadata.split_id.as_str(), s.split_state))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("kept", SplitState::Published),
+            ("marked", SplitState::MarkedForDeletion),
+            ("published", SplitState::MarkedForDeletion),
+            ("staged", SplitState::MarkedForDeletion),
+        ]
+    );
+    assert_eq!(splits[1].update_timestamp, marked_at);
+    assert!(splits[2].update_timestamp > marked_at);
+    // Marking nothing is fine.
+    metastore
+        .mark_splits_for_deletion(uid, &[])
+        .await
+        .expect("mark nothing");
+}
+
+/// Staged and MarkedForDeletion splits can be deleted; a Published one fails the whole call.
+pub async fn delete_splits_refuses_published_splits(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = &index.index_uid;
+    stage(&metastore, uid, &["staged", "published", "marked"]).await;
+    publish(&metastore, uid, &["published"]).await;
+    metastore
+        .mark_splits_for_deletion(uid, &ids(&["marked"]))
+        .await
+        .expect("mark");
+    let before = splits_of(&metastore, uid).await;
+
+    assert_failed_precondition(
+        metastore
+            .delete_splits(uid, &ids(&["staged", "published", "marked"]))
+            .await,
+    );
+    assert_eq!(splits_of(&metastore, uid).await, before);
+
+    metastore
+        .delete_splits(uid, &ids(&["staged", "marked", "unknown"]))
+        .await
+        .expect("delete");
+    assert_eq!(
+        states(&metastore, uid).await,
+        [("published".to_string(), SplitState::Published)]
+    );
+    // A deleted split id can be staged again.
+    stage(&metastore, uid, &["staged"]).await;
+}
+
+/// Split operations on an unknown index are `NotFound`.
+pub async fn split_operations_on_unknown_index_are_not_found(metastore: Arc<dyn Metastore>) {
+    let unknown = IndexUid::new("nope");
+    assert_not_found(
+        metastore
+            .mark_splits_for_deletion(&unknown, &ids(&["a"]))
+            .await,
+    );
+    assert_not_found(metastore.delete_splits(&unknown, &ids(&["a"])).await);
+    assert_not_found(metastore.delete_index(&unknown).await);
+    assert!(splits_of(&metastore, &unknown).await.is_empty());
+}

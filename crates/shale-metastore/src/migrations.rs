@@ -1,0 +1,50 @@
+//! Schema migrations, embedded in the binary: `migrations/{sqlite,postgres}/NNNN_name.sql`.
+//! They run through sqlx's migrator (table `_sqlx_migrations`, checksums, PostgreSQL advisory
+//! lock) when a metastore opens. To change the schema, add a file for BOTH backends and list
+//! it below; never edit an applied migration.
+
+use std::borrow::Cow;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::SqlStr;
+
+/// `(version, description, SQL)` of the SQLite migrations.
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "initial",
+    include_str!("../migrations/sqlite/0001_initial.sql"),
+)];
+
+/// `(version, description, SQL)` of the PostgreSQL migrations.
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "initial",
+    include_str!("../migrations/postgres/0001_initial.sql"),
+)];
+
+fn migrator(migrations: &'static [(i64, &'static str, &'static str)]) -> Migrator {
+    Migrator::with_migrations(
+        migrations
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    Cow::Borrowed(*description),
+                    MigrationType::Simple,
+                    SqlStr::from_static(sql),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The SQLite migrator.
+pub(crate) fn sqlite() -> Migrator {
+    migrator(SQLITE)
+}
+
+/// The PostgreSQL migrator.
+pub(crate) fn postgres() -> Migrator {
+    migrator(POSTGRES)
+}

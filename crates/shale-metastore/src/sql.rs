@@ -1,0 +1,766 @@
+//! The SQL implementation of [`Metastore`], written once and shared by the SQLite and
+//! PostgreSQL backends. What differs between the two lives in [`Dialect`]: how a write
+//! transaction starts, how rows are locked, and how many rows a statement changed.
+//!
+//! Concurrency: every write transaction first reads (PostgreSQL: locks, with
+//! `SELECT … FOR UPDATE`) the index row, then the split rows it changes, in split id order.
+//! Writes to one index are therefore serialized, which is what makes `publish_splits`
+//! (state checks + checkpoint check + updates) atomic under concurrency. SQLite has one writer
+//! at a time anyway (`BEGIN IMMEDIATE`, plus an in-process mutex so that writers queue instead
+//! of polling the busy handler).
+//!
+//! Unsigned 64-bit values (partition ids, positions, counters) are stored bit-for-bit in
+//! signed 64-bit columns ([`to_db`], [`from_db`]): equality filters work for every value,
+//! ordering only below 2^63.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+use shale_config::IndexConfig;
+use shale_types::{
+    CheckpointDelta, IndexUid, SourceCheckpoint, SourceId, Split, SplitId, SplitMetadata,
+    SplitState,
+};
+use sqlx::query::Query;
+use sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row,
+    Transaction, Type,
+};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError, MetastoreResult};
+
+/// Split ids bound per statement, well below SQLite's and PostgreSQL's parameter limits.
+const IDS_PER_STATEMENT: usize = 500;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Sqlite {}
+    impl Sealed for sqlx::Postgres {}
+}
+
+/// What differs between the SQL databases the metastore runs on (sealed: SQLite, PostgreSQL).
+pub trait Dialect: Database + sealed::Sealed {
+    /// Statement opening a write transaction.
+    const BEGIN_WRITE: &'static str;
+    /// Suffix of a `SELECT` that locks the selected rows until commit (empty when the
+    /// transaction already holds the database's single write lock).
+    const FOR_UPDATE: &'static str;
+    /// Number of rows a statement inserted, updated or deleted.
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+/// A [`Metastore`] backed by the SQL database `DB`; see [`crate::SqliteMetastore`] and
+/// [`crate::PostgresMetastore`].
+pub struct SqlMetastore<DB: Dialect> {
+    pool: Pool<DB>,
+    /// Serializes this process's write transactions (SQLite only).
+    write_lock: Option<Mutex<()>>,
+}
+
+impl<DB: Dialect> std::fmt::Debug for SqlMetastore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlMetastore")
+            .field("backend", &<DB as Database>::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A write transaction, holding the in-process write lock (if any) until it ends.
+struct WriteTx<'a, DB: Database> {
+    // Declared first so that it is dropped (rolled back) before the lock is released.
+    tx: Transaction<'static, DB>,
+    _guard: Option<MutexGuard<'a, ()>>,
+}
+
+/// A value bound to a dynamically built statement.
+enum Bind {
+    Int(i64),
+    Text(String),
+}
+
+/// Stores a `u64` bit-for-bit in a signed 64-bit column.
+pub(crate) fn to_db(value: u64) -> i64 {
+    value as i64
+}
+
+/// Reads back a `u64` stored by [`to_db`].
+pub(crate) fn from_db(value: i64) -> u64 {
+    value as u64
+}
+
+/// `$first, $first+1, …` for `count` parameters.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn serde_err(err: impl std::fmt::Display) -> MetastoreError {
+    MetastoreError::Serde(err.to_string())
+}
+
+fn index_not_found(index_uid: &IndexUid) -> MetastoreError {
+    MetastoreError::NotFound {
+        kind: "index",
+        id: index_uid.to_string(),
+    }
+}
+
+/// The config with its doc mapping uid cleared, to compare doc mappings.
+fn without_doc_mapping_uid(config: &IndexConfig) -> shale_config::DocMapping {
+    let mut doc_mapping = config.doc_mapping.clone();
+    doc_mapping.doc_mapping_uid.clear();
+    doc_mapping
+}
+
+impl<DB> SqlMetastore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    /// Wraps a pool whose schema is up to date.
+    pub(crate) fn from_pool(pool: Pool<DB>, serialize_writes: bool) -> Self {
+        SqlMetastore {
+            pool,
+            write_lock: serialize_writes.then(|| Mutex::new(())),
+        }
+    }
+
+    /// Closes the connection pool; the metastore must not be used afterwards.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn begin_write(&self) -> MetastoreResult<WriteTx<'_, DB>> {
+        let guard = match &self.write_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
+        let tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        Ok(WriteTx { tx, _guard: guard })
+    }
+
+    fn bind_all<'q>(
+        mut query: Query<'q, DB, DB::Arguments>,
+        binds: Vec<Bind>,
+    ) -> Query<'q, DB, DB::Arguments> {
+        for bind in binds {
+            query = match bind {
+                Bind::Int(value) => query.bind(value),
+                Bind::Text(value) => query.bind(value),
+            };
+        }
+        query
+    }
+
+    /// Checks the index exists and, on PostgreSQL, locks its row until commit.
+    async fn lock_index(conn: &mut DB::Connection, index_uid: &IndexUid) -> MetastoreResult<()> {
+        let sql = format!(
+            "SELECT index_uid FROM indexes WHERE index_uid = $1{}",
+            DB::FOR_UPDATE
+        );
+        let row = sqlx::query::<DB>(AssertSqlSafe(sql))
+            .bind(index_uid.to_string())
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(index_not_found(index_uid)),
+        }
+    }
+
+    /// The states of the splits of `index_uid` among `split_ids` (locked on PostgreSQL).
+    async fn split_states(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<BTreeMap<SplitId, SplitState>> {
+        let mut sorted: Vec<&SplitId> = split_ids.iter().collect();
+        sorted.sort();
+        sorted.dedup();
+        let mut states = BTreeMap::new();
+        for chunk in sorted.chunks(IDS_PER_STATEMENT) {
+            let sql = format!(
+                "SELECT split_id, split_state FROM splits \
+                 WHERE index_uid = $1 AND split_id IN ({}) ORDER BY split_id{}",
+                placeholders(2, chunk.len()),
+                DB::FOR_UPDATE
+            );
+            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
+            for split_id in chunk {
+                query = query.bind(split_id.to_string());
+            }
+            for row in query.fetch_all(&mut *conn).await? {
+                let split_id: String = row.try_get("split_id")?;
+                let state: String = row.try_get("split_state")?;
+                let state = SplitState::parse(&state)
+                    .ok_or_else(|| serde_err(format!("unknown split state `{state}`")))?;
+                states.insert(split_id, state);
+            }
+        }
+        Ok(states)
+    }
+
+    /// Sets the state (and update timestamp, and publish timestamp when publishing) of the
+    /// splits of `index_uid` among `split_ids` that are in another state.
+    async fn set_split_states(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+        state: SplitState,
+        now: i64,
+    ) -> MetastoreResult<()> {
+        let publish = if state == SplitState::Published {
+            ", publish_timestamp = $3"
+        } else {
+            ""
+        };
+        for chunk in split_ids.chunks(IDS_PER_STATEMENT) {
+            let sql = format!(
+                "UPDATE splits SET split_state = $2, update_timestamp = $3{publish} \
+                 WHERE index_uid = $1 AND split_state <> $2 AND split_id IN ({})",
+                placeholders(4, chunk.len())
+            );
+            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql))
+                .bind(index_uid.to_string())
+                .bind(state.as_str().to_string())
+                .bind(now);
+            for split_id in chunk {
+                query = query.bind(split_id.clone());
+            }
+            query.execute(&mut *conn).await?;
+        }
+        Ok(())
+    }
+
+    /// The checkpoints of every source of `index_uid`.
+    async fn load_checkpoints(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+    ) -> MetastoreResult<BTreeMap<SourceId, SourceCheckpoint>> {
+        let rows = sqlx::query::<DB>(
+            "SELECT index_uid, source_id, partition_id, position FROM checkpoints \
+             WHERE index_uid = $1",
+        )
+        .bind(index_uid.to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut checkpoints = Self::group_checkpoints(&rows)?;
+        Ok(checkpoints
+            .remove(&index_uid.to_string())
+            .unwrap_or_default())
+    }
+
+    /// Groups `checkpoints` rows by index uid, then source.
+    fn group_checkpoints(
+        rows: &[DB::Row],
+    ) -> MetastoreResult<BTreeMap<String, BTreeMap<SourceId, SourceCheckpoint>>> {
+        let mut checkpoints: BTreeMap<String, BTreeMap<SourceId, SourceCheckpoint>> =
+            BTreeMap::new();
+        for row in rows {
+            let index_uid: String = row.try_get("index_uid")?;
+            let source_id: String = row.try_get("source_id")?;
+            let partition_id: String = row.try_get("partition_id")?;
+            let position: i64 = row.try_get("position")?;
+            checkpoints
+                .entry(index_uid)
+                .or_default()
+                .entry(source_id)
+                .or_default()
+                .per_partition
+                .insert(partition_id, from_db(position));
+        }
+        Ok(checkpoints)
+    }
+
+    /// Decodes an `indexes` row (checkpoints are filled in by the caller).
+    fn decode_index(row: &DB::Row) -> MetastoreResult<IndexMetadata> {
+        let index_uid: String = row.try_get("index_uid")?;
+        let config_json: String = row.try_get("index_config_json")?;
+        let create_timestamp: i64 = row.try_get("create_timestamp")?;
+        Ok(IndexMetadata {
+            index_uid: index_uid.parse().map_err(serde_err)?,
+            index_config: serde_json::from_str(&config_json).map_err(serde_err)?,
+            checkpoints: BTreeMap::new(),
+            create_timestamp,
+        })
+    }
+
+    /// Loads one index, by id or by uid.
+    async fn load_index(
+        conn: &mut DB::Connection,
+        index_id: Option<&str>,
+        index_uid: Option<&IndexUid>,
+    ) -> MetastoreResult<Option<IndexMetadata>> {
+        let query = match (index_id, index_uid) {
+            (_, Some(index_uid)) => sqlx::query::<DB>(
+                "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
+                 WHERE index_uid = $1",
+            )
+            .bind(index_uid.to_string()),
+            (Some(index_id), None) => sqlx::query::<DB>(
+                "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
+                 WHERE index_id = $1",
+            )
+            .bind(index_id.to_string()),
+            (None, None) => return Ok(None),
+        };
+        let Some(row) = query.fetch_optional(&mut *conn).await? else {
+            return Ok(None);
+        };
+        let mut index = Self::decode_index(&row)?;
+        index.checkpoints = Self::load_checkpoints(conn, &index.index_uid).await?;
+        Ok(Some(index))
+    }
+
+    /// Decodes a `splits` row selected with [`SPLIT_COLUMNS`].
+    fn decode_split(row: &DB::Row) -> MetastoreResult<Split> {
+        let state: String = row.try_get("split_state")?;
+        let split_state = SplitState::parse(&state)
+            .ok_or_else(|| serde_err(format!("unknown split state `{state}`")))?;
+        let metadata_json: String = row.try_get("split_metadata_json")?;
+        Ok(Split {
+            split_state,
+            update_timestamp: row.try_get("update_timestamp")?,
+            publish_timestamp: row.try_get("publish_timestamp")?,
+            split_metadata: serde_json::from_str(&metadata_json).map_err(serde_err)?,
+        })
+    }
+
+    /// Inserts `split` as Staged, or updates it if it is Staged already. Returns whether a
+    /// row was written (not: the split exists in another state or index).
+    async fn upsert_staged_split(
+        conn: &mut DB::Connection,
+        split: &SplitMetadata,
+        now: i64,
+    ) -> MetastoreResult<bool> {
+        let tags = serde_json::to_string(&split.tags).map_err(serde_err)?;
+        let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
+        let result = sqlx::query::<DB>(
+            "INSERT INTO splits (split_id, index_uid, source_id, node_id, partition_id, \
+                 doc_mapping_uid, split_state, num_docs, size_bytes, time_range_start, \
+                 time_range_end, tags, create_timestamp, update_timestamp, publish_timestamp, \
+                 maturity_timestamp, num_merge_ops, delete_opstamp, split_metadata_json) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'Staged', $7, $8, $9, $10, $11, $12, $13, NULL, \
+                 $14, $15, $16, $17) \
+             ON CONFLICT (split_id) DO UPDATE SET \
+                 source_id = excluded.source_id, node_id = excluded.node_id, \
+                 partition_id = excluded.partition_id, \
+                 doc_mapping_uid = excluded.doc_mapping_uid, num_docs = excluded.num_docs, \
+                 size_bytes = excluded.size_bytes, \
+                 time_range_start = excluded.time_range_start, \
+                 time_range_end = excluded.time_range_end, tags = excluded.tags, \
+                 create_timestamp = excluded.create_timestamp, \
+                 update_timestamp = excluded.update_timestamp, \
+                 maturity_timestamp = excluded.maturity_timestamp, \
+                 num_merge_ops = excluded.num_merge_ops, \
+                 delete_opstamp = excluded.delete_opstamp, \
+                 split_metadata_json = excluded.split_metadata_json \
+             WHERE splits.split_state = 'Staged' AND splits.index_uid = excluded.index_uid",
+        )
+        .bind(split.split_id.clone())
+        .bind(split.index_uid.to_string())
+        .bind(split.source_id.clone())
+        .bind(split.node_id.clone())
+        .bind(to_db(split.partition_id))
+        .bind(split.doc_mapping_uid.clone())
+        .bind(to_db(split.num_docs))
+        .bind(to_db(split.size_bytes))
+        .bind(split.time_range.map(|r| r.start))
+        .bind(split.time_range.map(|r| r.end))
+        .bind(tags)
+        .bind(split.create_timestamp)
+        .bind(now)
+        .bind(split.maturity_timestamp())
+        .bind(i64::from(split.num_merge_ops))
+        .bind(to_db(split.delete_opstamp))
+        .bind(metadata_json)
+        .execute(&mut *conn)
+        .await?;
+        Ok(DB::rows_affected(&result) > 0)
+    }
+}
+
+/// Columns selected to decode a [`Split`].
+const SPLIT_COLUMNS: &str = "split_state, update_timestamp, publish_timestamp, split_metadata_json";
+
+#[async_trait]
+impl<DB> Metastore for SqlMetastore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    async fn create_index(&self, mut index_config: IndexConfig) -> MetastoreResult<IndexMetadata> {
+        let index_uid = IndexUid::new(index_config.index_id.clone());
+        index_config.doc_mapping.doc_mapping_uid = shale_types::new_ulid();
+        let index = IndexMetadata {
+            index_uid,
+            index_config,
+            checkpoints: BTreeMap::new(),
+            create_timestamp: shale_types::now_unix_secs(),
+        };
+        let config_json = serde_json::to_string(&index.index_config).map_err(serde_err)?;
+        let mut write = self.begin_write().await?;
+        let inserted = sqlx::query::<DB>(
+            "INSERT INTO indexes (index_uid, index_id, index_config_json, create_timestamp) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(index.index_uid.to_string())
+        .bind(index.index_id().to_string())
+        .bind(config_json)
+        .bind(index.create_timestamp)
+        .execute(&mut *write.tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
+                return Err(MetastoreError::AlreadyExists {
+                    kind: "index",
+                    id: index.index_id().to_string(),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        }
+        write.tx.commit().await?;
+        Ok(index)
+    }
+
+    async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata> {
+        let mut tx = self.pool.begin().await?;
+        let index = Self::load_index(&mut tx, Some(index_id), None).await?;
+        tx.commit().await?;
+        index.ok_or_else(|| MetastoreError::NotFound {
+            kind: "index",
+            id: index_id.to_string(),
+        })
+    }
+
+    async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query::<DB>(
+            "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
+             ORDER BY index_id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let checkpoint_rows = sqlx::query::<DB>(
+            "SELECT index_uid, source_id, partition_id, position FROM checkpoints",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut checkpoints = Self::group_checkpoints(&checkpoint_rows)?;
+        rows.iter()
+            .map(|row| {
+                let mut index = Self::decode_index(row)?;
+                index.checkpoints = checkpoints
+                    .remove(&index.index_uid.to_string())
+                    .unwrap_or_default();
+                Ok(index)
+            })
+            .collect()
+    }
+
+    async fn update_index_config(
+        &self,
+        index_uid: &IndexUid,
+        mut index_config: IndexConfig,
+    ) -> MetastoreResult<IndexMetadata> {
+        if index_config.index_id != index_uid.index_id {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "the index id cannot change (from `{}` to `{}`)",
+                index_uid.index_id, index_config.index_id
+            )));
+        }
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        let mut index = Self::load_index(&mut write.tx, None, Some(index_uid))
+            .await?
+            .ok_or_else(|| index_not_found(index_uid))?;
+        index_config.doc_mapping.doc_mapping_uid = if without_doc_mapping_uid(&index_config)
+            == without_doc_mapping_uid(&index.index_config)
+        {
+            index.index_config.doc_mapping.doc_mapping_uid.clone()
+        } else {
+            shale_types::new_ulid()
+        };
+        let config_json = serde_json::to_string(&index_config).map_err(serde_err)?;
+        sqlx::query::<DB>("UPDATE indexes SET index_config_json = $2 WHERE index_uid = $1")
+            .bind(index_uid.to_string())
+            .bind(config_json)
+            .execute(&mut *write.tx)
+            .await?;
+        write.tx.commit().await?;
+        index.index_config = index_config;
+        Ok(index)
+    }
+
+    async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>> {
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        let sql = format!(
+            "SELECT {SPLIT_COLUMNS} FROM splits WHERE index_uid = $1 ORDER BY split_id{}",
+            DB::FOR_UPDATE
+        );
+        let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
+            .bind(index_uid.to_string())
+            .fetch_all(&mut *write.tx)
+            .await?;
+        let splits = rows
+            .iter()
+            .map(Self::decode_split)
+            .collect::<MetastoreResult<Vec<_>>>()?;
+        for sql in [
+            "DELETE FROM splits WHERE index_uid = $1",
+            "DELETE FROM checkpoints WHERE index_uid = $1",
+            "DELETE FROM indexes WHERE index_uid = $1",
+        ] {
+            sqlx::query::<DB>(sql)
+                .bind(index_uid.to_string())
+                .execute(&mut *write.tx)
+                .await?;
+        }
+        write.tx.commit().await?;
+        Ok(splits)
+    }
+
+    async fn stage_splits(
+        &self,
+        index_uid: &IndexUid,
+        splits: Vec<SplitMetadata>,
+    ) -> MetastoreResult<()> {
+        if let Some(split) = splits.iter().find(|s| &s.index_uid != index_uid) {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "split `{}` belongs to index `{}`, not `{index_uid}`",
+                split.split_id, split.index_uid
+            )));
+        }
+        let now = shale_types::now_unix_secs();
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        let split_ids: Vec<SplitId> = splits.iter().map(|s| s.split_id.clone()).collect();
+        let states = Self::split_states(&mut write.tx, index_uid, &split_ids).await?;
+        if let Some((split_id, state)) = states.iter().find(|(_, s)| **s != SplitState::Staged) {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "split `{split_id}` is {}, not Staged",
+                state.as_str()
+            )));
+        }
+        for split in &splits {
+            if !Self::upsert_staged_split(&mut write.tx, split, now).await? {
+                // The id is taken in another index, or the split changed state meanwhile.
+                return Err(MetastoreError::FailedPrecondition(format!(
+                    "split `{}` exists and is not a Staged split of `{index_uid}`",
+                    split.split_id
+                )));
+            }
+        }
+        write.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn publish_splits(
+        &self,
+        index_uid: &IndexUid,
+        staged: &[SplitId],
+        replaced: &[SplitId],
+        checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
+    ) -> MetastoreResult<()> {
+        let staged_set: BTreeSet<&SplitId> = staged.iter().collect();
+        if let Some(split_id) = replaced.iter().find(|id| staged_set.contains(id)) {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "split `{split_id}` cannot be both published and replaced"
+            )));
+        }
+        let now = shale_types::now_unix_secs();
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        let all_ids: Vec<SplitId> = staged.iter().chain(replaced).cloned().collect();
+        let states = Self::split_states(&mut write.tx, index_uid, &all_ids).await?;
+        for (ids, expected) in [
+            (staged, SplitState::Staged),
+            (replaced, SplitState::Published),
+        ] {
+            for split_id in ids {
+                match states.get(split_id) {
+                    Some(state) if *state == expected => {}
+                    Some(state) => {
+                        return Err(MetastoreError::FailedPrecondition(format!(
+                            "split `{split_id}` is {}, not {}",
+                            state.as_str(),
+                            expected.as_str()
+                        )))
+                    }
+                    None => {
+                        return Err(MetastoreError::FailedPrecondition(format!(
+                            "split `{split_id}` does not exist in index `{index_uid}`"
+                        )))
+                    }
+                }
+            }
+        }
+        if let Some((source_id, delta)) = &checkpoint_delta {
+            let mut checkpoints = Self::load_checkpoints(&mut write.tx, index_uid).await?;
+            let checkpoint = checkpoints.entry(source_id.clone()).or_default();
+            checkpoint.try_apply(delta).map_err(|err| {
+                MetastoreError::FailedPrecondition(format!(
+                    "source `{source_id}` of index `{index_uid}`: {err}"
+                ))
+            })?;
+            for (partition_id, partition_delta) in &delta.per_partition {
+                sqlx::query::<DB>(
+                    "INSERT INTO checkpoints (index_uid, source_id, partition_id, position) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (index_uid, source_id, partition_id) \
+                     DO UPDATE SET position = excluded.position",
+                )
+                .bind(index_uid.to_string())
+                .bind(source_id.clone())
+                .bind(partition_id.clone())
+                .bind(to_db(partition_delta.to))
+                .execute(&mut *write.tx)
+                .await?;
+            }
+        }
+        Self::set_split_states(&mut write.tx, index_uid, staged, SplitState::Published, now)
+            .await?;
+        Self::set_split_states(
+            &mut write.tx,
+            index_uid,
+            replaced,
+            SplitState::MarkedForDeletion,
+            now,
+        )
+        .await?;
+        write.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>> {
+        let mut sql = format!("SELECT {SPLIT_COLUMNS} FROM splits WHERE 1 = 1");
+        let mut binds: Vec<Bind> = Vec::new();
+        let mut push = |sql: &mut String, clause: &str, bind: Bind| {
+            binds.push(bind);
+            sql.push_str(&clause.replace("$?", &format!("${}", binds.len())));
+        };
+        if let Some(index_uid) = &query.index_uid {
+            push(
+                &mut sql,
+                " AND index_uid = $?",
+                Bind::Text(index_uid.to_string()),
+            );
+        }
+        if !query.split_states.is_empty() {
+            sql.push_str(" AND split_state IN (");
+            for (i, state) in query.split_states.iter().enumerate() {
+                let clause = if i == 0 { "$?" } else { ", $?" };
+                push(&mut sql, clause, Bind::Text(state.as_str().to_string()));
+            }
+            sql.push(')');
+        }
+        if let Some(start) = query.time_range_start {
+            push(
+                &mut sql,
+                " AND (time_range_end IS NULL OR time_range_end >= $?)",
+                Bind::Int(start),
+            );
+        }
+        if let Some(end) = query.time_range_end {
+            push(
+                &mut sql,
+                " AND (time_range_start IS NULL OR time_range_start < $?)",
+                Bind::Int(end),
+            );
+        }
+        if let Some(end_lt) = query.time_range_end_lt {
+            push(&mut sql, " AND time_range_end < $?", Bind::Int(end_lt));
+        }
+        if let Some(lte) = query.update_timestamp_lte {
+            push(&mut sql, " AND update_timestamp <= $?", Bind::Int(lte));
+        }
+        if let Some(partition_id) = query.partition_id {
+            push(
+                &mut sql,
+                " AND partition_id = $?",
+                Bind::Int(to_db(partition_id)),
+            );
+        }
+        if let Some(now) = query.immature_at {
+            push(&mut sql, " AND maturity_timestamp > $?", Bind::Int(now));
+        }
+        sql.push_str(" ORDER BY split_id");
+        let rows = Self::bind_all(sqlx::query::<DB>(AssertSqlSafe(sql)), binds)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(Self::decode_split).collect()
+    }
+
+    async fn mark_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()> {
+        let now = shale_types::now_unix_secs();
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        // Lock the rows (PostgreSQL) in id order, as every writer does.
+        Self::split_states(&mut write.tx, index_uid, split_ids).await?;
+        Self::set_split_states(
+            &mut write.tx,
+            index_uid,
+            split_ids,
+            SplitState::MarkedForDeletion,
+            now,
+        )
+        .await?;
+        write.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn delete_splits(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()> {
+        let mut write = self.begin_write().await?;
+        Self::lock_index(&mut write.tx, index_uid).await?;
+        let states = Self::split_states(&mut write.tx, index_uid, split_ids).await?;
+        let published: Vec<&str> = states
+            .iter()
+            .filter(|(_, state)| **state == SplitState::Published)
+            .map(|(split_id, _)| split_id.as_str())
+            .collect();
+        if !published.is_empty() {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "cannot delete Published splits: {}",
+                published.join(", ")
+            )));
+        }
+        let existing: Vec<SplitId> = states.into_keys().collect();
+        for chunk in existing.chunks(IDS_PER_STATEMENT) {
+            let sql = format!(
+                "DELETE FROM splits WHERE index_uid = $1 AND split_id IN ({})",
+                placeholders(2, chunk.len())
+            );
+            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
+            for split_id in chunk {
+                query = query.bind(split_id.clone());
+            }
+            query.execute(&mut *write.tx).await?;
+        }
+        write.tx.commit().await?;
+        Ok(())
+    }
+}

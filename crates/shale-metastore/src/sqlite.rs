@@ -1,0 +1,101 @@
+//! The SQLite backend: the embedded default, one file in the data dir.
+//!
+//! The file is opened in WAL mode (readers never block the writer) with a busy timeout.
+//! Write transactions start with `BEGIN IMMEDIATE`, which takes SQLite's single write lock up
+//! front (so two processes sharing the file serialize their writes), and are queued behind an
+//! in-process mutex (so this process's writers wait in line instead of polling the busy
+//! handler).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
+use sqlx::Sqlite;
+
+use crate::migrations;
+use crate::sql::{Dialect, SqlMetastore};
+use crate::{MetastoreError, MetastoreResult};
+
+/// How long a statement waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections of the pool (readers run concurrently with the single writer).
+const MAX_CONNECTIONS: u32 = 4;
+
+/// The metastore in a SQLite file.
+pub type SqliteMetastore = SqlMetastore<Sqlite>;
+
+impl Dialect for Sqlite {
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const FOR_UPDATE: &'static str = "";
+
+    fn rows_affected(result: &SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+/// Whether `uri` names an in-memory database.
+fn is_in_memory(uri: &str) -> bool {
+    matches!(uri, ":memory:" | "sqlite::memory:" | "sqlite://:memory:")
+        || uri.contains("mode=memory")
+}
+
+impl SqlMetastore<Sqlite> {
+    /// Opens (creating it and its parent directory if missing) the SQLite metastore at
+    /// `path_or_uri` — a file path, a `sqlite://path` URI, or `sqlite::memory:` — and applies
+    /// pending migrations.
+    pub async fn open(path_or_uri: &str) -> MetastoreResult<Self> {
+        let in_memory = is_in_memory(path_or_uri);
+        let options = if path_or_uri.starts_with("sqlite:") || path_or_uri == ":memory:" {
+            let uri = if path_or_uri == ":memory:" {
+                "sqlite::memory:"
+            } else {
+                path_or_uri
+            };
+            SqliteConnectOptions::from_str(uri)
+                .map_err(|err| MetastoreError::Db(format!("invalid SQLite URI `{uri}`: {err}")))?
+        } else {
+            SqliteConnectOptions::new().filename(path_or_uri)
+        };
+        if !in_memory {
+            if let Some(parent) = options.get_filename().parent() {
+                if !parent.as_os_str().is_empty() && !Path::new(parent).exists() {
+                    tokio::fs::create_dir_all(parent).await.map_err(|err| {
+                        MetastoreError::Db(format!(
+                            "cannot create the metastore directory `{}`: {err}",
+                            parent.display()
+                        ))
+                    })?;
+                }
+            }
+        }
+        let options = options
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool_options = if in_memory {
+            // One connection holds the database alive, and shared-cache locking is avoided.
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
+        };
+        let options = if in_memory {
+            options
+        } else {
+            options
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+        };
+        let pool = pool_options.connect_with(options).await?;
+        migrations::sqlite().run(&pool).await?;
+        tracing::debug!(uri = path_or_uri, "opened SQLite metastore");
+        Ok(SqlMetastore::from_pool(pool, true))
+    }
+}

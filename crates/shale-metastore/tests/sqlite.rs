@@ -1,0 +1,110 @@
+//! The conformance suite against SQLite (a fresh file per test), plus SQLite specifics.
+
+use std::sync::Arc;
+
+use shale_metastore::conformance::{self, Fixture};
+use shale_metastore::{open_metastore, Metastore, SqliteMetastore};
+
+async fn setup() -> Option<Fixture> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let metastore = SqliteMetastore::open(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("open SQLite metastore");
+    Some(Fixture::new(Arc::new(metastore)).with_guard(dir))
+}
+
+shale_metastore::metastore_conformance_tests!(setup);
+
+#[tokio::test]
+async fn open_creates_missing_directories_and_reopens_with_data() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("nested/data/metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    {
+        let metastore = SqliteMetastore::open(path).await.expect("open");
+        metastore
+            .create_index(conformance::index_config("logs"))
+            .await
+            .expect("create");
+        metastore.close().await;
+    }
+    // Migrations are applied once; the data survives.
+    let metastore = SqliteMetastore::open(path).await.expect("reopen");
+    let index = metastore.index_metadata("logs").await.expect("index");
+    assert_eq!(index.index_id(), "logs");
+    // The file is in WAL mode.
+    assert!(dir.path().join("nested/data/metastore.db-wal").exists());
+}
+
+#[tokio::test]
+async fn open_metastore_accepts_sqlite_uris_and_paths() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let uri = format!("sqlite://{}", dir.path().join("a.db").display());
+    let plain = dir.path().join("b.db").display().to_string();
+    for uri in [uri.as_str(), plain.as_str(), "sqlite::memory:", ":memory:"] {
+        let metastore: Arc<dyn Metastore> = open_metastore(uri).await.expect(uri);
+        metastore
+            .create_index(conformance::index_config("logs"))
+            .await
+            .expect(uri);
+        assert_eq!(metastore.list_indexes().await.expect(uri).len(), 1, "{uri}");
+    }
+    assert!(dir.path().join("a.db").exists());
+    assert!(dir.path().join("b.db").exists());
+}
+
+#[tokio::test]
+async fn two_handles_on_one_file_serialize_their_publishes() {
+    // Two metastores on one file stand for two processes: `BEGIN IMMEDIATE` must serialize
+    // them where the in-process mutex cannot.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    let first: Arc<dyn Metastore> = Arc::new(SqliteMetastore::open(path).await.expect("open"));
+    let second: Arc<dyn Metastore> = Arc::new(SqliteMetastore::open(path).await.expect("open"));
+    let index = first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    let uid = index.index_uid.clone();
+    let splits = ["input", "out-1", "out-2"]
+        .iter()
+        .map(|id| conformance::split_metadata(&uid, id))
+        .collect();
+    first.stage_splits(&uid, splits).await.expect("stage");
+    first
+        .publish_splits(&uid, &["input".to_string()], &[], None)
+        .await
+        .expect("publish input");
+    let race = |metastore: Arc<dyn Metastore>, output: &str| {
+        let uid = uid.clone();
+        let output = output.to_string();
+        tokio::spawn(async move {
+            metastore
+                .publish_splits(&uid, &[output], &["input".to_string()], None)
+                .await
+        })
+    };
+    let a = race(first.clone(), "out-1");
+    let b = race(second.clone(), "out-2");
+    let results = [a.await.expect("task"), b.await.expect("task")];
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn open_metastore_rejects_unknown_schemes() {
+    for uri in ["mysql://localhost/db", "s3://bucket/metastore"] {
+        match open_metastore(uri).await {
+            Err(shale_metastore::MetastoreError::Db(message)) => {
+                assert!(message.contains("unsupported"), "{message}")
+            }
+            Err(err) => panic!("{uri}: unexpected error {err}"),
+            Ok(_) => panic!("{uri}: opened"),
+        }
+    }
+}
