@@ -9,14 +9,14 @@ pub const DEFAULT_SPLIT_NUM_DOCS_TARGET: u64 = 10_000_000;
 /// Default `doc_mapping.max_num_partitions`.
 pub const DEFAULT_MAX_NUM_PARTITIONS: u32 = 200;
 
-/// Error in an index config; the message names the field.
+/// Error in an index or node config; the message names the field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The document could not be parsed as YAML or JSON, or has the wrong shape.
-    #[error("failed to parse index config: {0}")]
+    #[error("failed to parse config: {0}")]
     Parse(String),
     /// A field has an invalid value.
-    #[error("invalid index config: `{field}`: {message}")]
+    #[error("invalid config: `{field}`: {message}")]
     Invalid {
         /// Dotted path of the field, e.g. `doc_mapping.timestamp_field`.
         field: String,
@@ -108,20 +108,29 @@ pub struct FieldMapping {
 }
 
 /// The type of a field and its options.
+///
+/// Quickwit's `array<T>` types are accepted as aliases of `T`: every field may hold several
+/// values (a JSON array) anyway.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum FieldKind {
     /// Full-text or raw string.
+    #[serde(alias = "array<text>")]
     Text(TextOptions),
     /// Signed integer.
+    #[serde(alias = "array<i64>")]
     I64(NumericOptions),
     /// Unsigned integer.
+    #[serde(alias = "array<u64>")]
     U64(NumericOptions),
     /// Float.
+    #[serde(alias = "array<f64>")]
     F64(NumericOptions),
     /// Boolean.
+    #[serde(alias = "array<bool>")]
     Bool(NumericOptions),
     /// Date and time.
+    #[serde(alias = "array<datetime>")]
     Datetime(DatetimeOptions),
     /// Arbitrary JSON object.
     Json(JsonOptions),
@@ -129,6 +138,38 @@ pub enum FieldKind {
 
 fn default_true() -> bool {
     true
+}
+
+/// Accepts `fast: true|false` and Quickwit's `fast: {normalizer: raw|lowercase}` (= `true`).
+fn deserialize_fast<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    // The normalizer is validated but not used: fast text columns keep the raw value.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct FastObject {
+        #[serde(default)]
+        normalizer: Option<FastNormalizer>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    #[allow(dead_code)]
+    enum FastNormalizer {
+        Raw,
+        Lowercase,
+    }
+    #[derive(Deserialize)]
+    #[serde(
+        untagged,
+        expecting = "a boolean or an object like `{normalizer: raw}`"
+    )]
+    enum Fast {
+        Bool(bool),
+        Object(#[allow(dead_code)] FastObject),
+    }
+    Ok(match Fast::deserialize(deserializer)? {
+        Fast::Bool(fast) => fast,
+        Fast::Object(_) => true,
+    })
 }
 
 /// Options of a `text` field.
@@ -144,8 +185,9 @@ pub struct TextOptions {
     /// Searchable.
     #[serde(default = "default_true")]
     pub indexed: bool,
-    /// Columnar (for sort and aggregations).
-    #[serde(default)]
+    /// Columnar (for sort and aggregations). Quickwit's `fast: {normalizer: raw|lowercase}` is
+    /// accepted and means `true`; the fast column always keeps the raw value.
+    #[serde(default, deserialize_with = "deserialize_fast")]
     pub fast: bool,
     /// `default` or `raw`.
     #[serde(default)]
@@ -268,8 +310,8 @@ pub struct JsonOptions {
     /// Searchable.
     #[serde(default = "default_true")]
     pub indexed: bool,
-    /// Columnar.
-    #[serde(default)]
+    /// Columnar. Quickwit's `fast: {normalizer: raw|lowercase}` is accepted and means `true`.
+    #[serde(default, deserialize_with = "deserialize_fast")]
     pub fast: bool,
     /// Tokenizer for string values.
     #[serde(default)]

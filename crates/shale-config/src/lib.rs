@@ -1,7 +1,31 @@
-//! Index and node configuration. Index configs are Quickwit-compatible (YAML or JSON, `version`
-//! accepted and ignored): doc mapping, partition key, indexing settings (merge policy stored for
-//! compaction), search settings and retention. Validation errors name the offending field.
+//! Index and node configuration.
+//!
+//! * **Index configs** are Quickwit-compatible (YAML or JSON, `version` accepted and ignored):
+//!   doc mapping, partition key, indexing settings (merge policy stored as given for the
+//!   compaction crate), search settings and retention. [`IndexConfig::parse`] deserializes and
+//!   [validates](IndexConfig::validate); every error names the offending field
+//!   (`doc_mapping.timestamp_field`, `doc_mapping.field_mappings[2]`, …).
+//! * **Partition keys** ([`PartitionKey`]): `field`, `hash_mod(field, N)`,
+//!   `hash_mod((a, b, c), N)`, hashed with SipHash for deterministic routing.
+//! * **Node configs** ([`NodeConfig`]): a YAML file where every key is optional.
+//! * **Units**: [`parse_duration`] (`90 days`) and [`parse_byte_size`] (`10MiB`).
+
+#![warn(missing_docs)]
 
 mod index_config;
+mod node_config;
+mod partition;
+mod units;
+mod validation;
 
 pub use index_config::*;
+pub use node_config::{
+    NodeConfig, S3Config, WalPersistPolicy, DEFAULT_DATA_DIR, DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_SPLIT_CACHE_MAX_BYTES,
+    DEFAULT_WAL_PERSIST_INTERVAL_SECS,
+};
+pub use partition::{PartitionKey, OTHER_PARTITION_ID};
+pub use units::{parse_byte_size, parse_duration};
+
+#[cfg(test)]
+mod tests;

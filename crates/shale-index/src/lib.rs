@@ -1,1 +1,50 @@
-//! shale-index (being written).
+//! Doc mapping and split building, opening and merging, on Tantivy.
+//!
+//! * [`DocMapper`] turns a [`DocMapping`](shale_config::DocMapping) into a Tantivy schema,
+//!   parses JSON documents into [`ParsedDoc`]s (type checks, coercion of numeric strings,
+//!   datetime `input_formats`, timestamp, tags, partition id) on the ingest hot path, renders
+//!   stored documents back as JSON hits ([`DocMapper::doc_to_json`]) and parses queries
+//!   ([`DocMapper::parse_query`], AND by default as in Quickwit), time filters
+//!   ([`DocMapper::time_range_query`]) and the tag terms a query requires
+//!   ([`DocMapper::required_tag_terms`], checked against a split's tags with
+//!   [`split_may_match_tags`]).
+//! * [`SplitBuilder`] indexes parsed documents into a scratch directory and
+//!   [`finish`](SplitBuilder::finish)es into a **split bundle**: one self-describing file (see
+//!   [`bundle`]) plus a [`BuiltSplit`] summary (doc count, time range, tags, sizes).
+//! * [`open_split`] opens a bundle as a read-only, memory-mapped Tantivy [`Index`](tantivy::Index)
+//!   without unpacking it; [`unpack_split`] writes its files out instead.
+//! * [`merge_splits`] merges splits of one doc mapping into a new bundle.
+//!
+//! **Tags.** For every tag field a split records each value present as `field:value`; past
+//! [`MAX_VALUES_PER_TAG_FIELD`] distinct values it records only `field!`, meaning "any value".
+//!
+//! **Partitions.** [`ParsedDoc::partition_id`] comes from the doc mapping's partition key (0 when
+//! none). The indexing pipeline caps distinct partitions per split at `max_num_partitions` by
+//! sending the overflow to [`OTHER_PARTITION_ID`].
+
+#![warn(missing_docs)]
+
+pub mod bundle;
+mod date;
+mod doc_mapper;
+mod error;
+mod merge;
+mod query;
+mod split;
+
+pub use bundle::{
+    open_split, open_split_from_bytes, read_split_footer, unpack_split, BundleDirectory,
+    BundleFile, BundleFooter,
+};
+pub use doc_mapper::{DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SOURCE_FIELD_NAME};
+pub use error::{DocParsingError, IndexError};
+pub use merge::{merge_split_files, merge_splits, merge_splits_to};
+pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
+pub use shale_config::OTHER_PARTITION_ID;
+pub use split::{
+    split_stats, BuiltSplit, SplitBuilder, SplitStats, MIN_HEAP_BYTES_PER_THREAD,
+    SPLIT_STATS_VERSION,
+};
+
+#[cfg(test)]
+mod tests;

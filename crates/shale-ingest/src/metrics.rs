@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_int_counter, register_int_counter_vec, register_int_gauge, IntCounter,
-    IntCounterVec, IntGauge,
+    register_int_counter, register_int_counter_vec, register_int_gauge, IntCounter, IntCounterVec,
+    IntGauge,
 };
 
 macro_rules! metric {
@@ -30,3 +30,15 @@ metric!(WAL_MEMORY_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_memory_bytes", "Bytes of not-yet-truncated WAL records held in memory."));
 metric!(WAL_DISK_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_disk_bytes", "Bytes used by WAL files on disk."));
+
+/// Registers every ingest metric (so they are exported before first use).
+pub fn register() {
+    LazyLock::force(&DOCS_INGESTED);
+    LazyLock::force(&DOCS_REJECTED);
+    LazyLock::force(&BYTES_INGESTED);
+    LazyLock::force(&SPLITS_PUBLISHED);
+    LazyLock::force(&SPLIT_BYTES_WRITTEN);
+    LazyLock::force(&PIPELINE_ERRORS);
+    LazyLock::force(&WAL_MEMORY_BYTES);
+    LazyLock::force(&WAL_DISK_BYTES);
+}

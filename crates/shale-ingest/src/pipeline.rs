@@ -16,8 +16,8 @@ use shale_index::{BuiltSplit, DocMapper, SplitBuilder};
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::Storage;
 use shale_types::{
-    new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMaturity,
-    SplitMetadata, INGEST_API_SOURCE_ID,
+    new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMaturity, SplitMetadata,
+    INGEST_API_SOURCE_ID,
 };
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -198,7 +198,8 @@ impl Pipeline {
                         .index_metadata(&self.params.index_uid.index_id)
                         .await
                     {
-                        self.checkpoint = meta.checkpoint(INGEST_API_SOURCE_ID).position(&self.queue);
+                        self.checkpoint =
+                            meta.checkpoint(INGEST_API_SOURCE_ID).position(&self.queue);
                         self.published_tx.send_replace(self.checkpoint);
                     }
                 }
@@ -269,7 +270,7 @@ impl Pipeline {
         let max_partitions = self.params.max_num_partitions.max(1) as usize;
         let heap = self.env.writer_heap_bytes;
         let threads = self.env.writer_threads;
-        let has_partitions = doc_mapper.has_partition_key();
+        let has_partitions = doc_mapper.partition_key().is_some();
         tokio::task::spawn_blocking(move || -> Result<Batch, StepError> {
             for (position, payload) in records {
                 batch.last_position = position;
@@ -293,7 +294,7 @@ impl Pipeline {
                         let dir = batch.scratch.path().join(format!("p{partition}"));
                         std::fs::create_dir_all(&dir)?;
                         let heap = if has_partitions { heap / 4 } else { heap };
-                        e.insert(SplitBuilder::new(
+                        e.insert(SplitBuilder::with_threads(
                             doc_mapper.clone(),
                             &dir,
                             heap.max(15_000_000),
@@ -325,7 +326,7 @@ impl Pipeline {
         .await??;
 
         let now = now_unix_secs();
-        let doc_mapping_uid = self.params.doc_mapper.doc_mapping_uid().to_string();
+        let doc_mapping_uid = self.params.doc_mapper.doc_mapping().doc_mapping_uid.clone();
         let splits: Vec<(SplitMetadata, PathBuf)> = built
             .into_iter()
             .filter(|(_, split)| split.num_docs > 0)
@@ -364,9 +365,12 @@ impl Pipeline {
         let metastore = &self.env.metastore;
         if !splits.is_empty() {
             let metas: Vec<SplitMetadata> = splits.iter().map(|(m, _)| m.clone()).collect();
-            metastore.stage_splits(index_uid, metas).await.inspect_err(|_| {
-                metrics::PIPELINE_ERRORS.with_label_values(&["stage"]).inc();
-            })?;
+            metastore
+                .stage_splits(index_uid, metas)
+                .await
+                .inspect_err(|_| {
+                    metrics::PIPELINE_ERRORS.with_label_values(&["stage"]).inc();
+                })?;
             for (meta, path) in &splits {
                 let bytes = self
                     .params
@@ -374,7 +378,9 @@ impl Pipeline {
                     .put_file(&meta.object_key(), path)
                     .await
                     .inspect_err(|_| {
-                        metrics::PIPELINE_ERRORS.with_label_values(&["upload"]).inc();
+                        metrics::PIPELINE_ERRORS
+                            .with_label_values(&["upload"])
+                            .inc();
                     })?;
                 metrics::SPLIT_BYTES_WRITTEN.inc_by(bytes);
             }
@@ -390,7 +396,9 @@ impl Pipeline {
             )
             .await
             .inspect_err(|_| {
-                metrics::PIPELINE_ERRORS.with_label_values(&["publish"]).inc();
+                metrics::PIPELINE_ERRORS
+                    .with_label_values(&["publish"])
+                    .inc();
             })?;
         metrics::SPLITS_PUBLISHED.inc_by(split_ids.len() as u64);
         info!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shale_index::{DocMapper, DocParsingError};
-use shale_metastore::{IndexMetadata, Metastore, MetastoreError};
+use shale_metastore::{IndexMetadata, MetastoreError};
 use shale_storage::{IndexStorages, Storage};
 use shale_types::{new_ulid, IndexUid, INGEST_API_SOURCE_ID};
 use tokio::sync::RwLock;
@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::metrics;
 use crate::pipeline::{spawn_pipeline, PipelineEnv, PipelineHandle, PipelineParams};
-use crate::wal::{Wal, WalError};
+use crate::wal::WalError;
 
 /// When an ingest request is acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,7 +107,10 @@ pub fn pipeline_params(
     storage: Storage,
 ) -> Result<PipelineParams, shale_index::IndexError> {
     let config = &index.index_config;
-    let doc_mapper = Arc::new(DocMapper::new(&config.doc_mapping, &config.search_settings)?);
+    let doc_mapper = Arc::new(DocMapper::new(
+        &config.doc_mapping,
+        &config.search_settings,
+    )?);
     let settings = &config.indexing_settings;
     Ok(PipelineParams {
         index_uid: index.index_uid.clone(),
@@ -249,8 +252,8 @@ impl IngestRouter {
             let mut outcome = IngestOutcome::default();
             let mut valid = Vec::with_capacity(docs.len());
             for doc in docs {
-                match doc_mapper.validate_doc(&doc) {
-                    Ok(()) => {
+                match doc_mapper.parse_doc(&doc) {
+                    Ok(_) => {
                         outcome.results.push(None);
                         valid.push(doc);
                     }

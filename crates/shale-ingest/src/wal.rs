@@ -81,7 +81,7 @@ impl Wal {
         for queue in log.list_queues() {
             let next = log
                 .range(queue, ..)
-                .map_err(io)?
+                .map_err(|_| WalError::MissingQueue(queue.to_string()))?
                 .last()
                 .map(|(pos, _)| pos + 1)
                 .unwrap_or(0);
@@ -156,7 +156,7 @@ impl Wal {
             .ok_or_else(|| WalError::MissingQueue(queue.to_string()))?;
         inner
             .log
-            .append_records(queue, Some(first), records.iter().map(|r| *r))
+            .append_records(queue, Some(first), records.iter().copied())
             .await
             .map_err(io)?;
         let last = first + records.len() as u64 - 1;
@@ -272,7 +272,9 @@ mod tests {
     async fn positions_survive_reopen_and_never_go_back_past_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let wal = Wal::open(dir.path(), PersistPolicy::OnAppend).await.unwrap();
+            let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+                .await
+                .unwrap();
             wal.ensure_queue("q", None).await.unwrap();
             assert_eq!(
                 wal.append("q", &[b"a", b"b", b"c"]).await.unwrap(),
@@ -282,7 +284,9 @@ mod tests {
             let recs = wal.read("q", 0, 10, 1 << 20).await.unwrap();
             assert_eq!(recs, vec![(2, b"c".to_vec())]);
         }
-        let wal = Wal::open(dir.path(), PersistPolicy::OnAppend).await.unwrap();
+        let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+            .await
+            .unwrap();
         assert_eq!(wal.queues().await, vec![("q".to_string(), 3)]);
         // A checkpoint beyond what the WAL kept (lost tail) moves positions forward.
         wal.ensure_queue("q", Some(9)).await.unwrap();
@@ -300,9 +304,12 @@ mod tests {
     #[tokio::test]
     async fn read_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let wal = Wal::open(dir.path(), PersistPolicy::OnDelay(Duration::from_millis(50)))
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            dir.path(),
+            PersistPolicy::OnDelay(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
         wal.ensure_queue("q", None).await.unwrap();
         let recs: Vec<Vec<u8>> = (0..100).map(|i| format!("doc{i}").into_bytes()).collect();
         let refs: Vec<&[u8]> = recs.iter().map(|r| r.as_slice()).collect();

@@ -7,4 +7,4 @@ mod request;
 mod service;
 
 pub use request::{SearchRequest, SearchResponse, SortBy, SortOrder};
-pub use service::{IndexStorageResolver, SearchError, SearchService};
+pub use service::{register_metrics, SearchError, SearchService};

@@ -9,11 +9,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use prometheus::{register_histogram, register_int_counter, Histogram, IntCounter};
 use shale_index::DocMapper;
 use shale_metastore::{ListSplitsQuery, Metastore, MetastoreError};
-use shale_storage::{IndexStorages, SplitCache, Storage, StorageError};
+use shale_storage::{IndexStorages, SplitCache, Storage};
 use shale_types::{Split, SplitMetadata, SplitState};
 use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query};
-use tantivy::{DocAddress, Index, Order, Searcher, TantivyDocument};
+use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
 use tokio::sync::Semaphore;
 
 use crate::request::{SearchRequest, SearchResponse, SortBy, SortOrder};
@@ -27,8 +27,11 @@ static SEARCH_LATENCY: LazyLock<Histogram> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 static SPLITS_SEARCHED: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("shale_search_splits_searched_total", "Splits opened by searches.")
-        .expect("metric registered once")
+    register_int_counter!(
+        "shale_search_splits_searched_total",
+        "Splits opened by searches."
+    )
+    .expect("metric registered once")
 });
 static SPLITS_PRUNED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
@@ -37,6 +40,13 @@ static SPLITS_PRUNED: LazyLock<IntCounter> = LazyLock::new(|| {
     )
     .expect("metric registered once")
 });
+
+/// Registers the search metrics (so they are exported before the first search).
+pub fn register_metrics() {
+    LazyLock::force(&SEARCH_LATENCY);
+    LazyLock::force(&SPLITS_SEARCHED);
+    LazyLock::force(&SPLITS_PRUNED);
+}
 
 /// Search failures that fail the whole request (per-split failures go to `errors`).
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +65,8 @@ pub enum SearchError {
     Internal(String),
 }
 
-/// Alias kept for readers of the API: index storages resolve split locations.
-pub type IndexStorageResolver = IndexStorages;
+/// Name of the split object inside its cache directory.
+const SPLIT_FILE_NAME: &str = "split.bundle";
 
 /// Opened splits kept in memory (bounded), keyed by split id.
 const MAX_OPEN_SPLITS: usize = 512;
@@ -155,15 +165,14 @@ impl SearchService {
         let user_query = doc_mapper
             .parse_query(&request.query, request.search_field.as_deref())
             .map_err(|err| SearchError::InvalidRequest(err.to_string()))?;
-        let query: Box<dyn Query> = match doc_mapper
-            .time_range_query(request.start_timestamp, request.end_timestamp)
-        {
-            Some(range) => Box::new(BooleanQuery::new(vec![
-                (Occur::Must, user_query),
-                (Occur::Must, range),
-            ])),
-            None => user_query,
-        };
+        let query: Box<dyn Query> =
+            match doc_mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
+                Some(range) => Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, user_query),
+                    (Occur::Must, range),
+                ])),
+                None => user_query,
+            };
         let query: Arc<dyn Query> = Arc::from(query);
 
         // Root: list and prune before opening anything.
@@ -176,7 +185,9 @@ impl SearchService {
             .await
             .map_err(SearchError::Metastore)?;
         let num_published = published.len();
-        let required_tags = doc_mapper.required_tag_terms(&request.query);
+        let required_tags = doc_mapper
+            .required_tag_terms(&request.query)
+            .unwrap_or_default();
         let splits: Vec<SplitMetadata> = published
             .into_iter()
             .map(|s: Split| s.split_metadata)
@@ -185,7 +196,7 @@ impl SearchService {
                     range.intersects(request.start_timestamp, request.end_timestamp)
                 })
             })
-            .filter(|split| tags_may_match(split, &required_tags))
+            .filter(|split| shale_index::split_may_match_tags(&split.tags, &required_tags))
             .collect();
         let num_splits_pruned = num_published - splits.len();
 
@@ -298,28 +309,14 @@ impl SearchService {
             .cache
             .get_or_fetch(&split.split_id, |dir| {
                 let storage = storage.clone();
-                async move {
-                    let bundle = dir.join("split.bundle");
-                    let size = storage.get_to_file(&key, &bundle).await?;
-                    let unpack_dir = dir.clone();
-                    tokio::task::spawn_blocking(move || {
-                        shale_index::unpack_split(&bundle, &unpack_dir)
-                            .map_err(|err| StorageError::ObjectStore(err.to_string()))?;
-                        std::fs::remove_file(&bundle).map_err(|err| StorageError::Io {
-                            path: bundle.display().to_string(),
-                            source: err,
-                        })
-                    })
-                    .await
-                    .map_err(|err| StorageError::ObjectStore(err.to_string()))??;
-                    Ok(size)
-                }
+                async move { storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await }
             })
             .await
             .map_err(|err| err.to_string())?;
         let path = cached.path().to_path_buf();
         let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
-            let index = Index::open_in_dir(&path).map_err(|err| err.to_string())?;
+            let index = shale_index::open_split(&path.join(SPLIT_FILE_NAME))
+                .map_err(|err| err.to_string())?;
             let reader = index.reader().map_err(|err| err.to_string())?;
             Ok(reader.searcher())
         })
@@ -409,7 +406,8 @@ fn run_leaf(
                 SortOrder::Asc => Order::Asc,
                 SortOrder::Desc => Order::Desc,
             };
-            let collector = TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
+            let collector =
+                TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
             let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
             Ok(LeafResult {
                 count: count as u64,
@@ -432,13 +430,23 @@ fn run_leaf(
 fn sort_candidates(candidates: &mut [LeafHit], sort_by: &SortBy) {
     use std::cmp::Ordering;
     let tie = |a: &LeafHit, b: &LeafHit| {
-        (a.split_ord, a.doc.segment_ord, a.doc.doc_id).cmp(&(b.split_ord, b.doc.segment_ord, b.doc.doc_id))
+        (a.split_ord, a.doc.segment_ord, a.doc.doc_id).cmp(&(
+            b.split_ord,
+            b.doc.segment_ord,
+            b.doc.doc_id,
+        ))
     };
     candidates.sort_by(|a, b| {
         let primary = match (a.key, b.key) {
             (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
             (SortKey::Value(x), SortKey::Value(y)) => {
-                let desc = matches!(sort_by, SortBy::Field { order: SortOrder::Desc, .. });
+                let desc = matches!(
+                    sort_by,
+                    SortBy::Field {
+                        order: SortOrder::Desc,
+                        ..
+                    }
+                );
                 match (x, y) {
                     (Some(x), Some(y)) => {
                         if desc {
@@ -457,35 +465,4 @@ fn sort_candidates(candidates: &mut [LeafHit], sort_by: &SortBy) {
         };
         primary.then_with(|| tie(a, b))
     });
-}
-
-/// Whether a split can hold documents with every required `field:value` tag.
-fn tags_may_match(split: &SplitMetadata, required: &[(String, String)]) -> bool {
-    required.iter().all(|(field, value)| {
-        split.tags.contains(&format!("{field}:{value}"))
-            || split.tags.contains(&format!("{field}!"))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tag_pruning_is_conservative() {
-        let mut split: SplitMetadata = serde_json::from_value(serde_json::json!({
-            "split_id": "01H", "index_uid": "idx:01ARZ3NDEKTSV4RRFFQ69G5FAV", "source_id": "s",
-            "node_id": "n", "partition_id": 0, "doc_mapping_uid": "d", "num_docs": 1,
-            "size_bytes": 1, "time_range": null, "create_timestamp": 0,
-            "maturity": {"type": "mature"}
-        }))
-        .unwrap();
-        split.tags.insert("service:api".into());
-        let req = |f: &str, v: &str| vec![(f.to_string(), v.to_string())];
-        assert!(tags_may_match(&split, &[]));
-        assert!(tags_may_match(&split, &req("service", "api")));
-        assert!(!tags_may_match(&split, &req("service", "db")));
-        split.tags.insert("service!".into());
-        assert!(tags_may_match(&split, &req("service", "db")));
-    }
 }

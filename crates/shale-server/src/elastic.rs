@@ -85,13 +85,20 @@ async fn bulk_inner(
         let source = if takes_source {
             line_no += 1;
             Some(lines.next().ok_or_else(|| {
-                ApiError::bad_request(format!("action `{name}` at line {} has no document", line_no - 1))
+                ApiError::bad_request(format!(
+                    "action `{name}` at line {} has no document",
+                    line_no - 1
+                ))
             })?)
         } else {
             None
         };
         let outcome = match (name.as_str(), &index_id, source) {
-            (_, None, _) => Err((400, "action_request_validation_exception", "index is missing".to_string())),
+            (_, None, _) => Err((
+                400,
+                "action_request_validation_exception",
+                "index is missing".to_string(),
+            )),
             ("index" | "create", Some(_), Some(source)) => Ok(body.slice_ref(source)),
             (other, Some(_), _) => Err((
                 400,
@@ -123,7 +130,8 @@ async fn bulk_inner(
             Ok(outcome) => {
                 for (&i, result) in positions.iter().zip(outcome.results) {
                     if let Some(err) = result {
-                        items[i].outcome = Err((400, "document_parsing_exception", err.to_string()));
+                        items[i].outcome =
+                            Err((400, "document_parsing_exception", err.to_string()));
                     }
                 }
             }

@@ -161,11 +161,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 async fn metrics(State(state): State<AppState>) -> Response {
     crate::metrics::refresh(&state.node).await;
     match crate::metrics::render() {
-        Ok(text) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            text,
-        )
-            .into_response(),
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(err) => ApiError::internal(err).into_response(),
     }
 }
@@ -259,7 +255,9 @@ pub async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Api
             return Err(too_large());
         }
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
 }
 
 /// Parses `commit=` (or `refresh=` for the Elasticsearch API).
@@ -293,7 +291,11 @@ async fn ingest(
     let body = read_body(&state, &headers, body).await?;
     let docs = ndjson_docs(&body);
     let num_docs = docs.len();
-    let outcome = state.node.router.ingest(&index_id, docs.clone(), commit).await?;
+    let outcome = state
+        .node
+        .router
+        .ingest(&index_id, docs.clone(), commit)
+        .await?;
     let parse_failures: Vec<Value> = outcome
         .results
         .iter()
@@ -302,7 +304,7 @@ async fn ingest(
         .map(|(i, err)| {
             json!({
                 "doc_index": i,
-                "reason": err.reason(),
+                "reason": parse_failure_reason(err),
                 "message": err.to_string(),
                 "document": String::from_utf8_lossy(&docs[i][..docs[i].len().min(1024)]),
             })
@@ -334,4 +336,15 @@ async fn search_post(
         .map_err(|err| ApiError::bad_request(format!("invalid search request: {err}")))?;
     let response = state.node.search.search(&index_id, request).await?;
     Ok(Json(json!(response)))
+}
+
+/// A stable, machine-readable reason for a rejected document (Quickwit-like).
+fn parse_failure_reason(err: &shale_index::DocParsingError) -> &'static str {
+    use shale_index::DocParsingError as E;
+    match err {
+        E::TooLarge { .. } => "doc_too_large",
+        E::InvalidJson(_) | E::NotAnObject => "invalid_json",
+        E::InvalidValue { .. } | E::UnknownField { .. } => "invalid_schema",
+        E::MissingTimestamp { .. } | E::InvalidTimestamp { .. } => "invalid_timestamp",
+    }
 }

@@ -18,6 +18,13 @@ static SPLITS_BY_STATE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+/// Registers every metric of the node, so a scrape shows them all from the start.
+pub fn register_all() {
+    LazyLock::force(&SPLITS_BY_STATE);
+    shale_ingest::metrics::register();
+    shale_search::register_metrics();
+}
+
 /// Refreshes scrape-time gauges.
 pub async fn refresh(node: &Node) {
     node.router.update_wal_metrics().await;
@@ -48,7 +55,7 @@ pub async fn refresh(node: &Node) {
 
 /// Renders the default registry in the Prometheus text format.
 pub fn render() -> Result<String, String> {
-    LazyLock::force(&SPLITS_BY_STATE);
+    register_all();
     let mut buf = Vec::new();
     TextEncoder::new()
         .encode(&prometheus::gather(), &mut buf)

@@ -188,7 +188,10 @@ impl Node {
                 warn!(%err, split_id = %split.split_metadata.split_id, "failed to delete split object");
             }
             self.search.forget_split(&split.split_metadata.split_id);
-            self.search.cache().remove(&split.split_metadata.split_id).await;
+            self.search
+                .cache()
+                .remove(&split.split_metadata.split_id)
+                .await;
         }
         Ok(splits)
     }

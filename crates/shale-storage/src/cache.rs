@@ -73,7 +73,9 @@ impl SplitCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding this lock cannot leave the map inconsistent (no await inside).
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn lookup(&self, key: &str) -> Option<Arc<CachedSplit>> {
@@ -97,7 +99,12 @@ impl SplitCache {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(handle);
         }
-        let key_lock = self.lock().in_flight.entry(key.to_string()).or_default().clone();
+        let key_lock = self
+            .lock()
+            .in_flight
+            .entry(key.to_string())
+            .or_default()
+            .clone();
         let _guard = key_lock.lock().await;
         if let Some(handle) = self.lookup(key) {
             self.hits.fetch_add(1, Ordering::Relaxed);

@@ -81,9 +81,7 @@ impl StorageResolver {
             }
             let path_style = opts.force_path_style.unwrap_or(opts.endpoint.is_some());
             builder = builder.with_virtual_hosted_style_request(!path_style);
-            let store = builder
-                .build()
-                .map_err(|err| invalid(&err.to_string()))?;
+            let store = builder.build().map_err(|err| invalid(&err.to_string()))?;
             return Ok(Storage {
                 uri: uri.trim_end_matches('/').to_string(),
                 store: Arc::new(store),
@@ -134,8 +132,16 @@ impl Storage {
     }
 
     fn key(&self, name: &str) -> ObjectPath {
-        let mut parts: Vec<String> = self.prefix.parts().map(|p| p.as_ref().to_string()).collect();
-        parts.extend(name.split('/').filter(|p| !p.is_empty()).map(str::to_string));
+        let mut parts: Vec<String> = self
+            .prefix
+            .parts()
+            .map(|p| p.as_ref().to_string())
+            .collect();
+        parts.extend(
+            name.split('/')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string),
+        );
         ObjectPath::from_iter(parts)
     }
 
@@ -148,7 +154,10 @@ impl Storage {
         let mut buf = vec![0u8; 1024 * 1024];
         let mut total = 0u64;
         loop {
-            let n = file.read(&mut buf).await.map_err(|err| io_err(local, err))?;
+            let n = file
+                .read(&mut buf)
+                .await
+                .map_err(|err| io_err(local, err))?;
             if n == 0 {
                 break;
             }
@@ -198,7 +207,9 @@ impl Storage {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk?;
                 total += chunk.len() as u64;
-                file.write_all(&chunk).await.map_err(|err| io_err(&tmp, err))?;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|err| io_err(&tmp, err))?;
             }
             file.flush().await.map_err(|err| io_err(&tmp, err))?;
             tokio::fs::rename(&tmp, dest)
@@ -264,13 +275,19 @@ mod tests {
             .child("my-index");
         let src = dir.path().join("src.bin");
         std::fs::write(&src, vec![7u8; 3 * 1024 * 1024 + 17]).unwrap();
-        assert_eq!(storage.put_file("a.split", &src).await.unwrap(), 3 * 1024 * 1024 + 17);
+        assert_eq!(
+            storage.put_file("a.split", &src).await.unwrap(),
+            3 * 1024 * 1024 + 17
+        );
         assert!(storage.exists("a.split").await.unwrap());
         assert_eq!(storage.list().await.unwrap(), vec!["a.split".to_string()]);
         let dest = dir.path().join("dest.bin");
         storage.get_to_file("a.split", &dest).await.unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), std::fs::read(&src).unwrap());
-        assert_eq!(storage.get_range("a.split", 0..4).await.unwrap().as_ref(), &[7u8; 4]);
+        assert_eq!(
+            storage.get_range("a.split", 0..4).await.unwrap().as_ref(),
+            &[7u8; 4]
+        );
         storage.delete("a.split").await.unwrap();
         storage.delete("a.split").await.unwrap();
         assert!(!storage.exists("a.split").await.unwrap());

@@ -22,7 +22,9 @@ async fn s3_storage_round_trips_large_files() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("big.split");
     // larger than one multipart chunk
-    let data: Vec<u8> = (0..(9 * 1024 * 1024 + 123)).map(|i| (i % 251) as u8).collect();
+    let data: Vec<u8> = (0..(9 * 1024 * 1024 + 123))
+        .map(|i| (i % 251) as u8)
+        .collect();
     std::fs::write(&src, &data).unwrap();
     storage.put_file("x.split", &src).await.unwrap();
     assert_eq!(storage.list().await.unwrap(), vec!["x.split".to_string()]);

@@ -91,15 +91,19 @@ mod tests {
     #[test]
     fn delta_must_start_where_checkpoint_ends() {
         let mut cp = SourceCheckpoint::default();
-        cp.try_apply(&CheckpointDelta::single("s1", None, 9)).unwrap();
+        cp.try_apply(&CheckpointDelta::single("s1", None, 9))
+            .unwrap();
         assert_eq!(cp.position("s1"), Some(9));
         let err = cp
             .try_apply(&CheckpointDelta::single("s1", Some(5), 12))
             .unwrap_err();
         assert_eq!(err.current, Some(9));
         assert_eq!(cp.position("s1"), Some(9));
-        cp.try_apply(&CheckpointDelta::single("s1", Some(9), 20)).unwrap();
+        cp.try_apply(&CheckpointDelta::single("s1", Some(9), 20))
+            .unwrap();
         assert_eq!(cp.position("s1"), Some(20));
-        assert!(cp.try_apply(&CheckpointDelta::single("s2", Some(0), 3)).is_err());
+        assert!(cp
+            .try_apply(&CheckpointDelta::single("s2", Some(0), 3))
+            .is_err());
     }
 }

@@ -106,7 +106,11 @@ impl SplitMetadata {
             SplitMaturity::Mature => true,
             SplitMaturity::Immature {
                 maturation_period_secs,
-            } => self.create_timestamp.saturating_add(maturation_period_secs as i64) <= now,
+            } => {
+                self.create_timestamp
+                    .saturating_add(maturation_period_secs as i64)
+                    <= now
+            }
         }
     }
 
@@ -116,7 +120,9 @@ impl SplitMetadata {
             SplitMaturity::Mature => 0,
             SplitMaturity::Immature {
                 maturation_period_secs,
-            } => self.create_timestamp.saturating_add(maturation_period_secs as i64),
+            } => self
+                .create_timestamp
+                .saturating_add(maturation_period_secs as i64),
         }
     }
 

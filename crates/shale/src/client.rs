@@ -211,13 +211,12 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         None => (Box::new(std::io::stdin()), None),
     };
     let bar = match total_bytes {
-        Some(total) => ProgressBar::new(total).with_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
-            )?,
-        ),
-        None => ProgressBar::new_spinner()
-            .with_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bytes} {msg}")?),
+        Some(total) => ProgressBar::new(total).with_style(ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+        )?),
+        None => ProgressBar::new_spinner().with_style(ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bytes} {msg}",
+        )?),
     };
     let started = Instant::now();
     let mut reader = BufReader::new(reader);

@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 use shale_config::NodeConfig;
 
 #[derive(Parser)]
-#[command(name = "shale", version, about = "Shale: an observability store on object storage")]
+#[command(
+    name = "shale",
+    version,
+    about = "Shale: an observability store on object storage"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,0 +1,416 @@
+//! The node config: a YAML file in which every key is optional.
+//!
+//! ```yaml
+//! version: 0.1                         # accepted and ignored
+//! node_id: indexer-1                   # default: the host name, else `node-1`
+//! listen_address: 0.0.0.0:7280         # default: 127.0.0.1:7280
+//! data_dir: /var/lib/shale             # default: ./shale-data
+//! metastore_uri: postgres://…          # default: sqlite://{data_dir}/metastore.db
+//! default_index_root_uri: s3://bucket  # alias `storage_uri`; default: file://{data_dir}/indexes
+//! wal_persist_policy: on-delay         # or on-append (fsync every append)
+//! wal_persist_interval_secs: 5         # for on-delay
+//! max_ingest_body_bytes: 10MiB         # integer or size with unit; default 10 MiB
+//! split_cache_max_bytes: 10GiB         # default 10 GiB
+//! s3:
+//!   endpoint: http://localhost:9000
+//!   region: us-east-1
+//!   access_key_id: …
+//!   secret_access_key: …
+//!   force_path_style: true
+//!   allow_http: true
+//! ```
+//!
+//! Overrides from environment variables or the command line are the binary's business: every
+//! field is public.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::parse_byte_size;
+use crate::validation::deserialize_with_path;
+use crate::ConfigError;
+
+/// Default `listen_address`.
+pub const DEFAULT_LISTEN_ADDRESS: &str = "127.0.0.1:7280";
+/// Default `data_dir`.
+pub const DEFAULT_DATA_DIR: &str = "./shale-data";
+/// Default `wal_persist_interval_secs`.
+pub const DEFAULT_WAL_PERSIST_INTERVAL_SECS: u64 = 5;
+/// Default `max_ingest_body_bytes`: 10 MiB, Quickwit's content length limit.
+pub const DEFAULT_MAX_INGEST_BODY_BYTES: u64 = 10 << 20;
+/// Default `split_cache_max_bytes`: 10 GiB.
+pub const DEFAULT_SPLIT_CACHE_MAX_BYTES: u64 = 10 << 30;
+
+/// When the WAL is flushed to disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WalPersistPolicy {
+    /// fsync at most every `wal_persist_interval_secs` (a crash may lose that much).
+    #[default]
+    OnDelay,
+    /// fsync after every append (durable, slower).
+    OnAppend,
+}
+
+/// S3-compatible object store settings; unset values fall back to the AWS environment.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// Endpoint URL, for MinIO, R2, … (`None`: AWS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Access key id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// Secret access key; never serialized nor printed by `Debug`.
+    #[serde(default, skip_serializing)]
+    pub secret_access_key: Option<String>,
+    /// Use `endpoint/bucket/key` URLs instead of `bucket.endpoint/key`.
+    #[serde(default)]
+    pub force_path_style: bool,
+    /// Allow a plain `http://` endpoint.
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("force_path_style", &self.force_path_style)
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+/// The configuration of one node, defaults resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeConfig {
+    /// This node's id in the cluster.
+    pub node_id: String,
+    /// `host:port` the REST API listens on.
+    pub listen_address: String,
+    /// Local directory for the WAL, the split cache, scratch space and the default SQLite
+    /// metastore and file storage.
+    pub data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…`.
+    pub metastore_uri: String,
+    /// Where indexes' splits live by default (`file://…` or `s3://bucket/prefix`).
+    pub default_index_root_uri: String,
+    /// When the WAL is fsynced.
+    pub wal_persist_policy: WalPersistPolicy,
+    /// fsync interval for [`WalPersistPolicy::OnDelay`].
+    pub wal_persist_interval_secs: u64,
+    /// Largest accepted ingest request body.
+    pub max_ingest_body_bytes: u64,
+    /// Size of the local split cache.
+    pub split_cache_max_bytes: u64,
+    /// Object store settings.
+    pub s3: S3Config,
+}
+
+/// The file as written: every key optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeConfigFile {
+    #[serde(default)]
+    #[allow(dead_code)]
+    version: Option<serde_json::Value>,
+    #[serde(default)]
+    node_id: Option<String>,
+    #[serde(default)]
+    listen_address: Option<String>,
+    #[serde(default)]
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    metastore_uri: Option<String>,
+    #[serde(default, alias = "storage_uri")]
+    default_index_root_uri: Option<String>,
+    #[serde(default)]
+    wal_persist_policy: Option<WalPersistPolicy>,
+    #[serde(default)]
+    wal_persist_interval_secs: Option<u64>,
+    #[serde(default)]
+    max_ingest_body_bytes: Option<ByteSize>,
+    #[serde(default)]
+    split_cache_max_bytes: Option<ByteSize>,
+    #[serde(default)]
+    s3: Option<S3Config>,
+}
+
+/// A byte size written as an integer or a string with a unit (`10MiB`).
+struct ByteSize(u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "a number of bytes or a size like `10MiB`")]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Int(bytes) => Ok(ByteSize(bytes)),
+            Raw::Text(text) => parse_byte_size(&text)
+                .map(ByteSize)
+                .map_err(|err| match err {
+                    ConfigError::Invalid { message, .. } => serde::de::Error::custom(message),
+                    other => serde::de::Error::custom(other),
+                }),
+        }
+    }
+}
+
+/// The host name, from the kernel, `/etc/hostname` or `$HOSTNAME`.
+fn hostname() -> Option<String> {
+    let candidates = [
+        std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
+        std::fs::read_to_string("/etc/hostname").ok(),
+        std::env::var("HOSTNAME").ok(),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .map(|name| name.trim().to_string())
+        .find(|name| !name.is_empty())
+}
+
+fn default_node_id() -> String {
+    hostname().unwrap_or_else(|| "node-1".to_string())
+}
+
+fn display_dir(dir: &Path) -> String {
+    dir.display().to_string().trim_end_matches('/').to_string()
+}
+
+impl NodeConfig {
+    /// Parses a YAML (or JSON) node config; missing keys take their defaults. An empty file is
+    /// the default config.
+    pub fn from_yaml(bytes: &[u8]) -> Result<NodeConfig, ConfigError> {
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Ok(NodeConfig::default());
+        }
+        let file: NodeConfigFile = deserialize_with_path(bytes)?;
+        let data_dir = file
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let config = NodeConfig {
+            node_id: file.node_id.unwrap_or_else(default_node_id),
+            listen_address: file
+                .listen_address
+                .unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.to_string()),
+            metastore_uri: file
+                .metastore_uri
+                .unwrap_or_else(|| Self::default_metastore_uri(&data_dir)),
+            default_index_root_uri: file
+                .default_index_root_uri
+                .unwrap_or_else(|| Self::default_storage_uri(&data_dir)),
+            data_dir,
+            wal_persist_policy: file.wal_persist_policy.unwrap_or_default(),
+            wal_persist_interval_secs: file
+                .wal_persist_interval_secs
+                .unwrap_or(DEFAULT_WAL_PERSIST_INTERVAL_SECS),
+            max_ingest_body_bytes: file
+                .max_ingest_body_bytes
+                .map_or(DEFAULT_MAX_INGEST_BODY_BYTES, |size| size.0),
+            split_cache_max_bytes: file
+                .split_cache_max_bytes
+                .map_or(DEFAULT_SPLIT_CACHE_MAX_BYTES, |size| size.0),
+            s3: file.s3.unwrap_or_default(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The defaults, with everything derived from the data dir (metastore, storage) under
+    /// `data_dir`.
+    pub fn with_data_dir(data_dir: &Path) -> NodeConfig {
+        NodeConfig {
+            data_dir: data_dir.to_path_buf(),
+            metastore_uri: Self::default_metastore_uri(data_dir),
+            default_index_root_uri: Self::default_storage_uri(data_dir),
+            ..NodeConfig::default()
+        }
+    }
+
+    /// `sqlite://{data_dir}/metastore.db`.
+    pub fn default_metastore_uri(data_dir: &Path) -> String {
+        format!("sqlite://{}/metastore.db", display_dir(data_dir))
+    }
+
+    /// `file://{data_dir}/indexes`.
+    pub fn default_storage_uri(data_dir: &Path) -> String {
+        format!("file://{}/indexes", display_dir(data_dir))
+    }
+
+    /// Alias of `default_index_root_uri`.
+    pub fn storage_uri(&self) -> &str {
+        &self.default_index_root_uri
+    }
+
+    /// Checks values that defaults cannot fix; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        if self.node_id.trim().is_empty() {
+            return Err(invalid("node_id", "must not be empty".to_string()));
+        }
+        let port_ok = self
+            .listen_address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(invalid(
+                "listen_address",
+                format!(
+                    "`{}` is not `host:port` (e.g. `127.0.0.1:7280`)",
+                    self.listen_address
+                ),
+            ));
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty".to_string()));
+        }
+        if self.wal_persist_policy == WalPersistPolicy::OnDelay
+            && self.wal_persist_interval_secs < 1
+        {
+            return Err(invalid(
+                "wal_persist_interval_secs",
+                "must be at least 1 with `wal_persist_policy: on-delay`".to_string(),
+            ));
+        }
+        if self.max_ingest_body_bytes < 1 {
+            return Err(invalid(
+                "max_ingest_body_bytes",
+                "must be at least 1".to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        let data_dir = PathBuf::from(DEFAULT_DATA_DIR);
+        NodeConfig {
+            node_id: default_node_id(),
+            listen_address: DEFAULT_LISTEN_ADDRESS.to_string(),
+            metastore_uri: Self::default_metastore_uri(&data_dir),
+            default_index_root_uri: Self::default_storage_uri(&data_dir),
+            data_dir,
+            wal_persist_policy: WalPersistPolicy::OnDelay,
+            wal_persist_interval_secs: DEFAULT_WAL_PERSIST_INTERVAL_SECS,
+            max_ingest_body_bytes: DEFAULT_MAX_INGEST_BODY_BYTES,
+            split_cache_max_bytes: DEFAULT_SPLIT_CACHE_MAX_BYTES,
+            s3: S3Config::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let config = NodeConfig::from_yaml(b"  \n").unwrap();
+        assert_eq!(config, NodeConfig::default());
+        assert_eq!(config.listen_address, "127.0.0.1:7280");
+        assert_eq!(config.data_dir, PathBuf::from("./shale-data"));
+        assert_eq!(config.metastore_uri, "sqlite://./shale-data/metastore.db");
+        assert_eq!(config.default_index_root_uri, "file://./shale-data/indexes");
+        assert_eq!(config.storage_uri(), "file://./shale-data/indexes");
+        assert_eq!(config.wal_persist_policy, WalPersistPolicy::OnDelay);
+        assert_eq!(config.wal_persist_interval_secs, 5);
+        assert_eq!(config.max_ingest_body_bytes, 10 * 1024 * 1024);
+        assert_eq!(config.split_cache_max_bytes, 10 * 1024 * 1024 * 1024);
+        assert!(!config.node_id.is_empty());
+        assert_eq!(config.s3, S3Config::default());
+    }
+
+    #[test]
+    fn defaults_follow_data_dir() {
+        let config = NodeConfig::from_yaml(b"data_dir: /var/lib/shale/\nnode_id: n1\n").unwrap();
+        assert_eq!(config.node_id, "n1");
+        assert_eq!(config.metastore_uri, "sqlite:///var/lib/shale/metastore.db");
+        assert_eq!(
+            config.default_index_root_uri,
+            "file:///var/lib/shale/indexes"
+        );
+    }
+
+    #[test]
+    fn full_config() {
+        let yaml = br#"
+version: 0.1
+node_id: indexer-7
+listen_address: 0.0.0.0:7281
+data_dir: /data
+metastore_uri: postgres://shale@db/shale
+storage_uri: s3://bucket/indexes
+wal_persist_policy: on-append
+wal_persist_interval_secs: 2
+max_ingest_body_bytes: 20MiB
+split_cache_max_bytes: 1000000
+s3:
+  endpoint: http://localhost:9000
+  region: us-east-1
+  access_key_id: minio
+  secret_access_key: minio123
+  force_path_style: true
+  allow_http: true
+"#;
+        let config = NodeConfig::from_yaml(yaml).unwrap();
+        assert_eq!(config.node_id, "indexer-7");
+        assert_eq!(config.listen_address, "0.0.0.0:7281");
+        assert_eq!(config.metastore_uri, "postgres://shale@db/shale");
+        assert_eq!(config.default_index_root_uri, "s3://bucket/indexes");
+        assert_eq!(config.wal_persist_policy, WalPersistPolicy::OnAppend);
+        assert_eq!(config.wal_persist_interval_secs, 2);
+        assert_eq!(config.max_ingest_body_bytes, 20 << 20);
+        assert_eq!(config.split_cache_max_bytes, 1_000_000);
+        assert_eq!(config.s3.endpoint.as_deref(), Some("http://localhost:9000"));
+        assert_eq!(config.s3.secret_access_key.as_deref(), Some("minio123"));
+        assert!(config.s3.force_path_style && config.s3.allow_http);
+        // The secret never leaks through Debug or serialization.
+        assert!(!format!("{config:?}").contains("minio123"));
+        assert!(!serde_json::to_string(&config).unwrap().contains("minio123"));
+    }
+
+    #[test]
+    fn quickwit_name_for_the_storage_root() {
+        let config = NodeConfig::from_yaml(b"default_index_root_uri: s3://b/p").unwrap();
+        assert_eq!(config.default_index_root_uri, "s3://b/p");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (yaml, needle) in [
+            ("listen_adress: 1.2.3.4:80", "listen_adress"),
+            ("wal_persist_policy: sometimes", "wal_persist_policy"),
+            ("max_ingest_body_bytes: lots", "max_ingest_body_bytes"),
+            ("s3:\n  bucket: x", "s3"),
+            ("listen_address: localhost", "listen_address"),
+            ("node_id: ''", "node_id"),
+            ("wal_persist_interval_secs: 0", "wal_persist_interval_secs"),
+        ] {
+            let err = NodeConfig::from_yaml(yaml.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{yaml}: {err}");
+        }
+    }
+}

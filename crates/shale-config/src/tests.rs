@@ -1,0 +1,472 @@
+//! Index config parsing and validation tests.
+
+use crate::*;
+
+/// Quickwit's `hdfs-logs` tutorial config.
+pub(crate) const HDFS_LOGS_YAML: &str = r#"
+version: 0.7
+index_id: hdfs-logs
+doc_mapping:
+  field_mappings:
+    - name: timestamp
+      type: datetime
+      input_formats:
+        - unix_timestamp
+      output_format: unix_timestamp_secs
+      fast_precision: seconds
+      fast: true
+    - name: tenant_id
+      type: u64
+    - name: severity_text
+      type: text
+      tokenizer: raw
+      fast:
+        normalizer: lowercase
+    - name: body
+      type: text
+      tokenizer: default
+      record: position
+    - name: resource
+      type: json
+      tokenizer: raw
+  tag_fields: [tenant_id]
+  timestamp_field: timestamp
+search_settings:
+  default_search_fields: [severity_text, body]
+indexing_settings:
+  commit_timeout_secs: 10
+retention:
+  period: 90 days
+  schedule: daily
+"#;
+
+/// A gharchive-like config (Quickwit's tutorial), as JSON, with json fields and a partition key.
+pub(crate) const GHARCHIVE_JSON: &str = r#"{
+  "version": "0.7",
+  "index_id": "gh-archive",
+  "doc_mapping": {
+    "mode": "dynamic",
+    "field_mappings": [
+      {"name": "id", "type": "text", "tokenizer": "raw"},
+      {"name": "type", "type": "text", "fast": true, "tokenizer": "raw"},
+      {"name": "public", "type": "bool", "fast": true},
+      {"name": "payload", "type": "json", "tokenizer": "default"},
+      {"name": "org", "type": "json", "tokenizer": "default"},
+      {"name": "repo", "type": "json", "tokenizer": "default"},
+      {"name": "actor", "type": "json", "tokenizer": "default"},
+      {"name": "other", "type": "json", "tokenizer": "default"},
+      {"name": "created_at", "type": "datetime", "fast": true,
+       "input_formats": ["rfc3339"], "fast_precision": "seconds"}
+    ],
+    "timestamp_field": "created_at",
+    "tag_fields": ["type"],
+    "partition_key": "hash_mod((type, repo.name), 50)",
+    "store_source": true
+  },
+  "indexing_settings": {
+    "commit_timeout_secs": 10,
+    "merge_policy": {"type": "stable_log", "merge_factor": 10, "max_merge_factor": 12},
+    "resources": {"heap_size": "1GB"}
+  }
+}"#;
+
+fn parse(text: &str) -> Result<IndexConfig, ConfigError> {
+    IndexConfig::parse(text.as_bytes())
+}
+
+/// Asserts the config fails and the error names `field`.
+#[track_caller]
+fn assert_invalid(text: &str, field: &str, needle: &str) {
+    let err = parse(text).expect_err("config should be rejected");
+    let message = err.to_string();
+    match &err {
+        ConfigError::Invalid { field: f, .. } => assert_eq!(f, field, "{message}"),
+        ConfigError::Parse(_) => assert!(message.contains(field), "{message}"),
+    }
+    assert!(
+        message.contains(needle),
+        "expected `{needle}` in: {message}"
+    );
+}
+
+fn minimal(doc_mapping: &str) -> String {
+    format!("index_id: my-index\ndoc_mapping:\n{doc_mapping}")
+}
+
+const TS: &str = "    - name: ts\n      type: datetime\n      fast: true\n";
+
+#[test]
+fn hdfs_logs_parses() {
+    let config = parse(HDFS_LOGS_YAML).unwrap();
+    assert_eq!(config.index_id, "hdfs-logs");
+    let mapping = &config.doc_mapping;
+    assert_eq!(mapping.field_mappings.len(), 5);
+    assert_eq!(mapping.mode, Mode::Dynamic);
+    assert_eq!(mapping.timestamp_field.as_deref(), Some("timestamp"));
+    assert_eq!(mapping.tag_fields, ["tenant_id"]);
+    assert_eq!(mapping.max_num_partitions, DEFAULT_MAX_NUM_PARTITIONS);
+    match &mapping.field_mapping("severity_text").unwrap().kind {
+        FieldKind::Text(options) => {
+            assert!(options.fast, "fast: {{normalizer}} means fast");
+            assert_eq!(options.tokenizer, Tokenizer::Raw);
+            assert!(options.stored && options.indexed);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &mapping.field_mapping("timestamp").unwrap().kind {
+        FieldKind::Datetime(options) => {
+            assert_eq!(options.input_formats, [DateInputFormat::UnixTimestamp]);
+            assert_eq!(options.fast_precision, FastPrecision::Seconds);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(config.indexing_settings.commit_timeout_secs, 10);
+    assert_eq!(
+        config.indexing_settings.split_num_docs_target,
+        DEFAULT_SPLIT_NUM_DOCS_TARGET
+    );
+    assert_eq!(
+        config.indexing_settings.merge_policy,
+        serde_json::json!({"type": "stable_log"})
+    );
+    assert_eq!(
+        config.search_settings.default_search_fields,
+        ["severity_text", "body"]
+    );
+    let retention = config.retention.as_ref().unwrap();
+    assert_eq!(retention.period_secs().unwrap(), 90 * 86_400);
+    assert_eq!(retention.schedule, "daily");
+    assert_eq!(mapping.partition_key().unwrap(), None);
+    assert!(mapping.is_exact_tag_field("tenant_id"));
+    assert!(!mapping.is_exact_tag_field("body"));
+}
+
+#[test]
+fn gharchive_json_parses() {
+    let config = parse(GHARCHIVE_JSON).unwrap();
+    assert_eq!(config.index_id, "gh-archive");
+    let mapping = &config.doc_mapping;
+    assert!(mapping.store_source);
+    assert!(matches!(
+        mapping.field_mapping("payload").unwrap().kind,
+        FieldKind::Json(_)
+    ));
+    assert_eq!(
+        mapping.partition_key().unwrap(),
+        Some(PartitionKey::HashMod {
+            fields: vec!["type".into(), "repo.name".into()],
+            modulo: 50
+        })
+    );
+    assert_eq!(
+        config.indexing_settings.other.get("resources"),
+        Some(&serde_json::json!({"heap_size": "1GB"}))
+    );
+    assert!(mapping.is_exact_tag_field("type"));
+}
+
+#[test]
+fn json_and_yaml_round_trip() {
+    let config = parse(HDFS_LOGS_YAML).unwrap();
+    let json = serde_json::to_vec(&config).unwrap();
+    assert_eq!(IndexConfig::parse(&json).unwrap(), config);
+    let yaml = serde_yaml::to_string(&config).unwrap();
+    assert_eq!(parse(&yaml).unwrap(), config);
+    // Leading whitespace before `{` is still JSON.
+    let mut spaced = b"  \n\t".to_vec();
+    spaced.extend_from_slice(&json);
+    assert_eq!(IndexConfig::parse(&spaced).unwrap(), config);
+}
+
+#[test]
+fn quickwit_array_types_are_accepted() {
+    let config = parse(&minimal(
+        "  field_mappings:\n    - name: tags\n      type: array<text>\n      tokenizer: raw\n    - name: codes\n      type: array<i64>\n",
+    ))
+    .unwrap();
+    assert!(matches!(
+        config.doc_mapping.field_mappings[0].kind,
+        FieldKind::Text(_)
+    ));
+    assert!(matches!(
+        config.doc_mapping.field_mappings[1].kind,
+        FieldKind::I64(_)
+    ));
+}
+
+#[test]
+fn defaults() {
+    let config = parse("index_id: abc\ndoc_mapping: {}\n").unwrap();
+    assert_eq!(config.doc_mapping.mode, Mode::Dynamic);
+    assert!(config.doc_mapping.field_mappings.is_empty());
+    assert_eq!(
+        config.indexing_settings.commit_timeout_secs,
+        DEFAULT_COMMIT_TIMEOUT_SECS
+    );
+    assert!(config.retention.is_none());
+}
+
+#[test]
+fn serde_errors_name_the_field() {
+    // Unknown field type: the error names the field mapping and its name.
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: a\n      type: string\n"),
+        "doc_mapping.field_mappings[0]",
+        "unknown variant `string`",
+    );
+    let err = parse(&minimal(
+        "  field_mappings:\n    - name: ok\n      type: u64\n    - name: bad_one\n      type: strin\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("field_mappings[1]") && err.contains("bad_one"),
+        "{err}"
+    );
+    // Unknown option in a field mapping.
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: a\n      type: text\n      tokeniser: raw\n"),
+        "doc_mapping.field_mappings[0]",
+        "tokeniser",
+    );
+    // Unknown key in the doc mapping.
+    assert_invalid(
+        &minimal("  timestamp_feld: ts\n"),
+        "doc_mapping",
+        "timestamp_feld",
+    );
+    // Unknown top-level key.
+    assert_invalid(
+        "index_id: abc\ndoc_mapping: {}\nsearch_setings: {}\n",
+        "",
+        "search_setings",
+    );
+    // Wrong value type.
+    assert_invalid(
+        "index_id: abc\ndoc_mapping: {}\nindexing_settings:\n  commit_timeout_secs: soon\n",
+        "indexing_settings.commit_timeout_secs",
+        "invalid type",
+    );
+    assert_invalid(
+        &minimal("  mode: relaxed\n"),
+        "doc_mapping.mode",
+        "unknown variant `relaxed`",
+    );
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: ts\n      type: datetime\n      input_formats: [strftime]\n"),
+        "doc_mapping.field_mappings[0]",
+        "strftime",
+    );
+    // Same in JSON.
+    let err = IndexConfig::parse(br#"{"index_id": "abc", "doc_mapping": {"field_mappings": [{"name": "x", "type": "integer"}]}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("doc_mapping.field_mappings[0]") && err.contains("`x`"),
+        "{err}"
+    );
+    // Malformed input.
+    assert!(matches!(parse("index_id: [\n"), Err(ConfigError::Parse(_))));
+    assert!(matches!(
+        IndexConfig::parse(b"{\"index_id\": "),
+        Err(ConfigError::Parse(_))
+    ));
+}
+
+#[test]
+fn index_id_rules() {
+    for good in ["abc", "my-index_1.v2", &format!("a{}", "b".repeat(254))] {
+        parse(&format!("index_id: '{good}'\ndoc_mapping: {{}}\n")).unwrap();
+    }
+    for bad in [
+        "ab",
+        "1abc",
+        "_abc",
+        "my index",
+        "abc/def",
+        "ab:c",
+        &format!("a{}", "b".repeat(255)),
+    ] {
+        assert_invalid(
+            &format!("index_id: '{bad}'\ndoc_mapping: {{}}\n"),
+            "index_id",
+            "must match",
+        );
+    }
+}
+
+#[test]
+fn field_name_rules() {
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: ''\n      type: text\n"),
+        "doc_mapping.field_mappings[0].name",
+        "empty",
+    );
+    assert_invalid(
+        &minimal(
+            "  field_mappings:\n    - name: a\n      type: text\n    - name: a\n      type: u64\n",
+        ),
+        "doc_mapping.field_mappings[1].name",
+        "declared twice",
+    );
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: _source\n      type: text\n"),
+        "doc_mapping.field_mappings[0].name",
+        "starts with `_`",
+    );
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: 'a b'\n      type: text\n"),
+        "doc_mapping.field_mappings[0].name",
+        "invalid",
+    );
+    parse(&minimal(
+        "  field_mappings:\n    - name: '@timestamp'\n      type: text\n    - name: attributes.http/status-code\n      type: u64\n",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn timestamp_field_rules() {
+    parse(&minimal(&format!(
+        "  field_mappings:\n{TS}  timestamp_field: ts\n"
+    )))
+    .unwrap();
+    assert_invalid(
+        &minimal(&format!("  field_mappings:\n{TS}  timestamp_field: time\n")),
+        "doc_mapping.timestamp_field",
+        "no field named `time`",
+    );
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: ts\n      type: i64\n      fast: true\n  timestamp_field: ts\n"),
+        "doc_mapping.timestamp_field",
+        "must be of type `datetime`, not `i64`",
+    );
+    assert_invalid(
+        &minimal(
+            "  field_mappings:\n    - name: ts\n      type: datetime\n  timestamp_field: ts\n",
+        ),
+        "doc_mapping.timestamp_field",
+        "fast: true",
+    );
+}
+
+#[test]
+fn tag_field_rules() {
+    let fields = "  field_mappings:\n    - name: t\n      type: text\n      tokenizer: raw\n    - name: n\n      type: i64\n    - name: f\n      type: f64\n    - name: b\n      type: bool\n";
+    parse(&minimal(&format!("{fields}  tag_fields: [t, n, b]\n"))).unwrap();
+    assert_invalid(
+        &minimal(&format!("{fields}  tag_fields: [t, missing]\n")),
+        "doc_mapping.tag_fields[1]",
+        "no field named `missing`",
+    );
+    assert_invalid(
+        &minimal(&format!("{fields}  tag_fields: [f]\n")),
+        "doc_mapping.tag_fields[0]",
+        "must be text, i64, u64 or bool",
+    );
+}
+
+#[test]
+fn default_search_field_rules() {
+    let fields = "  field_mappings:\n    - name: body\n      type: text\n    - name: hidden\n      type: text\n      indexed: false\n";
+    parse(&format!(
+        "{}search_settings:\n  default_search_fields: [body]\n",
+        minimal(fields)
+    ))
+    .unwrap();
+    assert_invalid(
+        &format!(
+            "{}search_settings:\n  default_search_fields: [body, nope]\n",
+            minimal(fields)
+        ),
+        "search_settings.default_search_fields[1]",
+        "no field named `nope`",
+    );
+    assert_invalid(
+        &format!(
+            "{}search_settings:\n  default_search_fields: [hidden]\n",
+            minimal(fields)
+        ),
+        "search_settings.default_search_fields[0]",
+        "not indexed",
+    );
+}
+
+#[test]
+fn partition_key_rules() {
+    let fields = "  field_mappings:\n    - name: tenant\n      type: text\n      tokenizer: raw\n    - name: resource\n      type: json\n";
+    parse(&minimal(&format!("{fields}  partition_key: tenant\n"))).unwrap();
+    parse(&minimal(&format!(
+        "{fields}  partition_key: hash_mod((tenant, resource.service), 10)\n  max_num_partitions: 10\n"
+    )))
+    .unwrap();
+    assert_invalid(
+        &minimal(&format!("{fields}  partition_key: hash_mod(tenant, 0)\n")),
+        "doc_mapping.partition_key",
+        "at least 1",
+    );
+    assert_invalid(
+        &minimal(&format!(
+            "{fields}  partition_key: hash_mod((tenant, host), 4)\n"
+        )),
+        "doc_mapping.partition_key",
+        "no field named `host`",
+    );
+    assert_invalid(
+        &minimal(&format!("{fields}  partition_key: 'hash_mod(tenant, 4'\n")),
+        "doc_mapping.partition_key",
+        "expected `)`",
+    );
+    assert_invalid(
+        &minimal(&format!("{fields}  max_num_partitions: 0\n")),
+        "doc_mapping.max_num_partitions",
+        "at least 1",
+    );
+}
+
+#[test]
+fn indexing_settings_rules() {
+    let base = "index_id: abc\ndoc_mapping: {}\nindexing_settings:\n";
+    assert_invalid(
+        &format!("{base}  commit_timeout_secs: 0\n"),
+        "indexing_settings.commit_timeout_secs",
+        "at least 1",
+    );
+    assert_invalid(
+        &format!("{base}  split_num_docs_target: 0\n"),
+        "indexing_settings.split_num_docs_target",
+        "at least 1",
+    );
+    assert_invalid(
+        &format!("{base}  merge_policy: stable_log\n"),
+        "indexing_settings.merge_policy",
+        "must be an object",
+    );
+    assert_invalid(
+        &format!("{base}  merge_policy:\n    merge_factor: 10\n"),
+        "indexing_settings.merge_policy.type",
+        "missing",
+    );
+    let config = parse(&format!(
+        "{base}  merge_policy:\n    type: limit_merge\n    max_merge_ops: 3\n"
+    ))
+    .unwrap();
+    assert_eq!(config.indexing_settings.merge_policy["max_merge_ops"], 3);
+}
+
+#[test]
+fn retention_rules() {
+    let base = "index_id: abc\ndoc_mapping: {}\nretention:\n";
+    let config = parse(&format!("{base}  period: 12h\n")).unwrap();
+    assert_eq!(config.retention.unwrap().period_secs().unwrap(), 43_200);
+    assert_invalid(
+        &format!("{base}  period: 90 dayz\n"),
+        "retention.period",
+        "unknown unit `dayz`",
+    );
+    assert_invalid(
+        &format!("{base}  period: 0 days\n"),
+        "retention.period",
+        "longer than 0",
+    );
+}

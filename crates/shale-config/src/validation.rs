@@ -1,0 +1,384 @@
+//! Parsing (YAML or JSON) and validation of index configs.
+
+use std::collections::HashSet;
+
+use serde::de::DeserializeOwned;
+
+use crate::{
+    parse_duration, ConfigError, DocMapping, FieldKind, FieldMapping, IndexConfig, PartitionKey,
+    RetentionPolicy, Tokenizer,
+};
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Whether the first non-whitespace byte is `{` (JSON) rather than YAML.
+pub(crate) fn looks_like_json(bytes: &[u8]) -> bool {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{')
+}
+
+/// Deserializes YAML or JSON, reporting the path of the offending key in the error.
+pub(crate) fn deserialize_with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConfigError> {
+    let is_json = looks_like_json(bytes);
+    let result = if is_json {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        serde_path_to_error::deserialize(&mut de).map_err(|err| {
+            let path = err.path().to_string();
+            (path, err.into_inner().to_string())
+        })
+    } else {
+        serde_path_to_error::deserialize(serde_yaml::Deserializer::from_slice(bytes)).map_err(
+            |err| {
+                let path = err.path().to_string();
+                (path, err.into_inner().to_string())
+            },
+        )
+    };
+    result.map_err(|(path, mut message)| {
+        // serde_yaml prefixes its messages with (part of) the path: keep ours only.
+        if let Some((head, tail)) = message.split_once(": ") {
+            if !head.contains(' ') && (path.starts_with(head) || head == ".") {
+                message = tail.to_string();
+            }
+        }
+        if path == "." || path.is_empty() {
+            ConfigError::Parse(message)
+        } else {
+            let context = field_mapping_context(bytes, is_json, &path).unwrap_or_default();
+            ConfigError::Parse(format!("`{path}`{context}: {message}"))
+        }
+    })
+}
+
+/// For errors inside `doc_mapping.field_mappings[i]`, names the field mapping (serde loses the
+/// path inside the flattened type options, so the name helps find the culprit).
+fn field_mapping_context(bytes: &[u8], is_json: bool, path: &str) -> Option<String> {
+    let rest = path.strip_prefix("doc_mapping.field_mappings[")?;
+    let index: usize = rest[..rest.find(']')?].parse().ok()?;
+    let value: serde_json::Value = if is_json {
+        serde_json::from_slice(bytes).ok()?
+    } else {
+        serde_yaml::from_slice(bytes).ok()?
+    };
+    let name = value
+        .get("doc_mapping")?
+        .get("field_mappings")?
+        .get(index)?
+        .get("name")?
+        .as_str()?;
+    Some(format!(" (field `{name}`)"))
+}
+
+impl IndexConfig {
+    /// Parses an index config, as JSON if its first non-space byte is `{`, else as YAML, then
+    /// [validates](IndexConfig::validate) it. Errors name the offending field.
+    pub fn parse(bytes: &[u8]) -> Result<IndexConfig, ConfigError> {
+        let config: IndexConfig = deserialize_with_path(bytes)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the config; the error names the first invalid field.
+    ///
+    /// The timestamp field must be a `datetime` field with `fast: true`, as in Quickwit (it is
+    /// not silently made fast: a config means what it says).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_index_id(&self.index_id)?;
+        self.doc_mapping.validate()?;
+        let mapping = &self.doc_mapping;
+        for (i, name) in self
+            .search_settings
+            .default_search_fields
+            .iter()
+            .enumerate()
+        {
+            let field = format!("search_settings.default_search_fields[{i}]");
+            let Some(field_mapping) = mapping.field_mapping(name) else {
+                return Err(invalid(
+                    field,
+                    format!("no field named `{name}` in field_mappings"),
+                ));
+            };
+            if !field_mapping.is_indexed() {
+                return Err(invalid(
+                    field,
+                    format!("field `{name}` is not indexed: it cannot be searched"),
+                ));
+            }
+        }
+        let settings = &self.indexing_settings;
+        if settings.commit_timeout_secs < 1 {
+            return Err(invalid(
+                "indexing_settings.commit_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if settings.split_num_docs_target < 1 {
+            return Err(invalid(
+                "indexing_settings.split_num_docs_target",
+                "must be at least 1",
+            ));
+        }
+        match settings.merge_policy.get("type") {
+            Some(serde_json::Value::String(kind)) if !kind.is_empty() => {}
+            _ if !settings.merge_policy.is_object() => {
+                return Err(invalid(
+                    "indexing_settings.merge_policy",
+                    "must be an object with a `type`, e.g. `{type: stable_log}`",
+                ))
+            }
+            _ => {
+                return Err(invalid(
+                    "indexing_settings.merge_policy.type",
+                    "missing or not a string (e.g. `stable_log`, `limit_merge`, `no_merge`)",
+                ))
+            }
+        }
+        if let Some(retention) = &self.retention {
+            retention.period_secs()?;
+        }
+        Ok(())
+    }
+}
+
+fn validate_index_id(index_id: &str) -> Result<(), ConfigError> {
+    let mut chars = index_id.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !first_ok || !rest_ok || !(3..=255).contains(&index_id.len()) {
+        return Err(invalid(
+            "index_id",
+            format!(
+                "`{index_id}` is invalid: must match `^[a-zA-Z][a-zA-Z0-9._-]{{2,254}}$` (3 to \
+                 255 characters, starting with a letter)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_field_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("field name is empty".to_string());
+    }
+    if name.starts_with('_') {
+        return Err(format!(
+            "field name `{name}` starts with `_`, which is reserved for internal fields"
+        ));
+    }
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || matches!(c, '@' | '$'));
+    let rest_ok =
+        chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '@' | '$' | '_' | '-' | '.' | '/'));
+    if !first_ok || !rest_ok || name.len() > 255 {
+        return Err(format!(
+            "field name `{name}` is invalid: must start with a letter, `@` or `$` and contain only \
+             letters, digits and `@$_-./` (at most 255 characters)"
+        ));
+    }
+    Ok(())
+}
+
+impl FieldMapping {
+    /// Whether the field is searchable.
+    pub fn is_indexed(&self) -> bool {
+        match &self.kind {
+            FieldKind::Text(o) => o.indexed,
+            FieldKind::I64(o) | FieldKind::U64(o) | FieldKind::F64(o) | FieldKind::Bool(o) => {
+                o.indexed
+            }
+            FieldKind::Datetime(o) => o.indexed,
+            FieldKind::Json(o) => o.indexed,
+        }
+    }
+
+    /// Whether the field is stored (returned in hits).
+    pub fn is_stored(&self) -> bool {
+        match &self.kind {
+            FieldKind::Text(o) => o.stored,
+            FieldKind::I64(o) | FieldKind::U64(o) | FieldKind::F64(o) | FieldKind::Bool(o) => {
+                o.stored
+            }
+            FieldKind::Datetime(o) => o.stored,
+            FieldKind::Json(o) => o.stored,
+        }
+    }
+
+    /// Whether the field is a fast (columnar) field.
+    pub fn is_fast(&self) -> bool {
+        match &self.kind {
+            FieldKind::Text(o) => o.fast,
+            FieldKind::I64(o) | FieldKind::U64(o) | FieldKind::F64(o) | FieldKind::Bool(o) => {
+                o.fast
+            }
+            FieldKind::Datetime(o) => o.fast,
+            FieldKind::Json(o) => o.fast,
+        }
+    }
+
+    /// The type name used in configs (`text`, `i64`, …).
+    pub fn type_name(&self) -> &'static str {
+        match &self.kind {
+            FieldKind::Text(_) => "text",
+            FieldKind::I64(_) => "i64",
+            FieldKind::U64(_) => "u64",
+            FieldKind::F64(_) => "f64",
+            FieldKind::Bool(_) => "bool",
+            FieldKind::Datetime(_) => "datetime",
+            FieldKind::Json(_) => "json",
+        }
+    }
+}
+
+impl DocMapping {
+    /// The declared field named `name`, if any.
+    pub fn field_mapping(&self, name: &str) -> Option<&FieldMapping> {
+        self.field_mappings.iter().find(|f| f.name == name)
+    }
+
+    /// The parsed `partition_key`, or `None` when the index has none.
+    pub fn partition_key(&self) -> Result<Option<PartitionKey>, ConfigError> {
+        match self.partition_key.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(expr) => PartitionKey::parse(expr).map(Some),
+        }
+    }
+
+    /// Whether `path` names a declared field, or a path inside a declared `json` field
+    /// (`resource.service` when `resource` is a json field).
+    fn has_field_path(&self, path: &str) -> bool {
+        if self.field_mapping(path).is_some() {
+            return true;
+        }
+        path.match_indices('.').any(|(dot, _)| {
+            matches!(
+                self.field_mapping(&path[..dot]).map(|f| &f.kind),
+                Some(FieldKind::Json(_))
+            )
+        })
+    }
+
+    /// Checks field names, the timestamp field, tag fields and the partition key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        for (i, field_mapping) in self.field_mappings.iter().enumerate() {
+            let field = format!("doc_mapping.field_mappings[{i}].name");
+            validate_field_name(&field_mapping.name).map_err(|message| invalid(&field, message))?;
+            if !names.insert(field_mapping.name.as_str()) {
+                return Err(invalid(
+                    field,
+                    format!("field `{}` is declared twice", field_mapping.name),
+                ));
+            }
+        }
+        if let Some(timestamp_field) = &self.timestamp_field {
+            let field = "doc_mapping.timestamp_field";
+            match self.field_mapping(timestamp_field) {
+                None => {
+                    return Err(invalid(
+                        field,
+                        format!("no field named `{timestamp_field}` in field_mappings"),
+                    ))
+                }
+                Some(FieldMapping {
+                    kind: FieldKind::Datetime(options),
+                    ..
+                }) => {
+                    if !options.fast {
+                        return Err(invalid(
+                            field,
+                            format!(
+                                "timestamp field `{timestamp_field}` must be a fast field: set \
+                                 `fast: true` on it"
+                            ),
+                        ));
+                    }
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "timestamp field `{timestamp_field}` must be of type `datetime`, not \
+                             `{}`",
+                            other.type_name()
+                        ),
+                    ))
+                }
+            }
+        }
+        for (i, tag_field) in self.tag_fields.iter().enumerate() {
+            let field = format!("doc_mapping.tag_fields[{i}]");
+            let Some(field_mapping) = self.field_mapping(tag_field) else {
+                return Err(invalid(
+                    field,
+                    format!("no field named `{tag_field}` in field_mappings"),
+                ));
+            };
+            if !matches!(
+                field_mapping.kind,
+                FieldKind::Text(_) | FieldKind::I64(_) | FieldKind::U64(_) | FieldKind::Bool(_)
+            ) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "tag field `{tag_field}` is of type `{}`: tag fields must be text, i64, \
+                         u64 or bool",
+                        field_mapping.type_name()
+                    ),
+                ));
+            }
+        }
+        if let Some(key) = self.partition_key()? {
+            for name in key.fields() {
+                if !self.has_field_path(name) {
+                    return Err(invalid(
+                        "doc_mapping.partition_key",
+                        format!("no field named `{name}` in field_mappings"),
+                    ));
+                }
+            }
+        }
+        if self.max_num_partitions < 1 {
+            return Err(invalid(
+                "doc_mapping.max_num_partitions",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Tag fields whose values can be compared with query terms verbatim: text fields with the
+    /// `raw` tokenizer, and integer and boolean fields.
+    pub fn is_exact_tag_field(&self, name: &str) -> bool {
+        self.tag_fields.iter().any(|t| t == name)
+            && match self.field_mapping(name).map(|f| &f.kind) {
+                Some(FieldKind::Text(options)) => options.tokenizer == Tokenizer::Raw,
+                Some(FieldKind::I64(_) | FieldKind::U64(_) | FieldKind::Bool(_)) => true,
+                _ => false,
+            }
+    }
+}
+
+impl RetentionPolicy {
+    /// The retention period in seconds (`90 days` → 7 776 000).
+    pub fn period_secs(&self) -> Result<u64, ConfigError> {
+        let secs = parse_duration(&self.period).map_err(|err| match err {
+            ConfigError::Invalid { message, .. } => invalid("retention.period", message),
+            other => other,
+        })?;
+        if secs == 0 {
+            return Err(invalid("retention.period", "must be longer than 0 seconds"));
+        }
+        Ok(secs)
+    }
+}

@@ -1,0 +1,262 @@
+//! Datetime parsing for `datetime` fields, per their `input_formats`, and rendering.
+
+use serde_json::Value;
+use shale_config::DateInputFormat;
+use tantivy::time::format_description::well_known::{Iso8601, Rfc3339};
+use tantivy::time::{Date, OffsetDateTime, PrimitiveDateTime, Time};
+use tantivy::DateTime;
+
+/// Below this absolute value a unix timestamp is in seconds (1e11 s ≈ year 5138).
+const SECONDS_LIMIT: f64 = 1e11;
+/// Below this, milliseconds (1e14 ms ≈ year 5138).
+const MILLIS_LIMIT: f64 = 1e14;
+/// Below this, microseconds; above, nanoseconds.
+const MICROS_LIMIT: f64 = 1e17;
+
+/// Nanoseconds per unit for a unix timestamp of magnitude `abs`, guessed as Quickwit does:
+/// seconds below 1e11, milliseconds below 1e14, microseconds below 1e17, else nanoseconds.
+fn nanos_per_unit(abs: f64) -> i64 {
+    if abs < SECONDS_LIMIT {
+        1_000_000_000
+    } else if abs < MILLIS_LIMIT {
+        1_000_000
+    } else if abs < MICROS_LIMIT {
+        1_000
+    } else {
+        1
+    }
+}
+
+fn out_of_range(value: impl std::fmt::Display) -> String {
+    format!("timestamp `{value}` is out of the supported range (years 1677 to 2262)")
+}
+
+/// Converts a unix timestamp of guessed precision to a `DateTime`.
+pub(crate) fn from_unix_i64(value: i64) -> Result<DateTime, String> {
+    let unit = nanos_per_unit(value.unsigned_abs() as f64);
+    value
+        .checked_mul(unit)
+        .map(DateTime::from_timestamp_nanos)
+        .ok_or_else(|| out_of_range(value))
+}
+
+/// Converts a fractional unix timestamp of guessed precision to a `DateTime`.
+pub(crate) fn from_unix_f64(value: f64) -> Result<DateTime, String> {
+    if !value.is_finite() {
+        return Err(format!("`{value}` is not a timestamp"));
+    }
+    let unit = nanos_per_unit(value.abs());
+    // Whole units and fraction apart, so that `1704164645.25` s is exact to the microsecond.
+    let whole = value.trunc();
+    // i64::MAX as f64 rounds up to 2^63, so `<` keeps the cast in range.
+    if whole >= i64::MAX as f64 || whole < i64::MIN as f64 {
+        return Err(out_of_range(value));
+    }
+    let fraction_nanos = ((value - whole) * unit as f64).round() as i64;
+    (whole as i64)
+        .checked_mul(unit)
+        .and_then(|nanos| nanos.checked_add(fraction_nanos))
+        .map(DateTime::from_timestamp_nanos)
+        .ok_or_else(|| out_of_range(value))
+}
+
+fn from_offset(datetime: OffsetDateTime, text: &str) -> Result<DateTime, String> {
+    DateTime::try_from_utc(datetime).ok_or_else(|| out_of_range(text))
+}
+
+fn parse_iso8601(text: &str) -> Option<OffsetDateTime> {
+    if let Ok(datetime) = OffsetDateTime::parse(text, &Iso8601::DEFAULT) {
+        return Some(datetime);
+    }
+    // No offset: UTC.
+    if let Ok(datetime) = PrimitiveDateTime::parse(text, &Iso8601::DEFAULT) {
+        return Some(datetime.assume_utc());
+    }
+    // A date alone: midnight UTC.
+    Date::parse(text, &Iso8601::DEFAULT)
+        .ok()
+        .map(|date| PrimitiveDateTime::new(date, Time::MIDNIGHT).assume_utc())
+}
+
+fn format_name(format: DateInputFormat) -> &'static str {
+    match format {
+        DateInputFormat::Rfc3339 => "rfc3339",
+        DateInputFormat::Iso8601 => "iso8601",
+        DateInputFormat::UnixTimestamp => "unix_timestamp",
+    }
+}
+
+fn format_names(formats: &[DateInputFormat]) -> String {
+    formats
+        .iter()
+        .map(|f| format_name(*f))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses a JSON value as a datetime with the first of `formats` that fits.
+pub(crate) fn parse_datetime(
+    value: &Value,
+    formats: &[DateInputFormat],
+) -> Result<DateTime, String> {
+    let accepts_unix = formats.contains(&DateInputFormat::UnixTimestamp);
+    match value {
+        Value::String(text) => {
+            let text = text.trim();
+            for format in formats {
+                match format {
+                    DateInputFormat::Rfc3339 => {
+                        if let Ok(datetime) = OffsetDateTime::parse(text, &Rfc3339) {
+                            return from_offset(datetime, text);
+                        }
+                    }
+                    DateInputFormat::Iso8601 => {
+                        if let Some(datetime) = parse_iso8601(text) {
+                            return from_offset(datetime, text);
+                        }
+                    }
+                    DateInputFormat::UnixTimestamp => {
+                        if let Ok(integer) = text.parse::<i64>() {
+                            return from_unix_i64(integer);
+                        }
+                        if let Ok(float) = text.parse::<f64>() {
+                            if float.is_finite() {
+                                return from_unix_f64(float);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(format!(
+                "cannot parse `{}` as a datetime with input formats [{}]",
+                crate::doc_mapper::truncate_for_message(text),
+                format_names(formats)
+            ))
+        }
+        Value::Number(number) if accepts_unix => {
+            if let Some(integer) = number.as_i64() {
+                from_unix_i64(integer)
+            } else if let Some(unsigned) = number.as_u64() {
+                Err(out_of_range(unsigned))
+            } else {
+                from_unix_f64(number.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Value::Number(number) => Err(format!(
+            "got the number `{number}` but `unix_timestamp` is not among input formats [{}]",
+            format_names(formats)
+        )),
+        other => Err(format!(
+            "expected a datetime string or number, got {}",
+            crate::doc_mapper::describe_value(other)
+        )),
+    }
+}
+
+/// Renders a datetime as RFC 3339 in UTC (`2024-01-02T03:04:05Z`, fractional seconds when any).
+pub(crate) fn format_rfc3339(datetime: DateTime) -> String {
+    datetime
+        .into_utc()
+        .format(&Rfc3339)
+        .unwrap_or_else(|_| datetime.into_timestamp_nanos().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{format_rfc3339, parse_datetime};
+    use serde_json::{json, Value};
+    use shale_config::DateInputFormat::{self, Iso8601, Rfc3339, UnixTimestamp};
+    use tantivy::DateTime;
+
+    fn secs(value: Value, formats: &[DateInputFormat]) -> Result<i64, String> {
+        parse_datetime(&value, formats).map(|dt| dt.into_timestamp_secs())
+    }
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(
+            secs(json!("2024-01-02T03:04:05Z"), &[Rfc3339]),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(
+            secs(json!("2024-01-02T04:04:05+01:00"), &[Rfc3339]),
+            Ok(1_704_164_645)
+        );
+        let nanos = parse_datetime(&json!("2024-01-02T03:04:05.123456789Z"), &[Rfc3339])
+            .unwrap()
+            .into_timestamp_nanos();
+        assert_eq!(nanos, 1_704_164_645_123_456_789);
+        assert!(secs(json!("2024-01-02 03:04:05"), &[Rfc3339])
+            .unwrap_err()
+            .contains("input formats [rfc3339]"));
+    }
+
+    #[test]
+    fn iso8601() {
+        assert_eq!(
+            secs(json!("2024-01-02T03:04:05Z"), &[Iso8601]),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(
+            secs(json!("2024-01-02T03:04:05"), &[Iso8601]),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(
+            secs(json!("20240102T030405Z"), &[Iso8601]),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(secs(json!("2024-01-02"), &[Iso8601]), Ok(1_704_153_600));
+    }
+
+    #[test]
+    fn unix_timestamp_precision_is_guessed() {
+        let f = &[UnixTimestamp];
+        assert_eq!(secs(json!(1_704_164_645), f), Ok(1_704_164_645));
+        assert_eq!(secs(json!(1_704_164_645_123i64), f), Ok(1_704_164_645));
+        assert_eq!(secs(json!(1_704_164_645_123_456i64), f), Ok(1_704_164_645));
+        assert_eq!(
+            secs(json!(1_704_164_645_123_456_789i64), f),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(secs(json!(0), f), Ok(0));
+        assert_eq!(secs(json!(-86_400), f), Ok(-86_400));
+        let micros = parse_datetime(&json!(1_704_164_645.25), f)
+            .unwrap()
+            .into_timestamp_micros();
+        assert_eq!(micros, 1_704_164_645_250_000);
+        assert_eq!(secs(json!("1704164645"), f), Ok(1_704_164_645));
+        // Seconds beyond year 2262 do not fit in i64 nanoseconds.
+        assert!(secs(json!(50_000_000_000i64), f)
+            .unwrap_err()
+            .contains("out of the supported range"));
+        assert!(secs(json!(u64::MAX), f).is_err());
+    }
+
+    #[test]
+    fn formats_are_tried_in_order_and_types_checked() {
+        let both = &[Rfc3339, UnixTimestamp];
+        assert_eq!(secs(json!("2024-01-02T03:04:05Z"), both), Ok(1_704_164_645));
+        assert_eq!(secs(json!(1_704_164_645), both), Ok(1_704_164_645));
+        assert!(secs(json!(1_704_164_645), &[Rfc3339])
+            .unwrap_err()
+            .contains("`unix_timestamp` is not among input formats"));
+        assert!(secs(json!(true), both)
+            .unwrap_err()
+            .contains("got a boolean"));
+        assert!(secs(json!("yesterday"), both)
+            .unwrap_err()
+            .contains("cannot parse `yesterday`"));
+    }
+
+    #[test]
+    fn renders_rfc3339() {
+        assert_eq!(
+            format_rfc3339(DateTime::from_timestamp_secs(1_704_164_645)),
+            "2024-01-02T03:04:05Z"
+        );
+        assert_eq!(
+            format_rfc3339(DateTime::from_timestamp_micros(1_704_164_645_250_000)),
+            "2024-01-02T03:04:05.25Z"
+        );
+    }
+}

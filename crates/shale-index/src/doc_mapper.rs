@@ -1,0 +1,734 @@
+//! The doc mapper: a doc mapping turned into a Tantivy schema, a fast JSON → document parser
+//! and the way back (stored document → JSON hit).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::{Map, Number, Value};
+use shale_config::{
+    DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexRecord, Mode, PartitionKey,
+    SearchSettings, Tokenizer,
+};
+use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
+use tantivy::schema::{
+    DateOptions, DateTimePrecision, Field, IndexRecordOption, JsonObjectOptions, NumericOptions,
+    Schema, TextFieldIndexing, TextOptions, Value as _, STORED,
+};
+use tantivy::{DateTime, TantivyDocument};
+
+use crate::date::{format_rfc3339, parse_datetime};
+use crate::error::{DocParsingError, IndexError};
+
+/// Largest accepted document, in bytes (as in Quickwit).
+pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
+
+/// Name of the catch-all JSON field holding undeclared fields in `dynamic` mode.
+pub const DYNAMIC_FIELD_NAME: &str = "_dynamic";
+
+/// Name of the stored field holding the original document when `store_source` is set.
+pub const SOURCE_FIELD_NAME: &str = "_source";
+
+/// Tokenizer of the `_dynamic` field: Tantivy's `default` (words, lowercased), with positions,
+/// so that undeclared log fields support full-text and phrase search. (Quickwit's default
+/// dynamic mapping uses `raw`.)
+const DYNAMIC_TOKENIZER: &str = "default";
+
+/// A document parsed by [`DocMapper::parse_doc`], ready for a [`SplitBuilder`](crate::SplitBuilder).
+#[derive(Debug)]
+pub struct ParsedDoc {
+    /// The Tantivy document.
+    pub doc: TantivyDocument,
+    /// The timestamp field's (first) value in microseconds, when the index has one.
+    pub timestamp_micros: Option<i64>,
+    /// The partition from the doc mapping's `partition_key`, 0 when there is none. Callers cap
+    /// the number of distinct partitions by mapping overflow to
+    /// [`OTHER_PARTITION_ID`](crate::OTHER_PARTITION_ID).
+    pub partition_id: u64,
+    /// `field:value` for every value of every tag field.
+    pub tags: Vec<String>,
+    /// Size of the JSON document.
+    pub num_bytes: usize,
+}
+
+/// Type of a declared field, as the parser needs it.
+#[derive(Clone, Debug)]
+enum MappedKind {
+    Text,
+    I64,
+    U64,
+    F64,
+    Bool,
+    Datetime(Vec<DateInputFormat>),
+    Json,
+}
+
+#[derive(Clone, Debug)]
+struct MappedField {
+    name: String,
+    field: Field,
+    kind: MappedKind,
+    is_tag: bool,
+    is_timestamp: bool,
+}
+
+/// Maps JSON documents to Tantivy documents according to a doc mapping; see the crate docs.
+#[derive(Clone)]
+pub struct DocMapper {
+    doc_mapping: DocMapping,
+    schema: Schema,
+    fields: Vec<MappedField>,
+    by_name: HashMap<String, usize>,
+    /// Index into `fields` of the timestamp field.
+    timestamp: Option<usize>,
+    dynamic_field: Option<Field>,
+    source_field: Option<Field>,
+    default_search_fields: Vec<String>,
+    partition_key: Option<PartitionKey>,
+}
+
+impl fmt::Debug for DocMapper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DocMapper")
+            .field("doc_mapping", &self.doc_mapping)
+            .field("default_search_fields", &self.default_search_fields)
+            .finish()
+    }
+}
+
+fn record_option(record: IndexRecord) -> IndexRecordOption {
+    match record {
+        IndexRecord::Basic => IndexRecordOption::Basic,
+        IndexRecord::Freq => IndexRecordOption::WithFreqs,
+        IndexRecord::Position => IndexRecordOption::WithFreqsAndPositions,
+    }
+}
+
+fn tokenizer_name(tokenizer: Tokenizer) -> &'static str {
+    match tokenizer {
+        Tokenizer::Default => "default",
+        Tokenizer::Raw => "raw",
+    }
+}
+
+fn numeric_options(stored: bool, indexed: bool, fast: bool) -> NumericOptions {
+    let mut options = NumericOptions::default();
+    if stored {
+        options = options.set_stored();
+    }
+    if indexed {
+        options = options.set_indexed();
+    }
+    if fast {
+        options = options.set_fast();
+    }
+    options
+}
+
+fn date_precision(precision: FastPrecision) -> DateTimePrecision {
+    match precision {
+        FastPrecision::Seconds => DateTimePrecision::Seconds,
+        FastPrecision::Milliseconds => DateTimePrecision::Milliseconds,
+        FastPrecision::Microseconds => DateTimePrecision::Microseconds,
+        FastPrecision::Nanoseconds => DateTimePrecision::Nanoseconds,
+    }
+}
+
+fn json_options(
+    stored: bool,
+    indexed: bool,
+    fast: bool,
+    tokenizer: &str,
+    record: IndexRecordOption,
+) -> JsonObjectOptions {
+    let mut options = JsonObjectOptions::default().set_expand_dots_enabled();
+    if stored {
+        options = options.set_stored();
+    }
+    if indexed {
+        options = options.set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(tokenizer)
+                .set_index_option(record),
+        );
+    }
+    if fast {
+        options = options.set_fast("raw");
+    }
+    options
+}
+
+/// Shortens long values quoted in error messages.
+pub(crate) fn truncate_for_message(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// `a string "abc"`, `the number 1.5`, … for error messages.
+pub(crate) fn describe_value(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(flag) => format!("a boolean `{flag}`"),
+        Value::Number(number) => format!("the number `{number}`"),
+        Value::String(text) => format!("the string \"{}\"", truncate_for_message(text)),
+        Value::Array(_) => "an array".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
+}
+
+fn coerce_i64(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(number) => number.as_i64().or_else(|| {
+            let float = number.as_f64()?;
+            (float.fract() == 0.0 && float >= i64::MIN as f64 && float < i64::MAX as f64)
+                .then_some(float as i64)
+        }),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn coerce_u64(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(number) => number.as_u64().or_else(|| {
+            let float = number.as_f64()?;
+            (float.fract() == 0.0 && float >= 0.0 && float < u64::MAX as f64)
+                .then_some(float as u64)
+        }),
+        Value::String(text) => text.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn coerce_f64(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(number) => number.as_f64(),
+        Value::String(text) => text.trim().parse().ok().filter(|f: &f64| f.is_finite()),
+        _ => None,
+    }
+}
+
+fn coerce_bool(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(flag) => Some(*flag),
+        Value::String(text) => match text.trim() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl DocMapper {
+    /// Builds the schema of a doc mapping (validated first).
+    ///
+    /// Field types map to Tantivy as follows: `text` → text field (tokenizer `default` or
+    /// `raw`, `record` → [`IndexRecordOption`], `fast` → fast column of the raw value), `i64`,
+    /// `u64`, `f64`, `bool` → numeric fields, `datetime` → date field (fast column precision
+    /// from `fast_precision`), `json` → JSON field (dots in keys expanded). In `dynamic` mode a
+    /// catch-all JSON field [`DYNAMIC_FIELD_NAME`] (stored, indexed, fast) receives undeclared
+    /// fields; with `store_source` the original document is kept in [`SOURCE_FIELD_NAME`].
+    pub fn new(
+        doc_mapping: &DocMapping,
+        search_settings: &SearchSettings,
+    ) -> Result<DocMapper, IndexError> {
+        doc_mapping.validate()?;
+        let mut builder = Schema::builder();
+        let mut fields = Vec::with_capacity(doc_mapping.field_mappings.len());
+        for mapping in &doc_mapping.field_mappings {
+            let name = mapping.name.as_str();
+            let (field, kind) = match &mapping.kind {
+                FieldKind::Text(o) => {
+                    let mut options = TextOptions::default();
+                    if o.stored {
+                        options = options.set_stored();
+                    }
+                    if o.indexed {
+                        options = options.set_indexing_options(
+                            TextFieldIndexing::default()
+                                .set_tokenizer(tokenizer_name(o.tokenizer))
+                                .set_index_option(record_option(o.record)),
+                        );
+                    }
+                    if o.fast {
+                        options = options.set_fast("raw");
+                    }
+                    (builder.add_text_field(name, options), MappedKind::Text)
+                }
+                FieldKind::I64(o) => (
+                    builder.add_i64_field(name, numeric_options(o.stored, o.indexed, o.fast)),
+                    MappedKind::I64,
+                ),
+                FieldKind::U64(o) => (
+                    builder.add_u64_field(name, numeric_options(o.stored, o.indexed, o.fast)),
+                    MappedKind::U64,
+                ),
+                FieldKind::F64(o) => (
+                    builder.add_f64_field(name, numeric_options(o.stored, o.indexed, o.fast)),
+                    MappedKind::F64,
+                ),
+                FieldKind::Bool(o) => (
+                    builder.add_bool_field(name, numeric_options(o.stored, o.indexed, o.fast)),
+                    MappedKind::Bool,
+                ),
+                FieldKind::Datetime(o) => {
+                    let mut options =
+                        DateOptions::default().set_precision(date_precision(o.fast_precision));
+                    if o.stored {
+                        options = options.set_stored();
+                    }
+                    if o.indexed {
+                        options = options.set_indexed();
+                    }
+                    if o.fast {
+                        options = options.set_fast();
+                    }
+                    let formats = if o.input_formats.is_empty() {
+                        vec![DateInputFormat::Rfc3339, DateInputFormat::UnixTimestamp]
+                    } else {
+                        o.input_formats.clone()
+                    };
+                    (
+                        builder.add_date_field(name, options),
+                        MappedKind::Datetime(formats),
+                    )
+                }
+                FieldKind::Json(o) => (
+                    builder.add_json_field(
+                        name,
+                        json_options(
+                            o.stored,
+                            o.indexed,
+                            o.fast,
+                            tokenizer_name(o.tokenizer),
+                            record_option(o.record),
+                        ),
+                    ),
+                    MappedKind::Json,
+                ),
+            };
+            fields.push(MappedField {
+                name: name.to_string(),
+                field,
+                kind,
+                is_tag: doc_mapping.tag_fields.iter().any(|t| t == name),
+                is_timestamp: doc_mapping.timestamp_field.as_deref() == Some(name),
+            });
+        }
+        let dynamic_field = (doc_mapping.mode == Mode::Dynamic).then(|| {
+            builder.add_json_field(
+                DYNAMIC_FIELD_NAME,
+                json_options(
+                    true,
+                    true,
+                    true,
+                    DYNAMIC_TOKENIZER,
+                    IndexRecordOption::WithFreqsAndPositions,
+                ),
+            )
+        });
+        let source_field = doc_mapping
+            .store_source
+            .then(|| builder.add_text_field(SOURCE_FIELD_NAME, STORED));
+        let schema = builder.build();
+
+        let by_name: HashMap<String, usize> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.clone(), i))
+            .collect();
+        let timestamp = fields.iter().position(|f| f.is_timestamp);
+
+        let default_search_fields = if search_settings.default_search_fields.is_empty() {
+            let mut names: Vec<String> = doc_mapping
+                .field_mappings
+                .iter()
+                .filter(|f| matches!(&f.kind, FieldKind::Text(o) if o.indexed))
+                .map(|f| f.name.clone())
+                .collect();
+            if dynamic_field.is_some() {
+                names.push(DYNAMIC_FIELD_NAME.to_string());
+            }
+            names
+        } else {
+            for (i, name) in search_settings.default_search_fields.iter().enumerate() {
+                let indexed = doc_mapping.field_mapping(name).map(|f| f.is_indexed());
+                if indexed != Some(true) {
+                    return Err(shale_config::ConfigError::Invalid {
+                        field: format!("search_settings.default_search_fields[{i}]"),
+                        message: format!("`{name}` is not an indexed field of the doc mapping"),
+                    }
+                    .into());
+                }
+            }
+            search_settings.default_search_fields.clone()
+        };
+
+        Ok(DocMapper {
+            partition_key: doc_mapping.partition_key()?,
+            doc_mapping: doc_mapping.clone(),
+            schema,
+            fields,
+            by_name,
+            timestamp,
+            dynamic_field,
+            source_field,
+            default_search_fields,
+        })
+    }
+
+    /// The Tantivy schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The doc mapping this mapper was built from.
+    pub fn doc_mapping(&self) -> &DocMapping {
+        &self.doc_mapping
+    }
+
+    /// The timestamp field's name, when the index has one.
+    pub fn timestamp_field_name(&self) -> Option<&str> {
+        self.timestamp.map(|i| self.fields[i].name.as_str())
+    }
+
+    /// The timestamp field, when the index has one.
+    pub fn timestamp_field(&self) -> Option<Field> {
+        self.timestamp.map(|i| self.fields[i].field)
+    }
+
+    /// Fields searched by terms without a field: the configured ones, or else every indexed
+    /// text field plus [`DYNAMIC_FIELD_NAME`] in dynamic mode.
+    pub fn default_search_fields(&self) -> &[String] {
+        &self.default_search_fields
+    }
+
+    /// The tag fields.
+    pub fn tag_fields(&self) -> &[String] {
+        &self.doc_mapping.tag_fields
+    }
+
+    /// The parsed partition key, if any.
+    pub fn partition_key(&self) -> Option<&PartitionKey> {
+        self.partition_key.as_ref()
+    }
+
+    /// `doc_mapping.max_num_partitions`.
+    pub fn max_num_partitions(&self) -> u32 {
+        self.doc_mapping.max_num_partitions
+    }
+
+    /// The catch-all JSON field, in dynamic mode.
+    pub fn dynamic_field(&self) -> Option<Field> {
+        self.dynamic_field
+    }
+
+    /// The `_source` field, with `store_source`.
+    pub fn source_field(&self) -> Option<Field> {
+        self.source_field
+    }
+
+    /// Parses one JSON document (an object of at most [`MAX_DOC_BYTES`]).
+    ///
+    /// Declared fields are type-checked: numeric fields accept numbers and numeric strings
+    /// (`"42"`), `bool` accepts `true`/`false` and `"true"`/`"false"`, `text` requires strings,
+    /// `json` objects, `datetime` is parsed with the field's `input_formats`. Arrays give
+    /// multi-valued fields; `null` values are ignored. Undeclared fields are ignored (`lenient`),
+    /// rejected (`strict`) or kept in [`DYNAMIC_FIELD_NAME`] (`dynamic`). When the index has a
+    /// timestamp field the document must have a parsable value (the first one is used).
+    pub fn parse_doc(&self, json: &[u8]) -> Result<ParsedDoc, DocParsingError> {
+        let num_bytes = json.len();
+        if num_bytes > MAX_DOC_BYTES {
+            return Err(DocParsingError::TooLarge {
+                num_bytes,
+                max_bytes: MAX_DOC_BYTES,
+            });
+        }
+        match json.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => {}
+            Some(_) => {
+                // Distinguish `[1, 2]` (valid JSON, wrong shape) from garbage.
+                return Err(
+                    match serde_json::from_slice::<serde::de::IgnoredAny>(json) {
+                        Ok(_) => DocParsingError::NotAnObject,
+                        Err(err) => DocParsingError::InvalidJson(err.to_string()),
+                    },
+                );
+            }
+            None => return Err(DocParsingError::InvalidJson("empty document".to_string())),
+        }
+        let object: Map<String, Value> = serde_json::from_slice(json)
+            .map_err(|err| DocParsingError::InvalidJson(err.to_string()))?;
+
+        let partition_id = self
+            .partition_key
+            .as_ref()
+            .map_or(0, |key| key.partition_id(&object));
+        let mut doc = TantivyDocument::default();
+        if let Some(source_field) = self.source_field {
+            let text = std::str::from_utf8(json)
+                .map_err(|err| DocParsingError::InvalidJson(err.to_string()))?;
+            doc.add_text(source_field, text);
+        }
+        let mut tags = Vec::new();
+        let mut timestamp: Option<DateTime> = None;
+        let mut dynamic: Option<Map<String, Value>> = None;
+        for (key, value) in object {
+            if value.is_null() {
+                continue;
+            }
+            match self.by_name.get(key.as_str()) {
+                Some(&i) => {
+                    let mapped = &self.fields[i];
+                    self.add_value(&mut doc, mapped, &value, &mut tags, &mut timestamp)?;
+                }
+                None => match self.doc_mapping.mode {
+                    Mode::Lenient => {}
+                    Mode::Strict => return Err(DocParsingError::UnknownField { field: key }),
+                    Mode::Dynamic => {
+                        dynamic.get_or_insert_with(Map::new).insert(key, value);
+                    }
+                },
+            }
+        }
+        if let (Some(dynamic_field), Some(dynamic)) = (self.dynamic_field, dynamic) {
+            doc.add_field_value(dynamic_field, &Value::Object(dynamic));
+        }
+        let timestamp_micros = match (self.timestamp, timestamp) {
+            (None, _) => None,
+            (Some(_), Some(timestamp)) => Some(timestamp.into_timestamp_micros()),
+            (Some(i), None) => {
+                return Err(DocParsingError::MissingTimestamp {
+                    field: self.fields[i].name.clone(),
+                })
+            }
+        };
+        Ok(ParsedDoc {
+            doc,
+            timestamp_micros,
+            partition_id,
+            tags,
+            num_bytes,
+        })
+    }
+
+    /// Adds one (possibly array) value of a declared field.
+    fn add_value(
+        &self,
+        doc: &mut TantivyDocument,
+        mapped: &MappedField,
+        value: &Value,
+        tags: &mut Vec<String>,
+        timestamp: &mut Option<DateTime>,
+    ) -> Result<(), DocParsingError> {
+        if let Value::Array(values) = value {
+            for value in values {
+                match value {
+                    Value::Null => {}
+                    Value::Array(_) => {
+                        return Err(DocParsingError::InvalidValue {
+                            field: mapped.name.clone(),
+                            message: "nested arrays are not supported".to_string(),
+                        })
+                    }
+                    _ => self.add_leaf(doc, mapped, value, tags, timestamp)?,
+                }
+            }
+            Ok(())
+        } else {
+            self.add_leaf(doc, mapped, value, tags, timestamp)
+        }
+    }
+
+    fn add_leaf(
+        &self,
+        doc: &mut TantivyDocument,
+        mapped: &MappedField,
+        value: &Value,
+        tags: &mut Vec<String>,
+        timestamp: &mut Option<DateTime>,
+    ) -> Result<(), DocParsingError> {
+        let wrong_type = |expected: &str| DocParsingError::InvalidValue {
+            field: mapped.name.clone(),
+            message: format!("expected {expected}, got {}", describe_value(value)),
+        };
+        let field = mapped.field;
+        match &mapped.kind {
+            MappedKind::Text => {
+                let Value::String(text) = value else {
+                    return Err(wrong_type("a string"));
+                };
+                doc.add_text(field, text);
+                if mapped.is_tag {
+                    tags.push(format!("{}:{text}", mapped.name));
+                }
+            }
+            MappedKind::I64 => {
+                let number = coerce_i64(value).ok_or_else(|| wrong_type("an i64"))?;
+                doc.add_i64(field, number);
+                if mapped.is_tag {
+                    tags.push(format!("{}:{number}", mapped.name));
+                }
+            }
+            MappedKind::U64 => {
+                let number = coerce_u64(value).ok_or_else(|| wrong_type("a u64"))?;
+                doc.add_u64(field, number);
+                if mapped.is_tag {
+                    tags.push(format!("{}:{number}", mapped.name));
+                }
+            }
+            MappedKind::F64 => {
+                let number = coerce_f64(value).ok_or_else(|| wrong_type("an f64"))?;
+                doc.add_f64(field, number);
+            }
+            MappedKind::Bool => {
+                let flag = coerce_bool(value).ok_or_else(|| wrong_type("a boolean"))?;
+                doc.add_bool(field, flag);
+                if mapped.is_tag {
+                    tags.push(format!("{}:{flag}", mapped.name));
+                }
+            }
+            MappedKind::Datetime(formats) => {
+                let datetime = parse_datetime(value, formats).map_err(|message| {
+                    if mapped.is_timestamp {
+                        DocParsingError::InvalidTimestamp {
+                            field: mapped.name.clone(),
+                            message,
+                        }
+                    } else {
+                        DocParsingError::InvalidValue {
+                            field: mapped.name.clone(),
+                            message,
+                        }
+                    }
+                })?;
+                doc.add_date(field, datetime);
+                if mapped.is_timestamp && timestamp.is_none() {
+                    *timestamp = Some(datetime);
+                }
+            }
+            MappedKind::Json => {
+                if !value.is_object() {
+                    return Err(wrong_type("a JSON object"));
+                }
+                doc.add_field_value(field, value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renders a stored document as JSON: declared stored fields by name (a single value
+    /// unwrapped, several as an array), datetimes as RFC 3339 strings, [`DYNAMIC_FIELD_NAME`]'s
+    /// content flattened back to the top level, and the original document under `_source` when
+    /// the index stores it.
+    pub fn doc_to_json(&self, doc: &TantivyDocument) -> Value {
+        let mut object = Map::new();
+        for (field, value) in doc.field_values() {
+            if Some(field) == self.dynamic_field {
+                if let ReferenceValue::Object(entries) = value.as_value() {
+                    for (key, value) in entries {
+                        insert_multi(&mut object, key.to_string(), reference_to_json(value));
+                    }
+                }
+                continue;
+            }
+            if Some(field) == self.source_field {
+                if let Some(text) = value.as_str() {
+                    let source = serde_json::from_str(text)
+                        .unwrap_or_else(|_| Value::String(text.to_string()));
+                    object.insert(SOURCE_FIELD_NAME.to_string(), source);
+                }
+                continue;
+            }
+            let entry = self.schema.get_field_entry(field);
+            if !entry.is_stored() {
+                // Present in freshly parsed documents, never in the doc store.
+                continue;
+            }
+            let name = entry.name();
+            insert_multi(&mut object, name.to_string(), reference_to_json(value));
+        }
+        Value::Object(object)
+    }
+
+    pub(crate) fn mapped_field_is_exact_tag(&self, name: &str) -> Option<TagKind> {
+        let mapped = &self.fields[*self.by_name.get(name)?];
+        if !mapped.is_tag {
+            return None;
+        }
+        match mapped.kind {
+            MappedKind::Text if self.doc_mapping.is_exact_tag_field(name) => Some(TagKind::Text),
+            MappedKind::I64 => Some(TagKind::I64),
+            MappedKind::U64 => Some(TagKind::U64),
+            MappedKind::Bool => Some(TagKind::Bool),
+            _ => None,
+        }
+    }
+}
+
+/// How a tag field's query terms are normalized to tag values.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TagKind {
+    Text,
+    I64,
+    U64,
+    Bool,
+}
+
+/// Inserts `value` under `key`, turning repeated keys into arrays.
+fn insert_multi(object: &mut Map<String, Value>, key: String, value: Value) {
+    match object.get_mut(&key) {
+        None => {
+            object.insert(key, value);
+        }
+        Some(Value::Array(values)) => values.push(value),
+        Some(existing) => {
+            let first = existing.take();
+            *existing = Value::Array(vec![first, value]);
+        }
+    }
+}
+
+/// Converts a stored Tantivy value to JSON.
+fn reference_to_json<'a, V: tantivy::schema::Value<'a>>(value: V) -> Value {
+    match value.as_value() {
+        ReferenceValue::Leaf(leaf) => leaf_to_json(leaf),
+        ReferenceValue::Array(values) => Value::Array(values.map(reference_to_json).collect()),
+        ReferenceValue::Object(entries) => Value::Object(
+            entries
+                .map(|(key, value)| (key.to_string(), reference_to_json(value)))
+                .collect(),
+        ),
+    }
+}
+
+fn leaf_to_json(leaf: ReferenceValueLeaf<'_>) -> Value {
+    match leaf {
+        ReferenceValueLeaf::Null => Value::Null,
+        ReferenceValueLeaf::Str(text) | ReferenceValueLeaf::Facet(text) => {
+            Value::String(text.to_string())
+        }
+        ReferenceValueLeaf::U64(number) => Value::from(number),
+        ReferenceValueLeaf::I64(number) => Value::from(number),
+        ReferenceValueLeaf::F64(number) => {
+            Number::from_f64(number).map_or(Value::Null, Value::Number)
+        }
+        ReferenceValueLeaf::Bool(flag) => Value::Bool(flag),
+        ReferenceValueLeaf::Date(datetime) => Value::String(format_rfc3339(datetime)),
+        ReferenceValueLeaf::IpAddr(addr) => Value::String(match addr.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => addr.to_string(),
+        }),
+        ReferenceValueLeaf::PreTokStr(text) => Value::String(text.text),
+        ReferenceValueLeaf::Bytes(bytes) | ReferenceValueLeaf::Custom(bytes) => {
+            Value::Array(bytes.iter().map(|b| Value::from(*b)).collect())
+        }
+    }
+}

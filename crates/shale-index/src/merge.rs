@@ -1,0 +1,136 @@
+//! Merging splits into one.
+
+use std::path::{Path, PathBuf};
+
+use shale_types::TimeRange;
+use tantivy::directory::MmapDirectory;
+use tantivy::Index;
+
+use crate::bundle::open_split;
+use crate::doc_mapper::DocMapper;
+use crate::error::IndexError;
+use crate::split::{
+    bundle_index, commit_stats, default_bundle_path, split_stats, writer_for, SplitStats,
+    TagCollector, MIN_HEAP_BYTES_PER_THREAD, SPLIT_STATS_VERSION,
+};
+
+/// Merges the indexes of several splits (same doc mapping) into one split bundle, written as
+/// `{output_scratch_dir}.split` (the scratch directory is removed afterwards).
+///
+/// The output's stats combine the inputs' (recorded in their commit payloads): time ranges are
+/// united, uncompressed sizes summed, tags united (with the per-field cap). An input without
+/// recorded stats (not built by Shale) contributes its time range read from the timestamp fast
+/// column, an `any value` marker for every tag field, and 0 bytes.
+pub fn merge_splits(
+    doc_mapper: &DocMapper,
+    inputs: &[Index],
+    output_scratch_dir: &Path,
+) -> Result<crate::BuiltSplit, IndexError> {
+    let bundle_path = default_bundle_path(output_scratch_dir)?;
+    merge_splits_to(doc_mapper, inputs, output_scratch_dir, &bundle_path)
+}
+
+/// [`merge_splits`] over bundle files.
+pub fn merge_split_files(
+    doc_mapper: &DocMapper,
+    bundle_paths: &[PathBuf],
+    output_scratch_dir: &Path,
+) -> Result<crate::BuiltSplit, IndexError> {
+    let inputs = bundle_paths
+        .iter()
+        .map(|path| open_split(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    merge_splits(doc_mapper, &inputs, output_scratch_dir)
+}
+
+/// Like [`merge_splits`], writing the bundle to `bundle_path`.
+pub fn merge_splits_to(
+    doc_mapper: &DocMapper,
+    inputs: &[Index],
+    output_scratch_dir: &Path,
+    bundle_path: &Path,
+) -> Result<crate::BuiltSplit, IndexError> {
+    if inputs.is_empty() {
+        return Err(IndexError::InvalidArgument(
+            "merge_splits needs at least one input split".to_string(),
+        ));
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        if &input.schema() != doc_mapper.schema() {
+            return Err(IndexError::InvalidArgument(format!(
+                "input split #{i} has a different schema than the doc mapping"
+            )));
+        }
+    }
+    let mut time_range: Option<TimeRange> = None;
+    let mut tags = TagCollector::default();
+    let mut uncompressed_docs_size_bytes = 0u64;
+    for input in inputs {
+        let stats = match split_stats(input)? {
+            Some(stats) => stats,
+            None => stats_from_index(doc_mapper, input)?,
+        };
+        if let Some(range) = stats.time_range {
+            time_range = Some(time_range.map_or(range, |current| current.union(&range)));
+        }
+        for tag in &stats.tags {
+            tags.insert(tag);
+        }
+        uncompressed_docs_size_bytes += stats.uncompressed_docs_size_bytes;
+    }
+
+    std::fs::create_dir_all(output_scratch_dir)
+        .map_err(|err| IndexError::io(output_scratch_dir, err))?;
+    let directory = MmapDirectory::open(output_scratch_dir).map_err(|err| {
+        IndexError::io(output_scratch_dir, std::io::Error::other(err.to_string()))
+    })?;
+    let merged = tantivy::indexer::merge_indices(inputs, directory)?;
+    let num_docs: u64 = merged
+        .searchable_segment_metas()?
+        .iter()
+        .map(|meta| u64::from(meta.num_docs()))
+        .sum();
+    let stats = SplitStats {
+        version: SPLIT_STATS_VERSION,
+        num_docs,
+        time_range,
+        tags: tags.into_tags(),
+        uncompressed_docs_size_bytes,
+    };
+    let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
+    commit_stats(&mut writer, &stats)?;
+    writer.wait_merging_threads()?;
+    bundle_index(&merged, output_scratch_dir, stats, bundle_path)
+}
+
+/// Stats of an index without recorded stats: time range from the timestamp fast column,
+/// "any value" for every tag field.
+fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats, IndexError> {
+    let reader = index.reader()?;
+    let searcher = reader.searcher();
+    let mut time_range: Option<TimeRange> = None;
+    if let Some(name) = doc_mapper.timestamp_field_name() {
+        for segment in searcher.segment_readers() {
+            if segment.num_docs() == 0 {
+                continue;
+            }
+            let column = segment.fast_fields().date(name)?;
+            let range = TimeRange {
+                start: column.min_value().into_timestamp_secs(),
+                end: column.max_value().into_timestamp_secs(),
+            };
+            time_range = Some(time_range.map_or(range, |current| current.union(&range)));
+        }
+    }
+    Ok(SplitStats {
+        version: SPLIT_STATS_VERSION,
+        num_docs: searcher.num_docs(),
+        time_range,
+        tags: doc_mapper
+            .tag_fields()
+            .iter()
+            .map(|field| crate::query::any_value_tag(field))
+            .collect(),
+        uncompressed_docs_size_bytes: 0,
+    })
+}

@@ -1,0 +1,832 @@
+//! Tests of the doc mapper, queries, and split building, opening and merging.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use shale_config::{IndexConfig, Mode};
+use shale_types::TimeRange;
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::Query;
+use tantivy::schema::{DateTimePrecision, FieldType, IndexRecordOption};
+use tantivy::{Index, TantivyDocument};
+
+use crate::*;
+
+const CONFIG: &str = r#"
+index_id: test-logs
+doc_mapping:
+  mode: dynamic
+  field_mappings:
+    - name: timestamp
+      type: datetime
+      input_formats: [rfc3339, unix_timestamp]
+      fast: true
+      fast_precision: milliseconds
+    - name: tenant_id
+      type: u64
+      fast: true
+    - name: severity
+      type: text
+      tokenizer: raw
+      fast: true
+    - name: body
+      type: text
+    - name: latency
+      type: f64
+      fast: true
+    - name: status
+      type: i64
+    - name: ok
+      type: bool
+    - name: resource
+      type: json
+    - name: hidden
+      type: text
+      stored: false
+    - name: codes
+      type: array<i64>
+  tag_fields: [tenant_id, severity]
+  timestamp_field: timestamp
+  partition_key: hash_mod(tenant_id, 4)
+search_settings:
+  default_search_fields: [body]
+"#;
+
+fn config_with(mode: Mode, store_source: bool) -> IndexConfig {
+    let mut config = IndexConfig::parse(CONFIG.as_bytes()).unwrap();
+    config.doc_mapping.mode = mode;
+    config.doc_mapping.store_source = store_source;
+    config
+}
+
+fn mapper_with(mode: Mode, store_source: bool) -> DocMapper {
+    let config = config_with(mode, store_source);
+    DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap()
+}
+
+fn mapper() -> DocMapper {
+    mapper_with(Mode::Dynamic, false)
+}
+
+fn parse(mapper: &DocMapper, doc: Value) -> Result<ParsedDoc, DocParsingError> {
+    mapper.parse_doc(doc.to_string().as_bytes())
+}
+
+const T0: i64 = 1_700_000_000;
+
+/// Deterministic test document `i`.
+fn test_doc(i: i64) -> Value {
+    let timestamp = if i % 2 == 0 {
+        json!(tantivy::DateTime::from_timestamp_secs(T0 + i)
+            .into_utc()
+            .format(&tantivy::time::format_description::well_known::Rfc3339)
+            .unwrap())
+    } else {
+        json!(T0 + i)
+    };
+    let body = if i % 10 == 0 {
+        "the quick brown fox".to_string()
+    } else {
+        format!("lazy dog number {i}")
+    };
+    let severity = ["INFO", "WARN", "ERROR"][(i % 3) as usize];
+    json!({
+        "timestamp": timestamp,
+        "tenant_id": i % 5,
+        "severity": severity,
+        "body": body,
+        "latency": i as f64 / 10.0,
+        "status": 200 + (i % 4) * 100,
+        "ok": i % 2 == 0,
+        "resource": {"region": if i % 4 == 0 { "eu" } else { "us" }, "host": format!("h{}", i % 7)},
+        "service": if i % 2 == 0 { "api" } else { "web" },
+    })
+}
+
+fn count(index: &Index, query: &dyn Query) -> usize {
+    let reader = index.reader().unwrap();
+    reader.searcher().search(query, &Count).unwrap()
+}
+
+fn count_query(mapper: &DocMapper, index: &Index, query: &str) -> usize {
+    let query = mapper
+        .parse_query(query, None)
+        .unwrap_or_else(|err| panic!("{query}: {err}"));
+    count(index, &*query)
+}
+
+fn build_split(
+    mapper: &Arc<DocMapper>,
+    dir: &std::path::Path,
+    docs: impl Iterator<Item = Value>,
+) -> BuiltSplit {
+    let mut builder = SplitBuilder::new(mapper.clone(), dir, 50_000_000).unwrap();
+    for doc in docs {
+        builder.add(parse(mapper, doc).unwrap()).unwrap();
+    }
+    builder.finish().unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema
+
+#[test]
+fn schema_per_type() {
+    let mapper = mapper_with(Mode::Dynamic, true);
+    let schema = mapper.schema();
+    let entry = |name: &str| {
+        schema
+            .get_field_entry(schema.get_field(name).unwrap())
+            .clone()
+    };
+
+    match entry("severity").field_type() {
+        FieldType::Str(options) => {
+            let indexing = options.get_indexing_options().unwrap();
+            assert_eq!(indexing.tokenizer(), "raw");
+            assert_eq!(
+                indexing.index_option(),
+                IndexRecordOption::WithFreqsAndPositions
+            );
+            assert!(options.is_stored());
+            assert_eq!(options.get_fast_field_tokenizer_name(), Some("raw"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match entry("body").field_type() {
+        FieldType::Str(options) => {
+            assert_eq!(
+                options.get_indexing_options().unwrap().tokenizer(),
+                "default"
+            );
+            assert!(!options.is_fast());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!entry("hidden").is_stored());
+    assert!(
+        matches!(entry("tenant_id").field_type(), FieldType::U64(o) if o.is_fast() && o.is_indexed() && o.is_stored())
+    );
+    assert!(matches!(entry("status").field_type(), FieldType::I64(o) if !o.is_fast()));
+    assert!(matches!(entry("latency").field_type(), FieldType::F64(o) if o.is_fast()));
+    assert!(matches!(entry("ok").field_type(), FieldType::Bool(_)));
+    assert!(matches!(entry("codes").field_type(), FieldType::I64(_)));
+    match entry("timestamp").field_type() {
+        FieldType::Date(options) => {
+            assert!(options.is_fast() && options.is_indexed() && options.is_stored());
+            assert_eq!(options.get_precision(), DateTimePrecision::Milliseconds);
+        }
+        other => panic!("{other:?}"),
+    }
+    match entry("resource").field_type() {
+        FieldType::JsonObject(options) => {
+            assert!(options.is_stored() && options.is_indexed());
+            assert!(options.is_expand_dots_enabled());
+        }
+        other => panic!("{other:?}"),
+    }
+    match entry(DYNAMIC_FIELD_NAME).field_type() {
+        FieldType::JsonObject(options) => {
+            assert!(options.is_stored() && options.is_indexed() && options.is_fast());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(entry(SOURCE_FIELD_NAME).is_stored());
+    assert!(!entry(SOURCE_FIELD_NAME).is_indexed());
+
+    assert_eq!(mapper.timestamp_field_name(), Some("timestamp"));
+    assert_eq!(mapper.default_search_fields(), ["body"]);
+    assert_eq!(mapper.tag_fields(), ["tenant_id", "severity"]);
+
+    // No `_dynamic` / `_source` unless asked for.
+    let strict = mapper_with(Mode::Strict, false);
+    assert!(strict.schema().get_field(DYNAMIC_FIELD_NAME).is_err());
+    assert!(strict.schema().get_field(SOURCE_FIELD_NAME).is_err());
+}
+
+#[test]
+fn default_search_fields_fallback() {
+    let mut config = config_with(Mode::Dynamic, false);
+    config.search_settings.default_search_fields.clear();
+    let mapper = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
+    assert_eq!(
+        mapper.default_search_fields(),
+        ["severity", "body", "hidden", DYNAMIC_FIELD_NAME]
+    );
+    config.doc_mapping.mode = Mode::Lenient;
+    let mapper = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
+    assert_eq!(
+        mapper.default_search_fields(),
+        ["severity", "body", "hidden"]
+    );
+}
+
+#[test]
+fn invalid_mapping_is_rejected() {
+    let mut config = config_with(Mode::Dynamic, false);
+    config.doc_mapping.timestamp_field = Some("nope".into());
+    let err = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap_err();
+    assert!(
+        err.to_string().contains("doc_mapping.timestamp_field"),
+        "{err}"
+    );
+    let mut config = config_with(Mode::Dynamic, false);
+    config.search_settings.default_search_fields = vec!["nope".into()];
+    let err = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap_err();
+    assert!(
+        err.to_string().contains("default_search_fields[0]"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+#[test]
+fn parse_doc_success() {
+    let mapper = mapper();
+    let json = test_doc(2).to_string();
+    let parsed = mapper.parse_doc(json.as_bytes()).unwrap();
+    assert_eq!(parsed.num_bytes, json.len());
+    assert_eq!(parsed.timestamp_micros, Some((T0 + 2) * 1_000_000));
+    assert!(parsed.partition_id < 4);
+    let mut tags = parsed.tags.clone();
+    tags.sort();
+    assert_eq!(tags, ["severity:ERROR", "tenant_id:2"]);
+
+    // Same tenant, same partition; partitions spread over 4 values.
+    let other = parse(&mapper, test_doc(7)).unwrap();
+    assert_eq!(other.partition_id, parsed.partition_id);
+    let partitions: BTreeSet<u64> = (0..50)
+        .map(|i| parse(&mapper, test_doc(i)).unwrap().partition_id)
+        .collect();
+    assert!(partitions.len() > 1 && partitions.iter().all(|p| *p < 4));
+
+    // No partition key: 0.
+    let mut config = config_with(Mode::Dynamic, false);
+    config.doc_mapping.partition_key = None;
+    let plain = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
+    assert_eq!(parse(&plain, test_doc(3)).unwrap().partition_id, 0);
+}
+
+#[test]
+fn numeric_strings_are_coerced() {
+    let mapper = mapper();
+    let parsed = parse(
+        &mapper,
+        json!({"timestamp": "2024-01-02T03:04:05Z", "tenant_id": "42", "status": " -7 ",
+               "latency": "1.5", "ok": "true", "codes": [1, "2", 3.0]}),
+    )
+    .unwrap();
+    let rendered = mapper.doc_to_json(&parsed.doc);
+    assert_eq!(rendered["tenant_id"], json!(42));
+    assert_eq!(rendered["status"], json!(-7));
+    assert_eq!(rendered["latency"], json!(1.5));
+    assert_eq!(rendered["ok"], json!(true));
+    assert_eq!(rendered["codes"], json!([1, 2, 3]));
+    assert!(parsed.tags.contains(&"tenant_id:42".to_string()));
+}
+
+#[track_caller]
+fn assert_error(result: Result<ParsedDoc, DocParsingError>, expected: &str) -> DocParsingError {
+    let err = result.expect_err("document should be rejected");
+    assert!(
+        err.to_string().contains(expected),
+        "expected `{expected}` in `{err}`"
+    );
+    err
+}
+
+#[test]
+fn parse_doc_errors() {
+    let mapper = mapper();
+    let ts = "2024-01-02T03:04:05Z";
+
+    let big = format!("{{\"body\": \"{}\"}}", "x".repeat(MAX_DOC_BYTES));
+    let err = assert_error(
+        mapper.parse_doc(big.as_bytes()),
+        "over the 10485760 bytes limit",
+    );
+    assert!(matches!(err, DocParsingError::TooLarge { .. }));
+
+    assert_eq!(
+        mapper.parse_doc(b"[1, 2]").unwrap_err(),
+        DocParsingError::NotAnObject
+    );
+    assert_eq!(
+        mapper.parse_doc(b"42").unwrap_err(),
+        DocParsingError::NotAnObject
+    );
+    assert_error(mapper.parse_doc(b"{\"body\": "), "malformed JSON: EOF");
+    assert_error(mapper.parse_doc(b"not json"), "malformed JSON");
+    assert_error(mapper.parse_doc(b"  "), "malformed JSON: empty document");
+    assert_error(mapper.parse_doc(b"{\"a\": 1} trailing"), "malformed JSON");
+
+    // Wrong type: an error in every mode.
+    for mode in [Mode::Lenient, Mode::Strict, Mode::Dynamic] {
+        let mapper = mapper_with(mode, false);
+        let err = assert_error(
+            parse(&mapper, json!({"timestamp": ts, "status": "abc"})),
+            "field `status`: expected an i64, got the string \"abc\"",
+        );
+        assert_eq!(err.field(), Some("status"));
+    }
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "tenant_id": -1})),
+        "field `tenant_id`: expected a u64, got the number `-1`",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "status": 1.5})),
+        "field `status`: expected an i64, got the number `1.5`",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "body": 42})),
+        "field `body`: expected a string, got the number `42`",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "body": {"a": 1}})),
+        "field `body`: expected a string, got an object",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "ok": "yes"})),
+        "field `ok`: expected a boolean",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "resource": "eu"})),
+        "field `resource`: expected a JSON object",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "codes": [[1]]})),
+        "field `codes`: nested arrays are not supported",
+    );
+    assert_error(
+        parse(&mapper, json!({"timestamp": ts, "latency": "fast"})),
+        "field `latency`: expected an f64",
+    );
+
+    // Strict mode rejects undeclared fields.
+    let strict = mapper_with(Mode::Strict, false);
+    let err = assert_error(
+        parse(&strict, json!({"timestamp": ts, "service": "api"})),
+        "field `service` is not declared in the doc mapping (mode: strict)",
+    );
+    assert_eq!(err.field(), Some("service"));
+
+    // Timestamp.
+    let err = assert_error(
+        parse(&mapper, json!({"body": "no time"})),
+        "timestamp field `timestamp` is missing",
+    );
+    assert!(matches!(err, DocParsingError::MissingTimestamp { .. }));
+    assert_error(
+        parse(&mapper, json!({"timestamp": null})),
+        "timestamp field `timestamp` is missing",
+    );
+    let err = assert_error(
+        parse(&mapper, json!({"timestamp": "yesterday"})),
+        "timestamp field `timestamp`: cannot parse `yesterday` as a datetime with input formats [rfc3339, unix_timestamp]",
+    );
+    assert!(matches!(err, DocParsingError::InvalidTimestamp { .. }));
+    assert_error(
+        parse(&mapper, json!({"timestamp": true})),
+        "timestamp field `timestamp`: expected a datetime string or number",
+    );
+}
+
+#[test]
+fn modes_handle_undeclared_fields() {
+    let doc = json!({"timestamp": 1_700_000_000, "body": "hello", "service": "api",
+                     "nested": {"k": [1, 2]}});
+    let lenient = mapper_with(Mode::Lenient, false);
+    let parsed = parse(&lenient, doc.clone()).unwrap();
+    let rendered = lenient.doc_to_json(&parsed.doc);
+    assert_eq!(
+        rendered,
+        json!({"timestamp": "2023-11-14T22:13:20Z", "body": "hello"})
+    );
+
+    let dynamic = mapper_with(Mode::Dynamic, false);
+    let parsed = parse(&dynamic, doc.clone()).unwrap();
+    let rendered = dynamic.doc_to_json(&parsed.doc);
+    assert_eq!(
+        rendered,
+        json!({"timestamp": "2023-11-14T22:13:20Z", "body": "hello", "service": "api",
+               "nested": {"k": [1, 2]}})
+    );
+}
+
+#[test]
+fn doc_to_json_round_trip() {
+    let mapper = mapper_with(Mode::Dynamic, true);
+    let doc = json!({
+        "timestamp": "2024-01-02T03:04:05.123Z",
+        "tenant_id": 3,
+        "severity": "WARN",
+        "body": "a message",
+        "latency": 12.5,
+        "status": 404,
+        "ok": false,
+        "resource": {"region": "eu", "tags": ["a", "b"], "n": 1},
+        "hidden": "not stored",
+        "codes": [7],
+        "extra": {"user": "bob", "id": 12},
+        "labels": ["x", "y"],
+    });
+    let parsed = parse(&mapper, doc.clone()).unwrap();
+    let rendered = mapper.doc_to_json(&parsed.doc);
+    let mut expected = doc.clone();
+    let object = expected.as_object_mut().unwrap();
+    object.remove("hidden");
+    // Single values are unwrapped.
+    object.insert("codes".into(), json!(7));
+    object.insert("_source".into(), doc.clone());
+    assert_eq!(rendered, expected);
+
+    // Round trip through a split's doc store too.
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper);
+    let split = build_split(&mapper, &dir.path().join("s"), std::iter::once(doc));
+    let index = open_split(&split.path).unwrap();
+    let searcher = index.reader().unwrap().searcher();
+    let (_, address) = searcher
+        .search(
+            &tantivy::query::AllQuery,
+            &TopDocs::with_limit(1).order_by_score(),
+        )
+        .unwrap()[0];
+    let stored: TantivyDocument = searcher.doc(address).unwrap();
+    assert_eq!(mapper.doc_to_json(&stored), expected);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+
+#[test]
+fn required_tag_terms_are_conservative() {
+    let mapper = mapper();
+    let terms = |q: &str| mapper.required_tag_terms(q);
+    let pairs = |v: &[(&str, &str)]| {
+        Some(
+            v.iter()
+                .map(|(f, v)| (f.to_string(), v.to_string()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(terms("tenant_id:42"), pairs(&[("tenant_id", "42")]));
+    assert_eq!(terms("tenant_id:042"), pairs(&[("tenant_id", "42")]));
+    assert_eq!(
+        terms("tenant_id:1 AND severity:ERROR AND body:boom"),
+        pairs(&[("severity", "ERROR"), ("tenant_id", "1")])
+    );
+    // Implicit AND (Quickwit's default operator), `+`, grouping and boosts.
+    assert_eq!(
+        terms("severity:ERROR timeout"),
+        pairs(&[("severity", "ERROR")])
+    );
+    assert_eq!(terms("+severity:ERROR"), pairs(&[("severity", "ERROR")]));
+    assert_eq!(
+        terms("(tenant_id:1 AND body:x) AND severity:\"ERROR\"^2"),
+        pairs(&[("severity", "ERROR"), ("tenant_id", "1")])
+    );
+    assert_eq!(
+        terms("tenant_id:1 AND (severity:WARN OR severity:ERROR)"),
+        pairs(&[("tenant_id", "1")])
+    );
+    // Nothing known.
+    for query in [
+        "*",
+        "",
+        "boom",
+        "tenant_id:1 OR tenant_id:2",
+        "NOT tenant_id:1",
+        "-tenant_id:1 body:x",
+        "severity:ERR*",
+        "tenant_id:[1 TO 3]",
+        "tenant_id: IN [1 2]",
+        "body:hello",
+        "status:200",
+        "tenant_id:abc",
+        "tenant_id:(1",
+    ] {
+        assert_eq!(terms(query), None, "{query}");
+    }
+}
+
+#[test]
+fn split_tag_matching() {
+    let tags: BTreeSet<String> = ["tenant_id:1", "tenant_id:2", "severity!"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let req = |f: &str, v: &str| (f.to_string(), v.to_string());
+    assert!(split_may_match_tags(&tags, &[]));
+    assert!(split_may_match_tags(&tags, &[req("tenant_id", "1")]));
+    assert!(!split_may_match_tags(&tags, &[req("tenant_id", "3")]));
+    assert!(split_may_match_tags(&tags, &[req("severity", "anything")]));
+    assert!(!split_may_match_tags(
+        &tags,
+        &[req("severity", "x"), req("tenant_id", "9")]
+    ));
+    assert!(!split_may_match_tags(&tags, &[req("host", "a")]));
+}
+
+#[test]
+fn query_errors() {
+    let mapper = mapper_with(Mode::Strict, false);
+    let err = mapper
+        .parse_query("nope:1", None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("nope"), "{err}");
+    let err = mapper
+        .parse_query("status:abc", None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("status:abc"), "{err}");
+    let err = mapper
+        .parse_query("body:(a", None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("syntax error"), "{err}");
+    let err = mapper
+        .parse_query("a", Some(&["nope".to_string()]))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("unknown search field `nope`"), "{err}");
+    // Without a timestamp field there is no time filter.
+    let mut config = config_with(Mode::Strict, false);
+    config.doc_mapping.timestamp_field = None;
+    let no_ts = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
+    assert!(no_ts.time_range_query(Some(0), Some(1)).is_none());
+    assert!(mapper.time_range_query(None, None).is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splits
+
+#[test]
+fn build_open_and_search_a_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let scratch = dir.path().join("01SPLIT");
+    let split = build_split(&mapper, &scratch, (0..1000).map(test_doc));
+
+    assert_eq!(split.path, dir.path().join("01SPLIT.split"));
+    assert!(!scratch.exists(), "scratch dir is removed");
+    assert_eq!(split.num_docs, 1000);
+    assert_eq!(
+        split.time_range,
+        Some(TimeRange {
+            start: T0,
+            end: T0 + 999
+        })
+    );
+    let expected_tags: BTreeSet<String> = (0..5)
+        .map(|t| format!("tenant_id:{t}"))
+        .chain(["severity:INFO", "severity:WARN", "severity:ERROR"].map(String::from))
+        .collect();
+    assert_eq!(split.tags, expected_tags);
+    let expected_bytes: u64 = (0..1000)
+        .map(|i| test_doc(i).to_string().len() as u64)
+        .sum();
+    assert_eq!(split.uncompressed_docs_size_bytes, expected_bytes);
+    let file_len = std::fs::metadata(&split.path).unwrap().len();
+    assert_eq!(split.size_bytes, file_len);
+    assert_eq!(split.footer_offsets.1, file_len);
+
+    // The footer is self-describing.
+    let bytes = std::fs::read(&split.path).unwrap();
+    assert_eq!(&bytes[bytes.len() - 8..], b"SHALESPL");
+    let footer = BundleFooter::parse_from_tail(&bytes[split.footer_offsets.0 as usize..]).unwrap();
+    assert!(footer.files.iter().any(|f| f.name == "meta.json"));
+    let stats = footer.metadata.clone().unwrap();
+    assert_eq!(stats.num_docs, 1000);
+    assert_eq!(stats.tags, split.tags);
+    assert_eq!(read_split_footer(&split.path).unwrap(), footer);
+
+    let index = open_split(&split.path).unwrap();
+    assert_eq!(index.searchable_segment_ids().unwrap().len(), 1);
+    assert_eq!(split_stats(&index).unwrap(), Some(stats));
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("*"), 1000);
+    assert_eq!(q(""), 1000);
+    assert_eq!(q("severity:ERROR"), 333);
+    assert_eq!(q("severity:error"), 0, "raw tokenizer is case-sensitive");
+    assert_eq!(q("tenant_id:3"), 200);
+    assert_eq!(q("tenant_id:3 AND severity:ERROR"), 67);
+    assert_eq!(q("tenant_id:3 severity:ERROR"), 67, "AND by default");
+    assert_eq!(q("tenant_id:3 OR severity:ERROR"), 200 + 333 - 67);
+    assert_eq!(q("body:\"quick brown\""), 100);
+    assert_eq!(q("\"quick brown\""), 100, "default search field");
+    assert_eq!(q("quick fox"), 100);
+    assert_eq!(q("body:\"brown quick\""), 0);
+    assert_eq!(q("status:[200 TO 299]"), 250);
+    assert_eq!(q("status:[200 TO 400}"), 500);
+    assert_eq!(q("latency:[10 TO 20]"), 101);
+    assert_eq!(q("ok:true"), 500);
+    assert_eq!(q("resource.region:eu"), 250);
+    assert_eq!(q("resource.host:h3"), 143);
+    assert_eq!(q("service:api"), 500, "undeclared fields route to _dynamic");
+    assert_eq!(q("_dynamic.service:web"), 500);
+    assert_eq!(q("NOT severity:INFO"), 666);
+    let not_info = 200 - q("tenant_id:3 AND severity:INFO");
+    assert_eq!(not_info, 133);
+    assert_eq!(q("tenant_id:3 AND NOT severity:INFO"), not_info);
+    assert_eq!(q("tenant_id:3 AND (NOT severity:INFO)"), not_info);
+    assert_eq!(q("tenant_id:3 -severity:INFO"), not_info);
+    assert_eq!(q("tenant_id:3 OR NOT severity:INFO"), 200 + 666 - not_info);
+    assert_eq!(
+        q("timestamp:[2023-11-14T22:13:20Z TO 2023-11-14T22:15:00Z}"),
+        100
+    );
+    assert_eq!(
+        count(
+            &index,
+            &*mapper
+                .time_range_query(Some(T0 + 100), Some(T0 + 200))
+                .unwrap()
+        ),
+        100
+    );
+    assert_eq!(
+        count(
+            &index,
+            &*mapper.time_range_query(Some(T0 + 990), None).unwrap()
+        ),
+        10
+    );
+    assert_eq!(
+        count(
+            &index,
+            &*mapper.time_range_query(None, Some(T0 + 10)).unwrap()
+        ),
+        10
+    );
+    assert_eq!(
+        count(
+            &index,
+            &*mapper
+                .time_range_query(Some(i64::MIN), Some(i64::MAX))
+                .unwrap()
+        ),
+        1000
+    );
+    let search_fields = ["severity".to_string()];
+    let query = mapper.parse_query("WARN", Some(&search_fields)).unwrap();
+    assert_eq!(count(&index, &*query), 333);
+
+    // Unpacked, the same index.
+    let unpacked = dir.path().join("unpacked");
+    unpack_split(&split.path, &unpacked).unwrap();
+    let index = Index::open_in_dir(&unpacked).unwrap();
+    assert_eq!(count_query(&mapper, &index, "severity:ERROR"), 333);
+    assert_eq!(count_query(&mapper, &index, "body:\"quick brown\""), 100);
+
+    // And from memory.
+    let index = open_split_from_bytes(tantivy::directory::OwnedBytes::new(bytes)).unwrap();
+    assert_eq!(count_query(&mapper, &index, "tenant_id:3"), 200);
+}
+
+#[test]
+fn tag_fields_with_many_values_become_any_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let docs = (0..1_100).map(|i| json!({"timestamp": T0, "tenant_id": i, "severity": "INFO"}));
+    let split = build_split(&mapper, &dir.path().join("s"), docs);
+    assert_eq!(
+        split.tags,
+        BTreeSet::from(["tenant_id!".to_string(), "severity:INFO".to_string()])
+    );
+    assert!(split_may_match_tags(
+        &split.tags,
+        &mapper.required_tag_terms("tenant_id:5000").unwrap()
+    ));
+    assert!(!split_may_match_tags(
+        &split.tags,
+        &mapper.required_tag_terms("severity:ERROR").unwrap()
+    ));
+}
+
+#[test]
+fn empty_split_and_multithreaded_builder() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let empty = SplitBuilder::new(mapper.clone(), &dir.path().join("empty"), 0)
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert_eq!(empty.num_docs, 0);
+    assert_eq!(empty.time_range, None);
+    assert!(empty.tags.is_empty());
+    assert_eq!(
+        count_query(&mapper, &open_split(&empty.path).unwrap(), "*"),
+        0
+    );
+
+    // Two indexing threads produce two segments, merged into one by `finish`.
+    let mut builder =
+        SplitBuilder::with_threads(mapper.clone(), &dir.path().join("mt"), 40_000_000, 2).unwrap();
+    for i in 0..2_000 {
+        builder.add(parse(&mapper, test_doc(i)).unwrap()).unwrap();
+    }
+    assert_eq!(builder.num_docs(), 2_000);
+    let split = builder.finish().unwrap();
+    let index = open_split(&split.path).unwrap();
+    assert_eq!(index.searchable_segment_ids().unwrap().len(), 1);
+    assert_eq!(count_query(&mapper, &index, "*"), 2_000);
+    assert_eq!(count_query(&mapper, &index, "severity:WARN"), 667);
+}
+
+#[test]
+fn merging_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let a = build_split(&mapper, &dir.path().join("a"), (0..600).map(test_doc));
+    let b = build_split(
+        &mapper,
+        &dir.path().join("b"),
+        (0..10).map(|i| {
+            let mut doc = test_doc(5_000 + i);
+            doc["tenant_id"] = json!(77);
+            doc
+        }),
+    );
+    let merged = merge_split_files(
+        &mapper,
+        &[a.path.clone(), b.path.clone()],
+        &dir.path().join("m"),
+    )
+    .unwrap();
+    assert_eq!(merged.path, dir.path().join("m.split"));
+    assert_eq!(merged.num_docs, 610);
+    assert_eq!(
+        merged.time_range,
+        Some(TimeRange {
+            start: T0,
+            end: T0 + 5_009
+        })
+    );
+    assert_eq!(
+        merged.uncompressed_docs_size_bytes,
+        a.uncompressed_docs_size_bytes + b.uncompressed_docs_size_bytes
+    );
+    assert_eq!(merged.tags, a.tags.union(&b.tags).cloned().collect());
+    let index = open_split(&merged.path).unwrap();
+    assert_eq!(index.searchable_segment_ids().unwrap().len(), 1);
+    assert_eq!(count_query(&mapper, &index, "tenant_id:77"), 10);
+    assert_eq!(count_query(&mapper, &index, "severity:ERROR"), 200 + 4);
+    assert_eq!(count_query(&mapper, &index, "body:\"quick brown\""), 61);
+    assert_eq!(split_stats(&index).unwrap().unwrap().num_docs, 610);
+
+    assert!(merge_splits(&mapper, &[], &dir.path().join("none")).is_err());
+    let other = Arc::new(mapper_with(Mode::Strict, false));
+    let err = merge_splits(
+        &other,
+        &[open_split(&a.path).unwrap()],
+        &dir.path().join("x"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("different schema"), "{err}");
+}
+
+#[test]
+fn bad_bundles_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.split");
+    std::fs::write(&path, b"definitely not a split bundle").unwrap();
+    let err = open_split(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("bad magic") && err.contains("bad.split"),
+        "{err}"
+    );
+    std::fs::write(&path, b"").unwrap();
+    assert!(open_split(&path).is_err());
+    let mut truncated = b"{\"version\":1,\"files\":[]}".to_vec();
+    truncated.extend_from_slice(&1000u64.to_le_bytes());
+    truncated.extend_from_slice(b"SHALESPL");
+    std::fs::write(&path, &truncated).unwrap();
+    let err = open_split(&path).unwrap_err().to_string();
+    assert!(err.contains("footer length"), "{err}");
+    let err = open_split(&dir.path().join("missing.split"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("missing.split"), "{err}");
+}
+
+#[test]
+fn types_are_thread_safe() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    fn assert_send<T: Send + 'static>() {}
+    assert_send_sync::<DocMapper>();
+    assert_send_sync::<IndexError>();
+    assert_send_sync::<DocParsingError>();
+    assert_send_sync::<BundleDirectory>();
+    assert_send::<SplitBuilder>();
+    assert_send::<ParsedDoc>();
+}

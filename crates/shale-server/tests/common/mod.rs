@@ -1,0 +1,209 @@
+//! A real node (SQLite or PostgreSQL metastore, local or S3 storage) served on a free
+//! loopback port, and a small HTTP client for it.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shale_config::NodeConfig;
+use shale_server::Node;
+
+pub struct TestNode {
+    pub node: Arc<Node>,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub data_dir: PathBuf,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub fn config_in(dir: &std::path::Path) -> NodeConfig {
+    NodeConfig {
+        node_id: "test-node".to_string(),
+        split_cache_max_bytes: 1 << 30,
+        ..NodeConfig::with_data_dir(dir)
+    }
+}
+
+impl TestNode {
+    /// A node with embedded defaults in a fresh temp dir.
+    pub async fn start() -> TestNode {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = config_in(tmp.path());
+        let mut node = TestNode::start_with(config).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
+    pub async fn start_with(mut config: NodeConfig) -> TestNode {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        config.listen_address = addr.to_string();
+        let data_dir = config.data_dir.clone();
+        let node = Node::start(config).await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn({
+            let node = node.clone();
+            async move {
+                shale_server::serve(node, listener, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+            }
+        });
+        TestNode {
+            node,
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
+            data_dir,
+            shutdown: Some(tx),
+            server: Some(server),
+            _tmp: None,
+        }
+    }
+
+    /// Stops serving and drops the node's pipelines; returns the temp dir to reuse.
+    pub async fn stop(mut self) -> Option<tempfile::TempDir> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        for uid in self.node.router.served_indexes().await {
+            self.node.router.stop_index(&uid.index_id).await;
+        }
+        self.node.wal.persist().await.unwrap();
+        self._tmp.take()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self.client.get(self.url(path)).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let resp = self.client.delete(self.url(path)).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn create_index(&self, yaml: &str) -> Value {
+        let (status, body) = self.post("/api/v1/indexes", yaml.to_string()).await;
+        assert_eq!(status, 200, "create index failed: {body}");
+        body
+    }
+
+    pub async fn ingest(&self, index: &str, ndjson: &str, commit: &str) -> Value {
+        let (status, body) = self
+            .post(
+                &format!("/api/v1/{index}/ingest?commit={commit}"),
+                ndjson.to_string(),
+            )
+            .await;
+        assert_eq!(status, 200, "ingest failed: {body}");
+        body
+    }
+
+    pub async fn search(&self, index: &str, request: Value) -> Value {
+        let (status, body) = self
+            .post(&format!("/api/v1/{index}/search"), request.to_string())
+            .await;
+        assert_eq!(status, 200, "search {request} failed: {body}");
+        body
+    }
+
+    pub async fn count(&self, index: &str, query: &str) -> u64 {
+        self.search(index, json!({"query": query, "max_hits": 0}))
+            .await["num_hits"]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+/// A log index: timestamp, service (tag), level, host, trace_id, message; 1 s commit timeout.
+pub const LOGS_INDEX: &str = r#"
+version: 0.8
+index_id: logs
+doc_mapping:
+  mode: lenient
+  field_mappings:
+    - name: timestamp
+      type: datetime
+      input_formats: [rfc3339, unix_timestamp]
+      fast: true
+      fast_precision: milliseconds
+    - name: service
+      type: text
+      tokenizer: raw
+      fast: true
+    - name: level
+      type: text
+      tokenizer: raw
+    - name: host
+      type: text
+      tokenizer: raw
+    - name: status
+      type: u64
+      fast: true
+    - name: message
+      type: text
+      tokenizer: default
+      record: position
+    - name: doc_id
+      type: text
+      tokenizer: raw
+  timestamp_field: timestamp
+  tag_fields: [service]
+indexing_settings:
+  commit_timeout_secs: 1
+search_settings:
+  default_search_fields: [message]
+"#;
+
+/// `n` log documents starting at `ts0` seconds, one per second, services cycling.
+pub fn log_docs(start: usize, n: usize, ts0: i64, service: &str) -> String {
+    let mut out = String::new();
+    for i in start..start + n {
+        let level = if i % 10 == 0 { "ERROR" } else { "INFO" };
+        out.push_str(
+            &json!({
+                "timestamp": ts0 + i as i64,
+                "service": service,
+                "level": level,
+                "host": format!("host-{}", i % 3),
+                "status": 200 + (i % 5) as u64,
+                "message": format!("request {i} handled by {service} quick brown fox"),
+                "doc_id": format!("{service}-{i}"),
+            })
+            .to_string(),
+        );
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,442 @@
+//! `shale-bench`: ingest and search benchmark, printed (never asserted).
+//!
+//! 1. Generates a realistic log corpus (timestamp, service, level, host, trace_id, message with
+//!    a varied vocabulary; ≈300 B per document).
+//! 2. Baseline: raw in-process Tantivy indexing of the same documents (same schema, one
+//!    indexing thread, same writer heap), measured in the same run.
+//! 3. End to end: a Shale node in this process (embedded defaults: SQLite, local FS), the
+//!    corpus POSTed through the HTTP ingest API in 4 MB NDJSON batches by concurrent clients,
+//!    timed until a final `commit=force` returns (everything published and searchable).
+//! 4. Search latency p50/p99 over the ingested documents for a term query, a phrase query and a
+//!    time-range + tag query.
+//!
+//! `cargo run --release --bin shale-bench -- --docs 1000000`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use shale_config::{IndexConfig, NodeConfig};
+use tantivy::{Index, IndexWriter, TantivyDocument};
+
+#[derive(Parser)]
+struct Args {
+    /// Documents in the corpus.
+    #[arg(long, default_value_t = 1_000_000)]
+    docs: usize,
+    /// Concurrent HTTP clients.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Bytes per ingest request.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    batch_bytes: usize,
+    /// Iterations per search query.
+    #[arg(long, default_value_t = 100)]
+    search_iterations: usize,
+    /// Seed of the corpus generator.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+const T0: i64 = 1_764_547_200; // 2025-12-01T00:00:00Z
+const SPAN_SECS: i64 = 6 * 3600;
+
+const INDEX_YAML: &str = r#"
+version: 0.8
+index_id: bench-logs
+doc_mapping:
+  mode: lenient
+  field_mappings:
+    - name: timestamp
+      type: datetime
+      input_formats: [rfc3339]
+      fast: true
+      fast_precision: milliseconds
+    - name: service
+      type: text
+      tokenizer: raw
+      fast: true
+    - name: level
+      type: text
+      tokenizer: raw
+    - name: host
+      type: text
+      tokenizer: raw
+    - name: trace_id
+      type: text
+      tokenizer: raw
+    - name: message
+      type: text
+      tokenizer: default
+      record: position
+  timestamp_field: timestamp
+  tag_fields: [service]
+indexing_settings:
+  commit_timeout_secs: 30
+search_settings:
+  default_search_fields: [message]
+"#;
+
+const SERVICES: [&str; 12] = [
+    "checkout",
+    "cart",
+    "payment",
+    "auth",
+    "search",
+    "catalog",
+    "shipping",
+    "email",
+    "frontend",
+    "recommendation",
+    "ads",
+    "inventory",
+];
+const WORDS: [&str; 64] = [
+    "request",
+    "response",
+    "user",
+    "session",
+    "timeout",
+    "connection",
+    "refused",
+    "database",
+    "query",
+    "cache",
+    "miss",
+    "hit",
+    "latency",
+    "retry",
+    "failed",
+    "succeeded",
+    "order",
+    "payment",
+    "token",
+    "expired",
+    "invalid",
+    "upstream",
+    "downstream",
+    "service",
+    "unavailable",
+    "handler",
+    "started",
+    "completed",
+    "processing",
+    "queue",
+    "message",
+    "consumer",
+    "producer",
+    "partition",
+    "offset",
+    "commit",
+    "rollback",
+    "transaction",
+    "lock",
+    "acquired",
+    "released",
+    "memory",
+    "pressure",
+    "garbage",
+    "collection",
+    "thread",
+    "pool",
+    "exhausted",
+    "socket",
+    "closed",
+    "reset",
+    "peer",
+    "certificate",
+    "verify",
+    "header",
+    "missing",
+    "payload",
+    "large",
+    "rate",
+    "limit",
+    "exceeded",
+    "shard",
+    "replica",
+    "leader",
+];
+
+/// One log document of about 300 bytes.
+fn gen_doc(rng: &mut StdRng, i: usize, n: usize) -> String {
+    let ts = T0 + (i as i64 * SPAN_SECS) / n as i64;
+    let millis = rng.random_range(0..1000);
+    let timestamp = time::OffsetDateTime::from_unix_timestamp(ts)
+        .map(|t| t + time::Duration::milliseconds(millis))
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    let level = match rng.random_range(0..100) {
+        0..=69 => "INFO",
+        70..=84 => "DEBUG",
+        85..=94 => "WARN",
+        _ => "ERROR",
+    };
+    let service = SERVICES[rng.random_range(0..SERVICES.len())];
+    let host = format!("{service}-{:02}.prod.internal", rng.random_range(0..40));
+    let trace_id = format!("{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
+    let mut message = String::with_capacity(200);
+    let words = rng.random_range(14..26);
+    for w in 0..words {
+        if w > 0 {
+            message.push(' ');
+        }
+        if rng.random_range(0..8) == 0 {
+            message.push_str(&format!("id={}", rng.random_range(0..100_000)));
+        } else {
+            message.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+        }
+    }
+    json!({
+        "timestamp": timestamp,
+        "service": service,
+        "level": level,
+        "host": host,
+        "trace_id": trace_id,
+        "message": message,
+    })
+    .to_string()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Raw Tantivy: same schema, same parse-from-JSON, one indexing thread, 128 MB heap.
+fn raw_tantivy(lines: &[String], schema: tantivy::schema::Schema) -> anyhow::Result<Duration> {
+    let dir = tempfile::tempdir()?;
+    let index = Index::create_in_dir(dir.path(), schema.clone())?;
+    let started = Instant::now();
+    let mut writer: IndexWriter = index.writer_with_num_threads(1, 128 * 1024 * 1024)?;
+    for line in lines {
+        let doc = TantivyDocument::parse_json(&schema, line)?;
+        writer.add_document(doc)?;
+    }
+    writer.commit()?;
+    writer.wait_merging_threads()?;
+    Ok(started.elapsed())
+}
+
+async fn search_latency(
+    client: &reqwest::Client,
+    base: &str,
+    name: &str,
+    request: Value,
+    iterations: usize,
+) -> anyhow::Result<()> {
+    let url = format!("{base}/api/v1/bench-logs/search");
+    let warm: Value = client
+        .post(&url)
+        .json(&request)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let resp = client.post(&url).json(&request).send().await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "search failed: {}",
+            resp.text().await?
+        );
+        let _: Value = resp.json().await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "{name:<28} p50 {:>7.2} ms   p99 {:>7.2} ms   hits {:>8}   splits searched {:>3} pruned {:>3}",
+        percentile(&samples, 0.50),
+        percentile(&samples, 0.99),
+        warm["num_hits"],
+        warm["num_splits_searched"],
+        warm["num_splits_pruned"],
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("SHALE_LOG").unwrap_or_else(|_| "warn".into()),
+        ))
+        .init();
+
+    eprintln!("generating {} documents…", args.docs);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let lines: Vec<String> = (0..args.docs)
+        .map(|i| gen_doc(&mut rng, i, args.docs))
+        .collect();
+    let corpus_bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
+    println!(
+        "corpus: {} docs, {:.1} MB, {:.0} B/doc",
+        args.docs,
+        corpus_bytes as f64 / 1e6,
+        corpus_bytes as f64 / args.docs as f64
+    );
+
+    let config = IndexConfig::parse(INDEX_YAML.as_bytes())?;
+    let mapper = shale_index::DocMapper::new(&config.doc_mapping, &config.search_settings)?;
+
+    eprintln!("raw tantivy…");
+    let lines = Arc::new(lines);
+    let raw = {
+        let lines = lines.clone();
+        let schema = mapper.schema().clone();
+        tokio::task::spawn_blocking(move || raw_tantivy(&lines, schema)).await??
+    };
+    let raw_dps = args.docs as f64 / raw.as_secs_f64();
+    let raw_mbps = corpus_bytes as f64 / 1e6 / raw.as_secs_f64();
+
+    eprintln!("shale end to end…");
+    let data = tempfile::tempdir()?;
+    let node_config = NodeConfig {
+        node_id: "bench".into(),
+        ..NodeConfig::with_data_dir(data.path())
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let node = shale_server::Node::start(node_config).await?;
+    tokio::spawn(shale_server::serve(
+        node.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?;
+    let resp = client
+        .post(format!("{base}/api/v1/indexes"))
+        .body(INDEX_YAML)
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+
+    let mut batches: Vec<String> = Vec::new();
+    let mut current = String::with_capacity(args.batch_bytes + 1024);
+    for line in lines.iter() {
+        current.push_str(line);
+        current.push('\n');
+        if current.len() >= args.batch_bytes {
+            batches.push(std::mem::take(&mut current));
+        }
+    }
+    let last_batch = current;
+    let batches = Arc::new(batches);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let (client, base, batches, next) =
+            (client.clone(), base.clone(), batches.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(batch) = batches.get(i) else { break };
+                let resp = client
+                    .post(format!("{base}/api/v1/bench-logs/ingest"))
+                    .body(batch.clone())
+                    .send()
+                    .await
+                    .context("ingest request")?;
+                anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let resp = client
+        .post(format!("{base}/api/v1/bench-logs/ingest?commit=force"))
+        .body(last_batch)
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    let e2e = started.elapsed();
+    let e2e_dps = args.docs as f64 / e2e.as_secs_f64();
+    let e2e_mbps = corpus_bytes as f64 / 1e6 / e2e.as_secs_f64();
+
+    let splits: Value = client
+        .get(format!(
+            "{base}/api/v1/indexes/bench-logs/splits?split_states=Published"
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let num_splits = splits["splits"].as_array().map_or(0, Vec::len);
+    let docs_published: u64 = splits["splits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["num_docs"].as_u64())
+        .sum();
+
+    println!();
+    println!(
+        "ingest ({} docs)                docs/s       MB/s     time",
+        args.docs
+    );
+    println!(
+        "raw tantivy (1 thread)     {:>10.0} {:>10.1} {:>7.1}s",
+        raw_dps,
+        raw_mbps,
+        raw.as_secs_f64()
+    );
+    println!(
+        "shale HTTP end to end      {:>10.0} {:>10.1} {:>7.1}s",
+        e2e_dps,
+        e2e_mbps,
+        e2e.as_secs_f64()
+    );
+    println!("ratio end-to-end / raw      {:>10.2}x", e2e_dps / raw_dps);
+    println!("published: {docs_published} docs in {num_splits} splits");
+    anyhow::ensure!(
+        docs_published as usize == args.docs,
+        "published doc count mismatch"
+    );
+
+    println!();
+    println!(
+        "search latency over {} docs ({} iterations each)",
+        args.docs, args.search_iterations
+    );
+    let mid = T0 + SPAN_SECS / 2;
+    for (name, request) in [
+        (
+            "term (message:timeout)",
+            json!({"query": "message:timeout", "max_hits": 20}),
+        ),
+        (
+            "term (level:ERROR)",
+            json!({"query": "level:ERROR", "max_hits": 20}),
+        ),
+        (
+            "phrase (\"connection refused\")",
+            json!({"query": "\"connection refused\"", "max_hits": 20}),
+        ),
+        (
+            "time range 10 min + tag",
+            json!({"query": "service:payment AND level:ERROR", "start_timestamp": mid, "end_timestamp": mid + 600, "max_hits": 20}),
+        ),
+    ] {
+        search_latency(&client, &base, name, request, args.search_iterations).await?;
+    }
+    Ok(())
+}

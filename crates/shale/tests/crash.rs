@@ -1,0 +1,215 @@
+//! Exactly once across crashes: a `shale run` process is killed with SIGKILL at random moments
+//! during sustained ingest, 24 times, and restarted on the same data dir. Every document
+//! acknowledged with `commit=wait_for` (or `force`) must then be found exactly once, and no
+//! document at all may be found twice.
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde_json::{json, Value};
+
+const CYCLES: usize = 24;
+const WRITERS: usize = 3;
+
+const INDEX: &str = r#"
+index_id: crash-logs
+doc_mapping:
+  field_mappings:
+    - name: ts
+      type: datetime
+      input_formats: [unix_timestamp]
+      fast: true
+    - name: doc_id
+      type: text
+      tokenizer: raw
+    - name: body
+      type: text
+  timestamp_field: ts
+indexing_settings:
+  commit_timeout_secs: 1
+"#;
+
+struct NodeProcess {
+    child: Child,
+    base: String,
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_node(data_dir: &std::path::Path, port: u16) -> NodeProcess {
+    let child = Command::new(env!("CARGO_BIN_EXE_shale"))
+        .args(["run", "--node-id", "crash-node"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("SHALE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn shale run");
+    NodeProcess {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+async fn wait_ready(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(resp) = client.get(format!("{base}/health/readyz")).send().await {
+            if resp.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("node did not become ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_documents_survive_sigkill_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = shale_testkit::free_port();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let mut sent_total = 0usize;
+
+    let mut node = start_node(tmp.path(), port);
+    wait_ready(&client, &node.base).await;
+    let resp = client
+        .post(format!("{}/api/v1/indexes", node.base))
+        .body(INDEX)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+
+    for cycle in 0..CYCLES {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..WRITERS {
+            let client = client.clone();
+            let base = node.base.clone();
+            let acked = acked.clone();
+            let stop = stop.clone();
+            writers.push(tokio::spawn(async move {
+                let mut sent = 0usize;
+                let mut batch_no = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ids: Vec<String> = (0..50)
+                        .map(|i| format!("c{cycle}-w{w}-b{batch_no}-{i}"))
+                        .collect();
+                    let body: String = ids
+                        .iter()
+                        .map(|id| {
+                            json!({"ts": 1_700_000_000 + cycle as i64, "doc_id": id, "body": "payload text"})
+                                .to_string()
+                                + "\n"
+                        })
+                        .collect();
+                    let commit = if batch_no.is_multiple_of(4) { "force" } else { "wait_for" };
+                    batch_no += 1;
+                    sent += ids.len();
+                    let result = client
+                        .post(format!("{base}/api/v1/crash-logs/ingest?commit={commit}"))
+                        .body(body)
+                        .send()
+                        .await;
+                    match result {
+                        Ok(resp) if resp.status().is_success() => {
+                            let v: Value = resp.json().await.unwrap_or(Value::Null);
+                            if v["num_ingested_docs"] == 50 {
+                                acked.lock().unwrap().extend(ids);
+                            }
+                        }
+                        _ => {
+                            // the node died under us
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                sent
+            }));
+        }
+        let delay = rand::rng().random_range(300..1800);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        node.child.kill().expect("SIGKILL the node");
+        node.child.wait().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for writer in writers {
+            sent_total += writer.await.unwrap();
+        }
+        node = start_node(tmp.path(), port);
+        wait_ready(&client, &node.base).await;
+    }
+
+    // Let the last restart publish anything replayed from the WAL, then count.
+    let resp = client
+        .post(format!(
+            "{}/api/v1/crash-logs/ingest?commit=force",
+            node.base
+        ))
+        .body(json!({"ts": 1_700_000_000, "doc_id": "final", "body": "x"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 1000,
+        "too little acknowledged: {}",
+        acked.len()
+    );
+    let resp: Value = client
+        .post(format!("{}/api/v1/crash-logs/search", node.base))
+        .json(&json!({"query": "*", "max_hits": sent_total + 10}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for hit in resp["hits"].as_array().unwrap() {
+        *seen
+            .entry(hit["doc_id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        resp["num_hits"].as_u64().unwrap() as usize,
+        seen.values().sum::<usize>()
+    );
+    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "documents found more than once: {:?}",
+        &duplicated[..duplicated.len().min(10)]
+    );
+    let missing: Vec<_> = acked.iter().filter(|id| !seen.contains_key(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged documents lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    eprintln!(
+        "{CYCLES} SIGKILL cycles: {} sent, {} acknowledged, {} found, 0 lost, 0 duplicated",
+        sent_total,
+        acked.len(),
+        seen.len()
+    );
+    drop(node);
+}
