@@ -349,3 +349,78 @@ async fn documents_acknowledged_in_the_wal_survive_a_restart() {
     assert_eq!(resp["num_hits"], 1);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn partition_key_splits_documents_and_caps_partitions() {
+    let node = TestNode::start().await;
+    let config = LOGS_INDEX
+        .replace("index_id: logs", "index_id: plogs")
+        .replace(
+            "  tag_fields: [service]",
+            "  tag_fields: [service]\n  partition_key: service\n  max_num_partitions: 2",
+        );
+    node.create_index(&config).await;
+    let mut body = log_docs(0, 30, T0, "api");
+    body.push_str(&log_docs(30, 20, T0, "db"));
+    body.push_str(&log_docs(50, 10, T0, "web"));
+    node.ingest("plogs", &body, "force").await;
+    let (_, resp) = node.get("/api/v1/indexes/plogs/splits").await;
+    let splits = resp["splits"].as_array().unwrap();
+    assert_eq!(splits.len(), 3, "{resp}");
+    let mut by_docs: Vec<(u64, u64)> = splits
+        .iter()
+        .map(|s| (s["num_docs"].as_u64().unwrap(), s["partition_id"].as_u64().unwrap()))
+        .collect();
+    by_docs.sort();
+    // the third service overflows into the catch-all partition
+    assert_eq!(by_docs[0], (10, u64::MAX));
+    assert_eq!(by_docs[1].0, 20);
+    assert_eq!(by_docs[2].0, 30);
+    assert_ne!(by_docs[1].1, by_docs[2].1);
+    // each split holds one service: tag pruning opens one split
+    let resp = node
+        .search("plogs", json!({"query": "service:db", "max_hits": 0}))
+        .await;
+    assert_eq!(resp["num_hits"], 20);
+    assert_eq!(resp["num_splits_searched"], 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn staged_splits_left_by_a_crash_are_cleaned_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with(common::config_in(tmp.path())).await;
+    let index = node.create_index(LOGS_INDEX).await;
+    node.ingest("logs", &log_docs(0, 5, T0, "api"), "force").await;
+    let index_uid: shale_types::IndexUid = index["index_uid"].as_str().unwrap().parse().unwrap();
+    let mut orphan: shale_types::SplitMetadata = node
+        .node
+        .metastore
+        .list_splits(shale_metastore::ListSplitsQuery::for_index(index_uid.clone()))
+        .await
+        .unwrap()[0]
+        .split_metadata
+        .clone();
+    orphan.split_id = shale_types::new_ulid();
+    node.node
+        .metastore
+        .stage_splits(&index_uid, vec![orphan.clone()])
+        .await
+        .unwrap();
+    let meta = node.node.metastore.index_metadata("logs").await.unwrap();
+    let storage = node.node.index_storage(&meta).unwrap();
+    storage
+        .put_bytes(&orphan.object_key(), b"partial upload".to_vec())
+        .await
+        .unwrap();
+    node.stop().await;
+
+    let node = TestNode::start_with(common::config_in(tmp.path())).await;
+    let (_, resp) = node.get("/api/v1/indexes/logs/splits").await;
+    let splits = resp["splits"].as_array().unwrap();
+    assert_eq!(splits.len(), 1);
+    assert_eq!(splits[0]["split_state"], "Published");
+    assert!(!storage.exists(&orphan.object_key()).await.unwrap());
+    assert_eq!(node.count("logs", "*").await, 5);
+    node.stop().await;
+}
