@@ -369,7 +369,12 @@ async fn partition_key_splits_documents_and_caps_partitions() {
     assert_eq!(splits.len(), 3, "{resp}");
     let mut by_docs: Vec<(u64, u64)> = splits
         .iter()
-        .map(|s| (s["num_docs"].as_u64().unwrap(), s["partition_id"].as_u64().unwrap()))
+        .map(|s| {
+            (
+                s["num_docs"].as_u64().unwrap(),
+                s["partition_id"].as_u64().unwrap(),
+            )
+        })
         .collect();
     by_docs.sort();
     // the third service overflows into the catch-all partition
@@ -391,12 +396,15 @@ async fn staged_splits_left_by_a_crash_are_cleaned_at_start() {
     let tmp = tempfile::tempdir().unwrap();
     let node = TestNode::start_with(common::config_in(tmp.path())).await;
     let index = node.create_index(LOGS_INDEX).await;
-    node.ingest("logs", &log_docs(0, 5, T0, "api"), "force").await;
+    node.ingest("logs", &log_docs(0, 5, T0, "api"), "force")
+        .await;
     let index_uid: shale_types::IndexUid = index["index_uid"].as_str().unwrap().parse().unwrap();
     let mut orphan: shale_types::SplitMetadata = node
         .node
         .metastore
-        .list_splits(shale_metastore::ListSplitsQuery::for_index(index_uid.clone()))
+        .list_splits(shale_metastore::ListSplitsQuery::for_index(
+            index_uid.clone(),
+        ))
         .await
         .unwrap()[0]
         .split_metadata

@@ -60,7 +60,12 @@ fn cli_round_trip() {
     )
     .unwrap();
     let out = stdout(&shale(
-        &["index", "create", "--index-config", config.to_str().unwrap()],
+        &[
+            "index",
+            "create",
+            "--index-config",
+            config.to_str().unwrap(),
+        ],
         &endpoint,
     ));
     assert!(out.contains("created index `cli-logs`"), "{out}");
@@ -90,28 +95,54 @@ fn cli_round_trip() {
     ));
     assert!(out.contains("ingested 2500 documents"), "{out}");
     assert!(out.contains("2 rejected"), "{out}");
-    assert!(out.contains("invalid_json") && out.contains("invalid_timestamp"), "{out}");
+    assert!(
+        out.contains("invalid_json") && out.contains("invalid_timestamp"),
+        "{out}"
+    );
 
     let out = stdout(&shale(
-        &["search", "--index", "cli-logs", "--query", "msg:\"number 42\"", "--max-hits", "1"],
+        &[
+            "search",
+            "--index",
+            "cli-logs",
+            "--query",
+            "msg:\"number 42\"",
+            "--max-hits",
+            "1",
+        ],
         &endpoint,
     ));
     let resp: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(resp["num_hits"], 1);
     assert_eq!(resp["hits"][0]["msg"], "hello number 42");
 
-    let out = stdout(&shale(&["splits", "list", "--index", "cli-logs"], &endpoint));
-    assert!(out.contains("SPLIT ID") && out.contains("Published"), "{out}");
-    let out = stdout(&shale(&["index", "describe", "--index", "cli-logs"], &endpoint));
+    let out = stdout(&shale(
+        &["splits", "list", "--index", "cli-logs"],
+        &endpoint,
+    ));
+    assert!(
+        out.contains("SPLIT ID") && out.contains("Published"),
+        "{out}"
+    );
+    let out = stdout(&shale(
+        &["index", "describe", "--index", "cli-logs"],
+        &endpoint,
+    ));
     assert!(out.contains("documents:        2500"), "{out}");
 
     let bad = tmp.path().join("bad.yaml");
     std::fs::write(&bad, "index_id: x\ndoc_mapping: {}\n").unwrap();
-    let out = shale(&["index", "create", "--index-config", bad.to_str().unwrap()], &endpoint);
+    let out = shale(
+        &["index", "create", "--index-config", bad.to_str().unwrap()],
+        &endpoint,
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("index_id"));
 
-    let out = stdout(&shale(&["index", "delete", "--index", "cli-logs"], &endpoint));
+    let out = stdout(&shale(
+        &["index", "delete", "--index", "cli-logs"],
+        &endpoint,
+    ));
     assert!(out.contains("deleted index `cli-logs`"), "{out}");
     let out = shale(&["search", "--index", "cli-logs"], &endpoint);
     assert!(!out.status.success());
