@@ -23,7 +23,10 @@ use shale_types::{
 };
 use tokio::sync::Barrier;
 
-use crate::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
+use crate::{
+    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
+    NewMergeTask,
+};
 
 /// A metastore under test, and whatever must live as long as it (e.g. its temp directory).
 pub struct Fixture {
@@ -80,6 +83,20 @@ macro_rules! metastore_conformance_tests {
             mark_splits_for_deletion_marks_any_state,
             delete_splits_refuses_published_splits,
             split_operations_on_unknown_index_are_not_found,
+            create_merge_tasks_creates_tasks_and_skips_unavailable_splits,
+            concurrent_create_merge_tasks_never_share_a_split,
+            claim_merge_task_takes_the_oldest_task_with_a_lease,
+            expired_leases_are_reclaimed_until_max_attempts,
+            concurrent_claimers_each_claim_a_task_once,
+            claim_fails_tasks_whose_inputs_are_no_longer_published,
+            publish_merge_publishes_the_output_and_completes_the_task,
+            publish_merge_after_another_node_reclaimed_fails_and_changes_nothing,
+            publish_merge_checks_inputs_outputs_and_owner_and_changes_nothing,
+            fail_merge_task_retries_or_gives_up,
+            renew_merge_task_lease_requires_the_owner,
+            list_merge_tasks_filters_and_orders_newest_first,
+            delete_merge_tasks_deletes_finished_tasks_only,
+            delete_index_deletes_its_merge_tasks,
         );
     };
     (@cases $setup:path; $($case:ident),* $(,)?) => {
@@ -1167,4 +1184,998 @@ pub async fn split_operations_on_unknown_index_are_not_found(metastore: Arc<dyn 
     assert_not_found(metastore.delete_splits(&unknown, &ids(&["a"])).await);
     assert_not_found(metastore.delete_index(&unknown).await);
     assert!(splits_of(&metastore, &unknown).await.is_empty());
+}
+
+// ----- merge tasks -----
+
+/// A fixed clock for lease arithmetic (merge task methods take `now` explicitly).
+const T0: i64 = 1_000_000;
+/// Lease of the merge task tests, in seconds.
+const LEASE: u64 = 60;
+
+/// An index `index_id` whose splits `split_ids` are Published.
+async fn index_with_published(
+    metastore: &Arc<dyn Metastore>,
+    index_id: &str,
+    split_ids: &[&str],
+) -> IndexUid {
+    let index = create(metastore, index_id).await;
+    stage(metastore, &index.index_uid, split_ids).await;
+    publish(metastore, &index.index_uid, split_ids).await;
+    index.index_uid
+}
+
+fn new_task(split_ids: &[&str]) -> NewMergeTask {
+    NewMergeTask::new("scope", ids(split_ids))
+}
+
+/// Creates one task per entry of `tasks`; returns those created.
+async fn create_tasks(
+    metastore: &Arc<dyn Metastore>,
+    index_uid: &IndexUid,
+    tasks: &[&[&str]],
+    max_attempts: u32,
+) -> Vec<MergeTask> {
+    let tasks = tasks.iter().map(|split_ids| new_task(split_ids)).collect();
+    metastore
+        .create_merge_tasks(index_uid, tasks, max_attempts)
+        .await
+        .expect("create_merge_tasks")
+}
+
+async fn claim(
+    metastore: &Arc<dyn Metastore>,
+    node_id: &str,
+    now: i64,
+    index_uid: Option<&IndexUid>,
+) -> Option<MergeTask> {
+    metastore
+        .claim_merge_task(node_id, LEASE, now, index_uid)
+        .await
+        .expect("claim_merge_task")
+}
+
+/// Every merge task, newest first.
+async fn all_tasks(metastore: &Arc<dyn Metastore>) -> Vec<MergeTask> {
+    metastore
+        .list_merge_tasks(None, &[], None)
+        .await
+        .expect("list_merge_tasks")
+}
+
+/// The stored task `task_id`.
+async fn stored_task(metastore: &Arc<dyn Metastore>, task_id: &str) -> MergeTask {
+    match all_tasks(metastore)
+        .await
+        .into_iter()
+        .find(|task| task.task_id == task_id)
+    {
+        Some(task) => task,
+        None => panic!("merge task `{task_id}` not found"),
+    }
+}
+
+fn task_ids(tasks: &[MergeTask]) -> Vec<String> {
+    tasks.iter().map(|task| task.task_id.clone()).collect()
+}
+
+fn inputs(tasks: &[MergeTask]) -> Vec<Vec<String>> {
+    tasks.iter().map(|task| task.split_ids.clone()).collect()
+}
+
+fn claimed(task: Option<MergeTask>) -> MergeTask {
+    match task {
+        Some(task) => task,
+        None => panic!("expected to claim a merge task, got none"),
+    }
+}
+
+/// Created tasks are Pending, in the given order; a task is skipped when one of its splits is
+/// not a Published split of the index or is already in a live task (even one created earlier
+/// in the same call). Invalid tasks fail the call, creating nothing.
+pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
+    metastore: Arc<dyn Metastore>,
+) {
+    let splits = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let uid = index_with_published(&metastore, "logs", &splits).await;
+    stage(&metastore, &uid, &["staged", "marked"]).await;
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["marked"]))
+        .await
+        .expect("mark");
+    index_with_published(&metastore, "other", &["foreign"]).await;
+
+    let tasks = vec![
+        NewMergeTask::new("scope-1", ids(&["b", "a"])),
+        new_task(&["a", "c"]),
+        NewMergeTask {
+            scope: "scope-2".to_string(),
+            split_ids: ids(&["c", "d"]),
+            compaction_id: Some("compaction-1".to_string()),
+        },
+        new_task(&["e", "staged"]),
+        new_task(&["e", "marked"]),
+        new_task(&["e", "missing"]),
+        new_task(&["e", "foreign"]),
+        new_task(&["f", "e"]),
+    ];
+    let created = metastore
+        .create_merge_tasks(&uid, tasks, 3)
+        .await
+        .expect("create_merge_tasks");
+    assert_eq!(
+        inputs(&created),
+        [ids(&["b", "a"]), ids(&["c", "d"]), ids(&["f", "e"])]
+    );
+    assert_eq!(created[0].scope, "scope-1");
+    assert_eq!(created[1].scope, "scope-2");
+    assert_eq!(created[0].compaction_id, None);
+    assert_eq!(created[1].compaction_id.as_deref(), Some("compaction-1"));
+    for task in &created {
+        assert!(is_ulid(&task.task_id), "{}", task.task_id);
+        assert_eq!(task.index_uid, uid);
+        assert_eq!(task.state, MergeTaskState::Pending);
+        assert!(task.is_live());
+        assert_eq!(task.lease_owner, None);
+        assert_eq!(task.lease_expires_at, None);
+        assert_eq!((task.attempts, task.max_attempts), (0, 3));
+        assert_eq!(task.output_split_id, None);
+        assert!(task.output_split_ids.is_empty());
+        assert_eq!(task.error, None);
+        assert_recent(task.create_timestamp);
+        assert_eq!(task.update_timestamp, task.create_timestamp);
+    }
+    let created_ids = task_ids(&created);
+    let mut sorted = created_ids.clone();
+    sorted.sort();
+    assert_eq!(created_ids, sorted, "task ids sort in creation order");
+    // Stored as returned; listed newest first.
+    let mut listed = metastore
+        .list_merge_tasks(Some(&uid), &[], None)
+        .await
+        .expect("list");
+    listed.reverse();
+    assert_eq!(listed, created);
+
+    // A later call: `b` is in a live task, `g` and `h` are free.
+    let again = create_tasks(&metastore, &uid, &[&["b", "g"], &["g", "h"]], 3).await;
+    assert_eq!(inputs(&again), [ids(&["g", "h"])]);
+    // Nothing to create is fine.
+    assert!(create_tasks(&metastore, &uid, &[], 3).await.is_empty());
+    // Invalid requests fail and create nothing, valid tasks of the batch included.
+    let invalid: [(Vec<NewMergeTask>, u32); 3] = [
+        (vec![new_task(&["staged"]), new_task(&[])], 3),
+        (vec![new_task(&["marked"]), new_task(&["x", "y", "x"])], 3),
+        (vec![new_task(&["staged"])], 0),
+    ];
+    for (tasks, max_attempts) in invalid {
+        assert_failed_precondition(
+            metastore
+                .create_merge_tasks(&uid, tasks, max_attempts)
+                .await,
+        );
+    }
+    assert_eq!(all_tasks(&metastore).await.len(), 4);
+    assert_not_found(
+        metastore
+            .create_merge_tasks(&IndexUid::new("nope"), vec![new_task(&["a"])], 3)
+            .await,
+    );
+}
+
+/// Concurrent calls creating tasks over overlapping splits: no split ends up in two live
+/// tasks.
+pub async fn concurrent_create_merge_tasks_never_share_a_split(metastore: Arc<dyn Metastore>) {
+    const SPLITS: usize = 24;
+    const CALLERS: usize = 8;
+    let splits: Vec<String> = (0..SPLITS).map(|i| format!("split-{i:02}")).collect();
+    let split_refs: Vec<&str> = splits.iter().map(String::as_str).collect();
+    let uid = index_with_published(&metastore, "logs", &split_refs).await;
+
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|caller| {
+            let (metastore, uid, barrier) = (metastore.clone(), uid.clone(), barrier.clone());
+            // Groups of 3 consecutive splits, starting at offset 0, 1 or 2: callers with
+            // different offsets overlap partially, callers with the same offset fully.
+            let tasks: Vec<NewMergeTask> = (caller % 3..SPLITS - 2)
+                .step_by(3)
+                .map(|start| {
+                    NewMergeTask::new(
+                        format!("caller-{caller}"),
+                        splits[start..start + 3].to_vec(),
+                    )
+                })
+                .collect();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                metastore.create_merge_tasks(&uid, tasks, 3).await
+            })
+        })
+        .collect();
+    let mut created = Vec::new();
+    for caller in callers {
+        created.extend(caller.await.expect("task").expect("create_merge_tasks"));
+    }
+    assert!(!created.is_empty());
+    let mut seen = BTreeSet::new();
+    for task in &created {
+        for split_id in &task.split_ids {
+            assert!(
+                seen.insert(split_id.clone()),
+                "split `{split_id}` in two live tasks"
+            );
+        }
+    }
+    let mut listed = metastore
+        .list_merge_tasks(Some(&uid), &[MergeTaskState::Pending], None)
+        .await
+        .expect("list");
+    listed.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    created.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    assert_eq!(listed, created);
+}
+
+/// Claims take the oldest claimable task (of one index, if asked), set the lease and count
+/// the attempt; unexpired Running tasks are not claimable.
+pub async fn claim_merge_task_takes_the_oldest_task_with_a_lease(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d", "e", "f"]).await;
+    let other = index_with_published(&metastore, "other", &["x", "y"]).await;
+    let first = create_tasks(&metastore, &uid, &[&["a", "b"], &["c", "d"]], 3).await;
+    let second = create_tasks(&metastore, &uid, &[&["e", "f"]], 3).await;
+    let other_task = create_tasks(&metastore, &other, &[&["x", "y"]], 3).await;
+
+    let task = claimed(claim(&metastore, "node-1", T0, Some(&uid)).await);
+    assert_eq!(task.task_id, first[0].task_id);
+    assert_eq!(task.state, MergeTaskState::Running);
+    assert_eq!(task.lease_owner.as_deref(), Some("node-1"));
+    assert_eq!(task.lease_expires_at, Some(T0 + 60));
+    assert_eq!(task.attempts, 1);
+    assert_eq!(task.update_timestamp, T0);
+    assert_eq!(task.split_ids, ids(&["a", "b"]));
+    assert_eq!(task.create_timestamp, first[0].create_timestamp);
+    assert_eq!(stored_task(&metastore, &task.task_id).await, task);
+
+    let task = claimed(claim(&metastore, "node-2", T0, Some(&uid)).await);
+    assert_eq!(task.task_id, first[1].task_id);
+    let task = claimed(claim(&metastore, "node-3", T0, None).await);
+    assert_eq!(task.task_id, second[0].task_id);
+    // The leases of `logs`'s tasks run until T0 + 60.
+    assert_eq!(claim(&metastore, "node-3", T0 + 59, Some(&uid)).await, None);
+    let task = claimed(claim(&metastore, "node-3", T0 + 59, None).await);
+    assert_eq!(task.task_id, other_task[0].task_id);
+    assert_eq!(claim(&metastore, "node-3", T0 + 59, None).await, None);
+    assert_eq!(
+        claim(&metastore, "node-3", T0, Some(&IndexUid::new("nope"))).await,
+        None
+    );
+    let running = metastore
+        .list_merge_tasks(None, &[MergeTaskState::Running], None)
+        .await
+        .expect("list");
+    assert_eq!(running.len(), 4);
+}
+
+/// A Running task whose lease expired is claimed again (one more attempt); once attempts
+/// reach `max_attempts`, the next claim fails it instead, releasing its splits.
+pub async fn expired_leases_are_reclaimed_until_max_attempts(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b"]).await;
+    let created = create_tasks(&metastore, &uid, &[&["a", "b"]], 2).await;
+    let task_id = created[0].task_id.clone();
+
+    let first = claimed(claim(&metastore, "node-1", T0, None).await);
+    assert_eq!((first.attempts, first.lease_expires_at), (1, Some(T0 + 60)));
+    assert_eq!(claim(&metastore, "node-2", T0 + 59, None).await, None);
+    let second = claimed(claim(&metastore, "node-2", T0 + 60, None).await);
+    assert_eq!(second.task_id, task_id);
+    assert_eq!(second.lease_owner.as_deref(), Some("node-2"));
+    assert_eq!(
+        (second.attempts, second.lease_expires_at),
+        (2, Some(T0 + 120))
+    );
+
+    assert_eq!(claim(&metastore, "node-3", T0 + 120, None).await, None);
+    let failed = stored_task(&metastore, &task_id).await;
+    assert_eq!(failed.state, MergeTaskState::Failed);
+    assert_eq!(failed.attempts, 2);
+    assert_eq!(failed.lease_expires_at, None);
+    assert_eq!(failed.update_timestamp, T0 + 120);
+    let error = failed.error.unwrap_or_default();
+    assert!(error.contains("max_attempts"), "{error}");
+    // Its splits are free for a new task.
+    let again = create_tasks(&metastore, &uid, &[&["a", "b"]], 2).await;
+    assert_eq!(again.len(), 1);
+}
+
+/// Many claimers racing for fewer tasks: each task is claimed exactly once.
+pub async fn concurrent_claimers_each_claim_a_task_once(metastore: Arc<dyn Metastore>) {
+    const TASKS: usize = 8;
+    const CLAIMERS: usize = 16;
+    const ROUNDS: usize = 3;
+    let splits: Vec<String> = (0..ROUNDS * TASKS * 2)
+        .map(|i| format!("split-{i:03}"))
+        .collect();
+    let split_refs: Vec<&str> = splits.iter().map(String::as_str).collect();
+    let uid = index_with_published(&metastore, "logs", &split_refs).await;
+    for round in 0..ROUNDS {
+        let pairs: Vec<&[&str]> = split_refs[round * TASKS * 2..(round + 1) * TASKS * 2]
+            .chunks(2)
+            .collect();
+        let created = create_tasks(&metastore, &uid, &pairs, 3).await;
+        assert_eq!(created.len(), TASKS);
+
+        let barrier = Arc::new(Barrier::new(CLAIMERS));
+        let claimers: Vec<_> = (0..CLAIMERS)
+            .map(|i| {
+                let (metastore, barrier) = (metastore.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let node_id = format!("node-{i}");
+                    // Leases outlive the test: nothing becomes claimable again.
+                    let task = metastore
+                        .claim_merge_task(&node_id, 1_000_000, T0, None)
+                        .await;
+                    (node_id, task)
+                })
+            })
+            .collect();
+        let mut claims = Vec::new();
+        for claimer in claimers {
+            let (node_id, task) = claimer.await.expect("task");
+            if let Some(task) = task.expect("claim_merge_task") {
+                assert_eq!(task.lease_owner.as_deref(), Some(node_id.as_str()));
+                claims.push(task);
+            }
+        }
+        let mut claimed_ids = task_ids(&claims);
+        claimed_ids.sort();
+        assert_eq!(claimed_ids, task_ids(&created), "round {round}");
+        for task in &claims {
+            let stored = stored_task(&metastore, &task.task_id).await;
+            assert_eq!(&stored, task);
+            assert_eq!(stored.attempts, 1);
+        }
+    }
+}
+
+/// Claiming fails (and skips) tasks whose inputs are no longer all Published: replaced,
+/// marked for deletion or deleted meanwhile (those calls leave tasks alone).
+pub async fn claim_fails_tasks_whose_inputs_are_no_longer_published(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(
+        &metastore,
+        "logs",
+        &["a", "b", "c", "d", "e", "f", "g", "h"],
+    )
+    .await;
+    let created = create_tasks(
+        &metastore,
+        &uid,
+        &[&["a", "b"], &["c", "d"], &["e", "f"], &["g", "h"]],
+        3,
+    )
+    .await;
+    stage(&metastore, &uid, &["x"]).await;
+    metastore
+        .publish_splits(&uid, &ids(&["x"]), &ids(&["a"]), None)
+        .await
+        .expect("replace a");
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["c", "e"]))
+        .await
+        .expect("mark");
+    metastore
+        .delete_splits(&uid, &ids(&["e"]))
+        .await
+        .expect("delete e");
+    // Those calls left the tasks alone.
+    assert_eq!(
+        metastore
+            .list_merge_tasks(Some(&uid), &[MergeTaskState::Pending], None)
+            .await
+            .expect("list")
+            .len(),
+        4
+    );
+
+    let task = claimed(claim(&metastore, "node-1", T0, Some(&uid)).await);
+    assert_eq!(task.task_id, created[3].task_id);
+    for stale in &created[..3] {
+        let stored = stored_task(&metastore, &stale.task_id).await;
+        assert_eq!(
+            stored.state,
+            MergeTaskState::Failed,
+            "{:?}",
+            stored.split_ids
+        );
+        let error = stored.error.clone().unwrap_or_default();
+        assert!(error.starts_with("inputs no longer published"), "{error}");
+        assert_eq!((stored.attempts, stored.update_timestamp), (0, T0));
+        assert_eq!(stored.lease_owner, None);
+    }
+    assert_eq!(claim(&metastore, "node-1", T0, None).await, None);
+    // Their inputs that are still Published are free again.
+    let again = create_tasks(&metastore, &uid, &[&["b", "d", "f"]], 3).await;
+    assert_eq!(again.len(), 1);
+
+    // A Running task whose lease expired is failed, not re-claimed, if its inputs changed.
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["g"]))
+        .await
+        .expect("mark g");
+    let next = claimed(claim(&metastore, "node-2", T0 + 60, None).await);
+    assert_eq!(next.task_id, again[0].task_id);
+    let stored = stored_task(&metastore, &task.task_id).await;
+    assert_eq!(stored.state, MergeTaskState::Failed);
+    assert_eq!(stored.lease_owner.as_deref(), Some("node-1"));
+    assert_eq!(stored.attempts, 1);
+}
+
+/// `publish_merge` publishes the outputs, marks the inputs for deletion and completes the
+/// task, in one transaction; the owner may publish after its lease expired as long as no
+/// other node claimed the task.
+pub async fn publish_merge_publishes_the_output_and_completes_the_task(
+    metastore: Arc<dyn Metastore>,
+) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d"]).await;
+    create_tasks(&metastore, &uid, &[&["a", "b"], &["c", "d"]], 3).await;
+    let task = claimed(claim(&metastore, "node-1", T0, None).await);
+    stage(&metastore, &uid, &["out-1", "out-2"]).await;
+    metastore
+        .publish_merge(
+            &uid,
+            &task.task_id,
+            "node-1",
+            &ids(&["out-1", "out-2"]),
+            &ids(&["b", "a"]),
+            T0 + 10,
+        )
+        .await
+        .expect("publish_merge");
+    assert_eq!(
+        states(&metastore, &uid).await,
+        [
+            ("a".to_string(), SplitState::MarkedForDeletion),
+            ("b".to_string(), SplitState::MarkedForDeletion),
+            ("c".to_string(), SplitState::Published),
+            ("d".to_string(), SplitState::Published),
+            ("out-1".to_string(), SplitState::Published),
+            ("out-2".to_string(), SplitState::Published),
+        ]
+    );
+    for split in splits_of(&metastore, &uid).await {
+        if ["a", "b"].contains(&split.split_metadata.split_id.as_str()) {
+            assert_eq!(split.update_timestamp, T0 + 10);
+        }
+        if split.split_metadata.split_id.starts_with("out-") {
+            assert_eq!(split.publish_timestamp, Some(T0 + 10));
+        }
+    }
+    let done = stored_task(&metastore, &task.task_id).await;
+    assert_eq!(done.state, MergeTaskState::Succeeded);
+    assert_eq!(done.output_split_id.as_deref(), Some("out-1"));
+    assert_eq!(done.output_split_ids, ids(&["out-1", "out-2"]));
+    assert_eq!(done.lease_owner.as_deref(), Some("node-1"));
+    assert_eq!(done.lease_expires_at, None);
+    assert_eq!((done.attempts, done.update_timestamp), (1, T0 + 10));
+    assert_eq!(done.split_ids, ids(&["a", "b"]));
+    // Publishing again fails: the task is no longer Running.
+    stage(&metastore, &uid, &["out-3"]).await;
+    assert_failed_precondition(
+        metastore
+            .publish_merge(
+                &uid,
+                &task.task_id,
+                "node-1",
+                &ids(&["out-3"]),
+                &ids(&["a", "b"]),
+                T0 + 11,
+            )
+            .await,
+    );
+
+    // Lease expired long ago, nobody else claimed: the owner still publishes.
+    let late = claimed(claim(&metastore, "node-2", T0 + 20, None).await);
+    assert_eq!(late.split_ids, ids(&["c", "d"]));
+    metastore
+        .publish_merge(
+            &uid,
+            &late.task_id,
+            "node-2",
+            &ids(&["out-3"]),
+            &ids(&["c", "d"]),
+            T0 + 1000,
+        )
+        .await
+        .expect("publish_merge after lease expiry");
+    assert_eq!(
+        stored_task(&metastore, &late.task_id).await.state,
+        MergeTaskState::Succeeded
+    );
+    assert!(metastore
+        .list_merge_tasks(
+            None,
+            &[MergeTaskState::Pending, MergeTaskState::Running],
+            None
+        )
+        .await
+        .expect("list")
+        .is_empty());
+    // A merge may produce no split at all (e.g. every document deleted).
+    let uid2 = index_with_published(&metastore, "empty", &["e1", "e2"]).await;
+    create_tasks(&metastore, &uid2, &[&["e1", "e2"]], 3).await;
+    let task = claimed(claim(&metastore, "node-1", T0, Some(&uid2)).await);
+    metastore
+        .publish_merge(&uid2, &task.task_id, "node-1", &[], &ids(&["e1", "e2"]), T0)
+        .await
+        .expect("publish_merge without output");
+    let done = stored_task(&metastore, &task.task_id).await;
+    assert_eq!(
+        (done.state, done.output_split_id),
+        (MergeTaskState::Succeeded, None)
+    );
+}
+
+/// After the lease expired and another node claimed the task, the first owner's publish is
+/// `FailedPrecondition` and changes nothing; the new owner's publish succeeds.
+pub async fn publish_merge_after_another_node_reclaimed_fails_and_changes_nothing(
+    metastore: Arc<dyn Metastore>,
+) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b"]).await;
+    create_tasks(&metastore, &uid, &[&["a", "b"]], 3).await;
+    let first = claimed(claim(&metastore, "node-1", T0, None).await);
+    let second = claimed(claim(&metastore, "node-2", T0 + 60, None).await);
+    assert_eq!(first.task_id, second.task_id);
+    stage(&metastore, &uid, &["out-1", "out-2"]).await;
+    let splits_before = splits_of(&metastore, &uid).await;
+
+    assert_failed_precondition(
+        metastore
+            .publish_merge(
+                &uid,
+                &first.task_id,
+                "node-1",
+                &ids(&["out-1"]),
+                &ids(&["a", "b"]),
+                T0 + 70,
+            )
+            .await,
+    );
+    assert_eq!(splits_of(&metastore, &uid).await, splits_before);
+    assert_eq!(stored_task(&metastore, &first.task_id).await, second);
+
+    metastore
+        .publish_merge(
+            &uid,
+            &second.task_id,
+            "node-2",
+            &ids(&["out-2"]),
+            &ids(&["a", "b"]),
+            T0 + 80,
+        )
+        .await
+        .expect("publish_merge by the new owner");
+    assert_eq!(
+        states(&metastore, &uid).await,
+        [
+            ("a".to_string(), SplitState::MarkedForDeletion),
+            ("b".to_string(), SplitState::MarkedForDeletion),
+            ("out-1".to_string(), SplitState::Staged),
+            ("out-2".to_string(), SplitState::Published),
+        ]
+    );
+}
+
+/// `publish_merge` requires the owner, the task's inputs still Published and Staged outputs;
+/// otherwise it is `FailedPrecondition` (`NotFound` for unknown tasks or indexes) and nothing
+/// changes.
+pub async fn publish_merge_checks_inputs_outputs_and_owner_and_changes_nothing(
+    metastore: Arc<dyn Metastore>,
+) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c"]).await;
+    let other = index_with_published(&metastore, "other", &["x"]).await;
+    create_tasks(&metastore, &uid, &[&["a", "b"]], 3).await;
+    let task = claimed(claim(&metastore, "node-1", T0, None).await);
+    stage(&metastore, &uid, &["out"]).await;
+    let splits_before = splits_of(&metastore, &uid).await;
+
+    let cases: [(&IndexUid, &str, &[&str], &[&str]); 7] = [
+        (&uid, "node-2", &["out"], &["a", "b"]),
+        (&uid, "node-1", &["out"], &["a"]),
+        (&uid, "node-1", &["out"], &["a", "b", "c"]),
+        (&uid, "node-1", &["missing"], &["a", "b"]),
+        (&uid, "node-1", &["c"], &["a", "b"]),
+        (&uid, "node-1", &["out", "a"], &["a", "b"]),
+        (&other, "node-1", &["out"], &["a", "b"]),
+    ];
+    for (index_uid, node_id, output, replaced) in cases {
+        let result = metastore
+            .publish_merge(
+                index_uid,
+                &task.task_id,
+                node_id,
+                &ids(output),
+                &ids(replaced),
+                T0 + 1,
+            )
+            .await;
+        assert!(
+            matches!(result, Err(MetastoreError::FailedPrecondition(_))),
+            "{node_id} publishing {output:?} replacing {replaced:?}: expected \
+             FailedPrecondition, got {result:?}"
+        );
+        assert_eq!(splits_of(&metastore, &uid).await, splits_before);
+        assert_eq!(stored_task(&metastore, &task.task_id).await, task);
+    }
+    assert_not_found(
+        metastore
+            .publish_merge(&uid, "unknown", "node-1", &ids(&["out"]), &ids(&["a"]), T0)
+            .await,
+    );
+    assert_not_found(
+        metastore
+            .publish_merge(
+                &IndexUid::new("nope"),
+                &task.task_id,
+                "node-1",
+                &ids(&["out"]),
+                &ids(&["a", "b"]),
+                T0,
+            )
+            .await,
+    );
+
+    // An input was marked for deletion meanwhile: the merge cannot be published.
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["a"]))
+        .await
+        .expect("mark a");
+    let splits_before = splits_of(&metastore, &uid).await;
+    assert_failed_precondition(
+        metastore
+            .publish_merge(
+                &uid,
+                &task.task_id,
+                "node-1",
+                &ids(&["out"]),
+                &ids(&["a", "b"]),
+                T0 + 2,
+            )
+            .await,
+    );
+    assert_eq!(splits_of(&metastore, &uid).await, splits_before);
+    assert_eq!(
+        states(&metastore, &uid).await,
+        [
+            ("a".to_string(), SplitState::MarkedForDeletion),
+            ("b".to_string(), SplitState::Published),
+            ("c".to_string(), SplitState::Published),
+            ("out".to_string(), SplitState::Staged),
+        ]
+    );
+    assert_eq!(stored_task(&metastore, &task.task_id).await, task);
+}
+
+/// Failing with `retry` and attempts left puts the task back to Pending; otherwise it is
+/// Failed and its splits are released. Only the owner of a Running task may fail it.
+pub async fn fail_merge_task_retries_or_gives_up(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d"]).await;
+    let created = create_tasks(&metastore, &uid, &[&["a", "b"]], 3).await;
+    let task_id = created[0].task_id.clone();
+    claimed(claim(&metastore, "node-1", T0, None).await);
+
+    let retried = metastore
+        .fail_merge_task(&task_id, "node-1", "boom", true, T0 + 1)
+        .await
+        .expect("fail with retry");
+    assert_eq!(retried.state, MergeTaskState::Pending);
+    assert_eq!(
+        (retried.lease_owner, retried.lease_expires_at),
+        (None, None)
+    );
+    assert_eq!(retried.error.as_deref(), Some("boom"));
+    assert_eq!((retried.attempts, retried.update_timestamp), (1, T0 + 1));
+    let stored = stored_task(&metastore, &task_id).await;
+    assert_eq!(stored.state, MergeTaskState::Pending);
+    assert_eq!(stored.error.as_deref(), Some("boom"));
+    // A Pending task cannot be failed.
+    assert_failed_precondition(
+        metastore
+            .fail_merge_task(&task_id, "node-1", "again", true, T0 + 2)
+            .await,
+    );
+    let again = claimed(claim(&metastore, "node-2", T0 + 2, None).await);
+    assert_eq!(
+        (again.task_id.as_str(), again.attempts),
+        (task_id.as_str(), 2)
+    );
+    let failed = metastore
+        .fail_merge_task(&task_id, "node-2", "fatal", false, T0 + 3)
+        .await
+        .expect("fail without retry");
+    assert_eq!(failed.state, MergeTaskState::Failed);
+    assert_eq!(failed.error.as_deref(), Some("fatal"));
+    assert_eq!(failed.lease_expires_at, None);
+    assert_eq!(failed.attempts, 2);
+    assert_eq!(stored_task(&metastore, &task_id).await, failed);
+    assert_eq!(claim(&metastore, "node-1", T0 + 3, None).await, None);
+
+    // Released splits: a new task, which retries until max_attempts.
+    let created = create_tasks(&metastore, &uid, &[&["a", "b"]], 2).await;
+    let task_id = created[0].task_id.clone();
+    claimed(claim(&metastore, "node-1", T0, None).await);
+    let retried = metastore
+        .fail_merge_task(&task_id, "node-1", "first", true, T0)
+        .await
+        .expect("fail 1");
+    assert_eq!(retried.state, MergeTaskState::Pending);
+    claimed(claim(&metastore, "node-1", T0, None).await);
+    let failed = metastore
+        .fail_merge_task(&task_id, "node-1", "second", true, T0)
+        .await
+        .expect("fail 2");
+    assert_eq!((failed.state, failed.attempts), (MergeTaskState::Failed, 2));
+
+    // Only the owner may fail a task.
+    let created = create_tasks(&metastore, &uid, &[&["c", "d"]], 3).await;
+    let task = claimed(claim(&metastore, "node-1", T0, None).await);
+    assert_eq!(task.task_id, created[0].task_id);
+    assert_failed_precondition(
+        metastore
+            .fail_merge_task(&task.task_id, "node-2", "not mine", false, T0)
+            .await,
+    );
+    assert_eq!(stored_task(&metastore, &task.task_id).await, task);
+    assert_not_found(
+        metastore
+            .fail_merge_task("unknown", "node-1", "boom", true, T0)
+            .await,
+    );
+}
+
+/// Only the owner of a Running task may renew its lease — even after expiry, until another
+/// node claims the task.
+pub async fn renew_merge_task_lease_requires_the_owner(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b"]).await;
+    let created = create_tasks(&metastore, &uid, &[&["a", "b"]], 5).await;
+    let task_id = created[0].task_id.clone();
+    assert_failed_precondition(
+        metastore
+            .renew_merge_task_lease(&task_id, "node-1", LEASE, T0)
+            .await,
+    );
+    let task = claimed(claim(&metastore, "node-1", T0, None).await);
+    assert_failed_precondition(
+        metastore
+            .renew_merge_task_lease(&task_id, "node-2", LEASE, T0 + 30)
+            .await,
+    );
+    assert_eq!(stored_task(&metastore, &task_id).await, task);
+
+    metastore
+        .renew_merge_task_lease(&task_id, "node-1", LEASE, T0 + 50)
+        .await
+        .expect("renew");
+    let renewed = stored_task(&metastore, &task_id).await;
+    assert_eq!(renewed.lease_expires_at, Some(T0 + 110));
+    assert_eq!((renewed.update_timestamp, renewed.attempts), (T0 + 50, 1));
+    assert_eq!(claim(&metastore, "node-2", T0 + 100, None).await, None);
+    // Expired at T0 + 110, but nobody claimed it since: the owner may still renew.
+    metastore
+        .renew_merge_task_lease(&task_id, "node-1", LEASE, T0 + 120)
+        .await
+        .expect("renew after expiry");
+    assert_eq!(claim(&metastore, "node-2", T0 + 179, None).await, None);
+    let reclaimed = claimed(claim(&metastore, "node-2", T0 + 180, None).await);
+    assert_eq!(reclaimed.task_id, task_id);
+    assert_failed_precondition(
+        metastore
+            .renew_merge_task_lease(&task_id, "node-1", LEASE, T0 + 181)
+            .await,
+    );
+    assert_not_found(
+        metastore
+            .renew_merge_task_lease("unknown", "node-1", LEASE, T0)
+            .await,
+    );
+}
+
+/// Listing filters by index and states, orders newest first, and honours the limit.
+pub async fn list_merge_tasks_filters_and_orders_newest_first(metastore: Arc<dyn Metastore>) {
+    let logs = index_with_published(
+        &metastore,
+        "logs",
+        &["a", "b", "c", "d", "e", "f", "g", "h"],
+    )
+    .await;
+    let traces = index_with_published(&metastore, "traces", &["x1", "x2", "x3", "x4"]).await;
+    let l = create_tasks(
+        &metastore,
+        &logs,
+        &[&["a", "b"], &["c", "d"], &["e", "f"], &["g", "h"]],
+        3,
+    )
+    .await;
+    let t = create_tasks(&metastore, &traces, &[&["x1", "x2"], &["x3", "x4"]], 3).await;
+    let l = task_ids(&l);
+    let t = task_ids(&t);
+    // l[0] Running, l[1] Failed, l[2] Succeeded, l[3] and traces' Pending.
+    claimed(claim(&metastore, "node-1", T0, Some(&logs)).await);
+    claimed(claim(&metastore, "node-1", T0, Some(&logs)).await);
+    metastore
+        .fail_merge_task(&l[1], "node-1", "boom", false, T0)
+        .await
+        .expect("fail");
+    claimed(claim(&metastore, "node-1", T0, Some(&logs)).await);
+    stage(&metastore, &logs, &["out"]).await;
+    metastore
+        .publish_merge(
+            &logs,
+            &l[2],
+            "node-1",
+            &ids(&["out"]),
+            &ids(&["e", "f"]),
+            T0,
+        )
+        .await
+        .expect("publish_merge");
+
+    let list = |index_uid: Option<IndexUid>, states: Vec<MergeTaskState>, limit: Option<usize>| {
+        let metastore = metastore.clone();
+        async move {
+            task_ids(
+                &metastore
+                    .list_merge_tasks(index_uid.as_ref(), &states, limit)
+                    .await
+                    .expect("list_merge_tasks"),
+            )
+        }
+    };
+    use MergeTaskState::*;
+    /// Index filter, state filter, limit, expected task ids.
+    type Case<'a> = (
+        Option<IndexUid>,
+        Vec<MergeTaskState>,
+        Option<usize>,
+        Vec<&'a String>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            None,
+            vec![],
+            None,
+            vec![&t[1], &t[0], &l[3], &l[2], &l[1], &l[0]],
+        ),
+        (
+            Some(logs.clone()),
+            vec![],
+            None,
+            vec![&l[3], &l[2], &l[1], &l[0]],
+        ),
+        (
+            Some(logs.clone()),
+            vec![Pending, Running],
+            None,
+            vec![&l[3], &l[0]],
+        ),
+        (None, vec![Pending], None, vec![&t[1], &t[0], &l[3]]),
+        (Some(logs.clone()), vec![], Some(2), vec![&l[3], &l[2]]),
+        (None, vec![Failed, Succeeded], Some(1), vec![&l[2]]),
+        (None, vec![Failed], None, vec![&l[1]]),
+        (Some(traces.clone()), vec![Running], None, vec![]),
+        (Some(IndexUid::new("nope")), vec![], None, vec![]),
+        (None, vec![], Some(0), vec![]),
+    ];
+    for (index_uid, states, limit, expected) in cases {
+        let description = format!("{index_uid:?} {states:?} {limit:?}");
+        let expected: Vec<String> = expected.into_iter().cloned().collect();
+        assert_eq!(
+            list(index_uid, states, limit).await,
+            expected,
+            "{description}"
+        );
+    }
+}
+
+/// `delete_merge_tasks` deletes Succeeded and Failed tasks last updated strictly before the
+/// bound, and never live tasks.
+pub async fn delete_merge_tasks_deletes_finished_tasks_only(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(
+        &metastore,
+        "logs",
+        &["a", "b", "c", "d", "e", "f", "g", "h"],
+    )
+    .await;
+    let created = create_tasks(
+        &metastore,
+        &uid,
+        &[&["a", "b"], &["c", "d"], &["e", "f"], &["g", "h"]],
+        3,
+    )
+    .await;
+    let [succeeded, failed, running, pending] = [0, 1, 2, 3].map(|i| created[i].task_id.clone());
+    for _ in 0..3 {
+        metastore
+            .claim_merge_task("node-1", 1_000_000, T0, None)
+            .await
+            .expect("claim");
+    }
+    stage(&metastore, &uid, &["out"]).await;
+    metastore
+        .publish_merge(
+            &uid,
+            &succeeded,
+            "node-1",
+            &ids(&["out"]),
+            &ids(&["a", "b"]),
+            T0 + 100,
+        )
+        .await
+        .expect("publish_merge");
+    metastore
+        .fail_merge_task(&failed, "node-1", "boom", false, T0 + 200)
+        .await
+        .expect("fail");
+
+    let remaining = |metastore: Arc<dyn Metastore>| async move {
+        let mut ids = task_ids(&all_tasks(&metastore).await);
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        metastore
+            .delete_merge_tasks(T0 + 100)
+            .await
+            .expect("delete"),
+        0
+    );
+    assert_eq!(
+        metastore
+            .delete_merge_tasks(T0 + 101)
+            .await
+            .expect("delete"),
+        1
+    );
+    assert_eq!(
+        remaining(metastore.clone()).await,
+        [failed.clone(), running.clone(), pending.clone()]
+    );
+    assert_eq!(
+        metastore
+            .delete_merge_tasks(i64::MAX)
+            .await
+            .expect("delete"),
+        1
+    );
+    assert_eq!(remaining(metastore.clone()).await, [running, pending]);
+    assert_eq!(
+        metastore
+            .delete_merge_tasks(i64::MAX)
+            .await
+            .expect("delete"),
+        0
+    );
+}
+
+/// `delete_index` deletes the index's merge tasks, live ones included; a new incarnation can
+/// merge the same split ids again.
+pub async fn delete_index_deletes_its_merge_tasks(metastore: Arc<dyn Metastore>) {
+    let logs = index_with_published(&metastore, "logs", &["a", "b", "c", "d"]).await;
+    let other = index_with_published(&metastore, "other", &["x", "y"]).await;
+    create_tasks(&metastore, &logs, &[&["a", "b"], &["c", "d"]], 3).await;
+    let kept = create_tasks(&metastore, &other, &[&["x", "y"]], 3).await;
+    claimed(claim(&metastore, "node-1", T0, Some(&logs)).await);
+
+    metastore.delete_index(&logs).await.expect("delete_index");
+    assert_eq!(all_tasks(&metastore).await, kept);
+    assert!(metastore
+        .list_merge_tasks(Some(&logs), &[], None)
+        .await
+        .expect("list")
+        .is_empty());
+    let task = claimed(claim(&metastore, "node-1", T0, None).await);
+    assert_eq!(task.task_id, kept[0].task_id);
+
+    let recreated = index_with_published(&metastore, "logs", &["a", "b"]).await;
+    let again = create_tasks(&metastore, &recreated, &[&["a", "b"]], 3).await;
+    assert_eq!(inputs(&again), [ids(&["a", "b"])]);
 }

@@ -9,9 +9,13 @@
 //! - Both backends share one SQL implementation ([`SqlMetastore`], module `sql`): every write
 //!   is one transaction that locks the index row first, so `publish_splits` — state checks,
 //!   checkpoint check and updates — is atomic even when nodes publish concurrently.
+//! - Merge tasks ([`MergeTask`], module `merge_task`) live here too, so that any node can
+//!   claim them: PostgreSQL claimers use `SELECT … FOR UPDATE SKIP LOCKED` under a lease, and
+//!   a merge is published in one transaction that checks the claim and the inputs.
 //! - The `testing` feature exposes the `conformance` module: the test suite every backend
 //!   passes, run against both backends by `tests/sqlite.rs` and `tests/postgres.rs`.
 
+mod merge_task;
 mod migrations;
 mod postgres;
 mod sql;
@@ -20,6 +24,7 @@ mod sqlite;
 #[cfg(feature = "testing")]
 pub mod conformance;
 
+pub use merge_task::{MergeTask, MergeTaskState, NewMergeTask};
 pub use postgres::PostgresMetastore;
 pub use sql::{Dialect, SqlMetastore};
 pub use sqlite::SqliteMetastore;
@@ -38,10 +43,10 @@ use std::collections::BTreeMap;
 /// Errors of metastore operations.
 #[derive(Debug, thiserror::Error)]
 pub enum MetastoreError {
-    /// The index or split does not exist.
+    /// The index, split or merge task does not exist.
     #[error("{kind} `{id}` not found")]
     NotFound {
-        /// `index` or `split`.
+        /// `index`, `split` or `merge task`.
         kind: &'static str,
         /// Its id.
         id: String,
@@ -178,8 +183,8 @@ pub trait Metastore: Send + Sync + 'static {
         index_config: IndexConfig,
     ) -> MetastoreResult<IndexMetadata>;
 
-    /// Deletes the index row, its checkpoints and all its split rows; returns the splits it
-    /// had, so the caller can delete their objects.
+    /// Deletes the index row, its checkpoints, all its split rows and all its merge tasks;
+    /// returns the splits it had, so the caller can delete their objects.
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>>;
 
     /// Records splits as Staged (or updates splits that are still Staged). Fails with
@@ -209,7 +214,8 @@ pub trait Metastore: Send + Sync + 'static {
     async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>>;
 
     /// Marks splits (in any state) for deletion; unknown ids are ignored. Splits already marked
-    /// keep their update timestamp (the janitor's grace period is not restarted).
+    /// keep their update timestamp (the janitor's grace period is not restarted). Merge tasks
+    /// are left alone: claiming a task whose inputs are gone fails it.
     async fn mark_splits_for_deletion(
         &self,
         index_uid: &IndexUid,
@@ -218,9 +224,93 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// Deletes split rows that are Staged or MarkedForDeletion. Fails with
     /// `FailedPrecondition` (deleting nothing) if one is Published. Unknown ids are ignored.
+    /// Merge tasks are left alone, as by [`Metastore::mark_splits_for_deletion`].
     async fn delete_splits(
         &self,
         index_uid: &IndexUid,
         split_ids: &[SplitId],
     ) -> MetastoreResult<()>;
+
+    // ----- merge tasks -----
+
+    /// Records merge tasks as `Pending`, in ONE transaction, and returns those created (in
+    /// the order given). A task is skipped — not created, not an error — when one of its
+    /// splits is not a Published split of the index, or is already an input of a live
+    /// (`Pending` or `Running`) task, including one created earlier in the same call: a split
+    /// is in at most one live task, even under concurrent calls. Fails with
+    /// `FailedPrecondition` (creating nothing) when `max_attempts` is 0 or a task has no
+    /// splits or lists a split twice.
+    async fn create_merge_tasks(
+        &self,
+        index_uid: &IndexUid,
+        tasks: Vec<NewMergeTask>,
+        max_attempts: u32,
+    ) -> MetastoreResult<Vec<MergeTask>>;
+
+    /// Claims the oldest claimable task (of `index_uid` only, if given): `Pending`, or
+    /// `Running` with a lease expired at `now` (`lease_expires_at <= now`). It becomes
+    /// `Running`, owned by `node_id` until `now + lease_secs`, with one more attempt. On the
+    /// way, tasks whose inputs are no longer all Published, or that used up `max_attempts`,
+    /// are marked `Failed` and skipped. `None` when nothing is claimable. Concurrent claimers
+    /// never get the same task.
+    async fn claim_merge_task(
+        &self,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+        index_uid: Option<&IndexUid>,
+    ) -> MetastoreResult<Option<MergeTask>>;
+
+    /// Extends the lease of a task `node_id` holds to `now + lease_secs` (even if it expired,
+    /// as long as no other node claimed the task since). `FailedPrecondition` if the task is
+    /// not `Running` with this owner; `NotFound` if there is no such task.
+    async fn renew_merge_task_lease(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+    ) -> MetastoreResult<()>;
+
+    /// In ONE transaction: publishes the merge's `output` splits (Staged) and marks the
+    /// `replaced` splits (exactly the task's inputs, all still Published) for deletion, as
+    /// [`Metastore::publish_splits`] does, and marks the task `Succeeded`. The task must be
+    /// `Running` and owned by `node_id` (its lease may have expired, but no other node may
+    /// have claimed it since). Otherwise `FailedPrecondition` (`NotFound` for an unknown
+    /// index or task) and nothing changes: the caller discards its output.
+    async fn publish_merge(
+        &self,
+        index_uid: &IndexUid,
+        task_id: &str,
+        node_id: &str,
+        output: &[SplitId],
+        replaced: &[SplitId],
+        now: i64,
+    ) -> MetastoreResult<()>;
+
+    /// Reports that `node_id` failed to run the task: with `retry` and attempts left it goes
+    /// back to `Pending` (lease cleared), otherwise it is `Failed`; `error` is recorded either
+    /// way. Returns the updated task. `FailedPrecondition` if the task is not `Running` with
+    /// this owner; `NotFound` if there is no such task.
+    async fn fail_merge_task(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        error: &str,
+        retry: bool,
+        now: i64,
+    ) -> MetastoreResult<MergeTask>;
+
+    /// Merge tasks, newest first (by task id), of `index_uid` only if given, in one of
+    /// `states` (empty: any state), at most `limit` of them if given.
+    async fn list_merge_tasks(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[MergeTaskState],
+        limit: Option<usize>,
+    ) -> MetastoreResult<Vec<MergeTask>>;
+
+    /// Deletes `Succeeded` and `Failed` tasks last updated before `finished_before`
+    /// (seconds); returns how many were deleted.
+    async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize>;
 }

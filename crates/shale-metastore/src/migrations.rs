@@ -9,18 +9,32 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::SqlStr;
 
 /// `(version, description, SQL)` of the SQLite migrations.
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../migrations/sqlite/0001_initial.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../migrations/sqlite/0001_initial.sql"),
+    ),
+    (
+        2,
+        "merge tasks",
+        include_str!("../migrations/sqlite/0002_merge_tasks.sql"),
+    ),
+];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../migrations/postgres/0001_initial.sql"),
-)];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../migrations/postgres/0001_initial.sql"),
+    ),
+    (
+        2,
+        "merge tasks",
+        include_str!("../migrations/postgres/0002_merge_tasks.sql"),
+    ),
+];
 
 fn migrator(migrations: &'static [(i64, &'static str, &'static str)]) -> Migrator {
     Migrator::with_migrations(

@@ -7,7 +7,10 @@
 //! Writes to one index are therefore serialized, which is what makes `publish_splits`
 //! (state checks + checkpoint check + updates) atomic under concurrency. SQLite has one writer
 //! at a time anyway (`BEGIN IMMEDIATE`, plus an in-process mutex so that writers queue instead
-//! of polling the busy handler).
+//! of polling the busy handler). Merge tasks (module `merge_tasks`) add the task row to the
+//! lock order: index row, then task row, then split rows; claimers lock only task rows.
+//! Write transactions end through `WriteTx::finish`, which rolls back right away on error so
+//! that no row stays locked after a failed call.
 //!
 //! Unsigned 64-bit values (partition ids, positions, counters) are stored bit-for-bit in
 //! signed 64-bit columns ([`to_db`], [`from_db`]): equality filters work for every value,
@@ -28,10 +31,15 @@ use sqlx::{
 };
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError, MetastoreResult};
+use crate::{
+    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
+    MetastoreResult, NewMergeTask,
+};
 
 /// Split ids bound per statement, well below SQLite's and PostgreSQL's parameter limits.
 const IDS_PER_STATEMENT: usize = 500;
+
+mod merge_tasks;
 
 mod sealed {
     pub trait Sealed {}
@@ -46,6 +54,9 @@ pub trait Dialect: Database + sealed::Sealed {
     /// Suffix of a `SELECT` that locks the selected rows until commit (empty when the
     /// transaction already holds the database's single write lock).
     const FOR_UPDATE: &'static str;
+    /// Like [`Dialect::FOR_UPDATE`], but rows locked by other transactions are skipped
+    /// instead of waited for (concurrent merge task claimers).
+    const FOR_UPDATE_SKIP_LOCKED: &'static str;
     /// Number of rows a statement inserted, updated or deleted.
     fn rows_affected(result: &Self::QueryResult) -> u64;
 }
@@ -71,6 +82,27 @@ struct WriteTx<'a, DB: Database> {
     // Declared first so that it is dropped (rolled back) before the lock is released.
     tx: Transaction<'static, DB>,
     _guard: Option<MutexGuard<'a, ()>>,
+}
+
+impl<DB: Database> WriteTx<'_, DB> {
+    /// Ends the transaction: commits on `Ok`, rolls back on `Err`. The rollback is awaited
+    /// (sqlx only queues it when a transaction is dropped), so row locks are released before
+    /// the call returns: a claimer skipping locked rows must not miss a task because a failed
+    /// call still holds it.
+    async fn finish<T>(self, result: MetastoreResult<T>) -> MetastoreResult<T> {
+        match result {
+            Ok(value) => {
+                self.tx.commit().await?;
+                Ok(value)
+            }
+            Err(err) => {
+                if let Err(rollback_err) = self.tx.rollback().await {
+                    tracing::warn!(error = %rollback_err, "metastore rollback failed");
+                }
+                Err(err)
+            }
+        }
+    }
 }
 
 /// A value bound to a dynamically built statement.
@@ -123,6 +155,7 @@ where
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB>,
     for<'a> &'a str: ColumnIndex<DB::Row>,
 {
     /// Wraps a pool whose schema is up to date.
@@ -176,11 +209,13 @@ where
         }
     }
 
-    /// The states of the splits of `index_uid` among `split_ids` (locked on PostgreSQL).
+    /// The states of the splits of `index_uid` among `split_ids`; with `lock`, their rows
+    /// are locked until commit (PostgreSQL), in split id order.
     async fn split_states(
         conn: &mut DB::Connection,
         index_uid: &IndexUid,
         split_ids: &[SplitId],
+        lock: bool,
     ) -> MetastoreResult<BTreeMap<SplitId, SplitState>> {
         let mut sorted: Vec<&SplitId> = split_ids.iter().collect();
         sorted.sort();
@@ -191,7 +226,7 @@ where
                 "SELECT split_id, split_state FROM splits \
                  WHERE index_uid = $1 AND split_id IN ({}) ORDER BY split_id{}",
                 placeholders(2, chunk.len()),
-                DB::FOR_UPDATE
+                if lock { DB::FOR_UPDATE } else { "" }
             );
             let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
             for split_id in chunk {
@@ -386,6 +421,82 @@ where
         .await?;
         Ok(DB::rows_affected(&result) > 0)
     }
+
+    /// The body of [`Metastore::publish_splits`], in a write transaction that locked the
+    /// index row: checks (changing nothing on failure, the caller then rolls back), then
+    /// applies the checkpoint delta and the split state changes, with timestamp `now`.
+    async fn publish_locked(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+        staged: &[SplitId],
+        replaced: &[SplitId],
+        checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
+        now: i64,
+    ) -> MetastoreResult<()> {
+        let staged_set: BTreeSet<&SplitId> = staged.iter().collect();
+        if let Some(split_id) = replaced.iter().find(|id| staged_set.contains(id)) {
+            return Err(MetastoreError::FailedPrecondition(format!(
+                "split `{split_id}` cannot be both published and replaced"
+            )));
+        }
+        let all_ids: Vec<SplitId> = staged.iter().chain(replaced).cloned().collect();
+        let states = Self::split_states(&mut *conn, index_uid, &all_ids, true).await?;
+        for (ids, expected) in [
+            (staged, SplitState::Staged),
+            (replaced, SplitState::Published),
+        ] {
+            for split_id in ids {
+                match states.get(split_id) {
+                    Some(state) if *state == expected => {}
+                    Some(state) => {
+                        return Err(MetastoreError::FailedPrecondition(format!(
+                            "split `{split_id}` is {}, not {}",
+                            state.as_str(),
+                            expected.as_str()
+                        )))
+                    }
+                    None => {
+                        return Err(MetastoreError::FailedPrecondition(format!(
+                            "split `{split_id}` does not exist in index `{index_uid}`"
+                        )))
+                    }
+                }
+            }
+        }
+        if let Some((source_id, delta)) = &checkpoint_delta {
+            let mut checkpoints = Self::load_checkpoints(&mut *conn, index_uid).await?;
+            let checkpoint = checkpoints.entry(source_id.clone()).or_default();
+            checkpoint.try_apply(delta).map_err(|err| {
+                MetastoreError::FailedPrecondition(format!(
+                    "source `{source_id}` of index `{index_uid}`: {err}"
+                ))
+            })?;
+            for (partition_id, partition_delta) in &delta.per_partition {
+                sqlx::query::<DB>(
+                    "INSERT INTO checkpoints (index_uid, source_id, partition_id, position) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (index_uid, source_id, partition_id) \
+                     DO UPDATE SET position = excluded.position",
+                )
+                .bind(index_uid.to_string())
+                .bind(source_id.clone())
+                .bind(partition_id.clone())
+                .bind(to_db(partition_delta.to))
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        Self::set_split_states(&mut *conn, index_uid, staged, SplitState::Published, now).await?;
+        Self::set_split_states(
+            &mut *conn,
+            index_uid,
+            replaced,
+            SplitState::MarkedForDeletion,
+            now,
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 /// Columns selected to decode a [`Split`].
@@ -400,6 +511,7 @@ where
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB>,
     for<'a> &'a str: ColumnIndex<DB::Row>,
 {
     async fn create_index(&self, mut index_config: IndexConfig) -> MetastoreResult<IndexMetadata> {
@@ -413,28 +525,31 @@ where
         };
         let config_json = serde_json::to_string(&index.index_config).map_err(serde_err)?;
         let mut write = self.begin_write().await?;
-        let inserted = sqlx::query::<DB>(
-            "INSERT INTO indexes (index_uid, index_id, index_config_json, create_timestamp) \
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(index.index_uid.to_string())
-        .bind(index.index_id().to_string())
-        .bind(config_json)
-        .bind(index.create_timestamp)
-        .execute(&mut *write.tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
-                return Err(MetastoreError::AlreadyExists {
-                    kind: "index",
-                    id: index.index_id().to_string(),
-                });
+        let result: MetastoreResult<_> = async {
+            let inserted = sqlx::query::<DB>(
+                "INSERT INTO indexes (index_uid, index_id, index_config_json, create_timestamp) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(index.index_uid.to_string())
+            .bind(index.index_id().to_string())
+            .bind(config_json)
+            .bind(index.create_timestamp)
+            .execute(&mut *write.tx)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
+                    return Err(MetastoreError::AlreadyExists {
+                        kind: "index",
+                        id: index.index_id().to_string(),
+                    });
+                }
+                Err(err) => return Err(err.into()),
             }
-            Err(err) => return Err(err.into()),
+            Ok(index)
         }
-        write.tx.commit().await?;
-        Ok(index)
+        .await;
+        write.finish(result).await
     }
 
     async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata> {
@@ -485,55 +600,63 @@ where
             )));
         }
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        let mut index = Self::load_index(&mut write.tx, None, Some(index_uid))
-            .await?
-            .ok_or_else(|| index_not_found(index_uid))?;
-        index_config.doc_mapping.doc_mapping_uid = if without_doc_mapping_uid(&index_config)
-            == without_doc_mapping_uid(&index.index_config)
-        {
-            index.index_config.doc_mapping.doc_mapping_uid.clone()
-        } else {
-            shale_types::new_ulid()
-        };
-        let config_json = serde_json::to_string(&index_config).map_err(serde_err)?;
-        sqlx::query::<DB>("UPDATE indexes SET index_config_json = $2 WHERE index_uid = $1")
-            .bind(index_uid.to_string())
-            .bind(config_json)
-            .execute(&mut *write.tx)
-            .await?;
-        write.tx.commit().await?;
-        index.index_config = index_config;
-        Ok(index)
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let mut index = Self::load_index(&mut write.tx, None, Some(index_uid))
+                .await?
+                .ok_or_else(|| index_not_found(index_uid))?;
+            index_config.doc_mapping.doc_mapping_uid = if without_doc_mapping_uid(&index_config)
+                == without_doc_mapping_uid(&index.index_config)
+            {
+                index.index_config.doc_mapping.doc_mapping_uid.clone()
+            } else {
+                shale_types::new_ulid()
+            };
+            let config_json = serde_json::to_string(&index_config).map_err(serde_err)?;
+            sqlx::query::<DB>("UPDATE indexes SET index_config_json = $2 WHERE index_uid = $1")
+                .bind(index_uid.to_string())
+                .bind(config_json)
+                .execute(&mut *write.tx)
+                .await?;
+            index.index_config = index_config;
+            Ok(index)
+        }
+        .await;
+        write.finish(result).await
     }
 
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>> {
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        let sql = format!(
-            "SELECT {SPLIT_COLUMNS} FROM splits WHERE index_uid = $1 ORDER BY split_id{}",
-            DB::FOR_UPDATE
-        );
-        let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
-            .bind(index_uid.to_string())
-            .fetch_all(&mut *write.tx)
-            .await?;
-        let splits = rows
-            .iter()
-            .map(Self::decode_split)
-            .collect::<MetastoreResult<Vec<_>>>()?;
-        for sql in [
-            "DELETE FROM splits WHERE index_uid = $1",
-            "DELETE FROM checkpoints WHERE index_uid = $1",
-            "DELETE FROM indexes WHERE index_uid = $1",
-        ] {
-            sqlx::query::<DB>(sql)
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let sql = format!(
+                "SELECT {SPLIT_COLUMNS} FROM splits WHERE index_uid = $1 ORDER BY split_id{}",
+                DB::FOR_UPDATE
+            );
+            let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(index_uid.to_string())
-                .execute(&mut *write.tx)
+                .fetch_all(&mut *write.tx)
                 .await?;
+            let splits = rows
+                .iter()
+                .map(Self::decode_split)
+                .collect::<MetastoreResult<Vec<_>>>()?;
+            for sql in [
+                "DELETE FROM merge_task_splits WHERE index_uid = $1",
+                "DELETE FROM merge_tasks WHERE index_uid = $1",
+                "DELETE FROM splits WHERE index_uid = $1",
+                "DELETE FROM checkpoints WHERE index_uid = $1",
+                "DELETE FROM indexes WHERE index_uid = $1",
+            ] {
+                sqlx::query::<DB>(sql)
+                    .bind(index_uid.to_string())
+                    .execute(&mut *write.tx)
+                    .await?;
+            }
+            Ok(splits)
         }
-        write.tx.commit().await?;
-        Ok(splits)
+        .await;
+        write.finish(result).await
     }
 
     async fn stage_splits(
@@ -549,26 +672,30 @@ where
         }
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        let split_ids: Vec<SplitId> = splits.iter().map(|s| s.split_id.clone()).collect();
-        let states = Self::split_states(&mut write.tx, index_uid, &split_ids).await?;
-        if let Some((split_id, state)) = states.iter().find(|(_, s)| **s != SplitState::Staged) {
-            return Err(MetastoreError::FailedPrecondition(format!(
-                "split `{split_id}` is {}, not Staged",
-                state.as_str()
-            )));
-        }
-        for split in &splits {
-            if !Self::upsert_staged_split(&mut write.tx, split, now).await? {
-                // The id is taken in another index, or the split changed state meanwhile.
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let split_ids: Vec<SplitId> = splits.iter().map(|s| s.split_id.clone()).collect();
+            let states = Self::split_states(&mut write.tx, index_uid, &split_ids, true).await?;
+            if let Some((split_id, state)) = states.iter().find(|(_, s)| **s != SplitState::Staged)
+            {
                 return Err(MetastoreError::FailedPrecondition(format!(
-                    "split `{}` exists and is not a Staged split of `{index_uid}`",
-                    split.split_id
+                    "split `{split_id}` is {}, not Staged",
+                    state.as_str()
                 )));
             }
+            for split in &splits {
+                if !Self::upsert_staged_split(&mut write.tx, split, now).await? {
+                    // The id is taken in another index, or the split changed state meanwhile.
+                    return Err(MetastoreError::FailedPrecondition(format!(
+                        "split `{}` exists and is not a Staged split of `{index_uid}`",
+                        split.split_id
+                    )));
+                }
+            }
+            Ok(())
         }
-        write.tx.commit().await?;
-        Ok(())
+        .await;
+        write.finish(result).await
     }
 
     async fn publish_splits(
@@ -578,74 +705,23 @@ where
         replaced: &[SplitId],
         checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
     ) -> MetastoreResult<()> {
-        let staged_set: BTreeSet<&SplitId> = staged.iter().collect();
-        if let Some(split_id) = replaced.iter().find(|id| staged_set.contains(id)) {
-            return Err(MetastoreError::FailedPrecondition(format!(
-                "split `{split_id}` cannot be both published and replaced"
-            )));
-        }
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        let all_ids: Vec<SplitId> = staged.iter().chain(replaced).cloned().collect();
-        let states = Self::split_states(&mut write.tx, index_uid, &all_ids).await?;
-        for (ids, expected) in [
-            (staged, SplitState::Staged),
-            (replaced, SplitState::Published),
-        ] {
-            for split_id in ids {
-                match states.get(split_id) {
-                    Some(state) if *state == expected => {}
-                    Some(state) => {
-                        return Err(MetastoreError::FailedPrecondition(format!(
-                            "split `{split_id}` is {}, not {}",
-                            state.as_str(),
-                            expected.as_str()
-                        )))
-                    }
-                    None => {
-                        return Err(MetastoreError::FailedPrecondition(format!(
-                            "split `{split_id}` does not exist in index `{index_uid}`"
-                        )))
-                    }
-                }
-            }
-        }
-        if let Some((source_id, delta)) = &checkpoint_delta {
-            let mut checkpoints = Self::load_checkpoints(&mut write.tx, index_uid).await?;
-            let checkpoint = checkpoints.entry(source_id.clone()).or_default();
-            checkpoint.try_apply(delta).map_err(|err| {
-                MetastoreError::FailedPrecondition(format!(
-                    "source `{source_id}` of index `{index_uid}`: {err}"
-                ))
-            })?;
-            for (partition_id, partition_delta) in &delta.per_partition {
-                sqlx::query::<DB>(
-                    "INSERT INTO checkpoints (index_uid, source_id, partition_id, position) \
-                     VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (index_uid, source_id, partition_id) \
-                     DO UPDATE SET position = excluded.position",
-                )
-                .bind(index_uid.to_string())
-                .bind(source_id.clone())
-                .bind(partition_id.clone())
-                .bind(to_db(partition_delta.to))
-                .execute(&mut *write.tx)
-                .await?;
-            }
-        }
-        Self::set_split_states(&mut write.tx, index_uid, staged, SplitState::Published, now)
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            Self::publish_locked(
+                &mut write.tx,
+                index_uid,
+                staged,
+                replaced,
+                checkpoint_delta,
+                now,
+            )
             .await?;
-        Self::set_split_states(
-            &mut write.tx,
-            index_uid,
-            replaced,
-            SplitState::MarkedForDeletion,
-            now,
-        )
-        .await?;
-        write.tx.commit().await?;
-        Ok(())
+            Ok(())
+        }
+        .await;
+        write.finish(result).await
     }
 
     async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>> {
@@ -714,19 +790,22 @@ where
     ) -> MetastoreResult<()> {
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        // Lock the rows (PostgreSQL) in id order, as every writer does.
-        Self::split_states(&mut write.tx, index_uid, split_ids).await?;
-        Self::set_split_states(
-            &mut write.tx,
-            index_uid,
-            split_ids,
-            SplitState::MarkedForDeletion,
-            now,
-        )
-        .await?;
-        write.tx.commit().await?;
-        Ok(())
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            // Lock the rows (PostgreSQL) in id order, as every writer does.
+            Self::split_states(&mut write.tx, index_uid, split_ids, true).await?;
+            Self::set_split_states(
+                &mut write.tx,
+                index_uid,
+                split_ids,
+                SplitState::MarkedForDeletion,
+                now,
+            )
+            .await?;
+            Ok(())
+        }
+        .await;
+        write.finish(result).await
     }
 
     async fn delete_splits(
@@ -735,32 +814,103 @@ where
         split_ids: &[SplitId],
     ) -> MetastoreResult<()> {
         let mut write = self.begin_write().await?;
-        Self::lock_index(&mut write.tx, index_uid).await?;
-        let states = Self::split_states(&mut write.tx, index_uid, split_ids).await?;
-        let published: Vec<&str> = states
-            .iter()
-            .filter(|(_, state)| **state == SplitState::Published)
-            .map(|(split_id, _)| split_id.as_str())
-            .collect();
-        if !published.is_empty() {
-            return Err(MetastoreError::FailedPrecondition(format!(
-                "cannot delete Published splits: {}",
-                published.join(", ")
-            )));
-        }
-        let existing: Vec<SplitId> = states.into_keys().collect();
-        for chunk in existing.chunks(IDS_PER_STATEMENT) {
-            let sql = format!(
-                "DELETE FROM splits WHERE index_uid = $1 AND split_id IN ({})",
-                placeholders(2, chunk.len())
-            );
-            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
-            for split_id in chunk {
-                query = query.bind(split_id.clone());
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let states = Self::split_states(&mut write.tx, index_uid, split_ids, true).await?;
+            let published: Vec<&str> = states
+                .iter()
+                .filter(|(_, state)| **state == SplitState::Published)
+                .map(|(split_id, _)| split_id.as_str())
+                .collect();
+            if !published.is_empty() {
+                return Err(MetastoreError::FailedPrecondition(format!(
+                    "cannot delete Published splits: {}",
+                    published.join(", ")
+                )));
             }
-            query.execute(&mut *write.tx).await?;
+            let existing: Vec<SplitId> = states.into_keys().collect();
+            for chunk in existing.chunks(IDS_PER_STATEMENT) {
+                let sql = format!(
+                    "DELETE FROM splits WHERE index_uid = $1 AND split_id IN ({})",
+                    placeholders(2, chunk.len())
+                );
+                let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
+                for split_id in chunk {
+                    query = query.bind(split_id.clone());
+                }
+                query.execute(&mut *write.tx).await?;
+            }
+            Ok(())
         }
-        write.tx.commit().await?;
-        Ok(())
+        .await;
+        write.finish(result).await
+    }
+
+    async fn create_merge_tasks(
+        &self,
+        index_uid: &IndexUid,
+        tasks: Vec<NewMergeTask>,
+        max_attempts: u32,
+    ) -> MetastoreResult<Vec<MergeTask>> {
+        self.insert_merge_tasks(index_uid, tasks, max_attempts)
+            .await
+    }
+
+    async fn claim_merge_task(
+        &self,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+        index_uid: Option<&IndexUid>,
+    ) -> MetastoreResult<Option<MergeTask>> {
+        self.claim_next_merge_task(node_id, lease_secs, now, index_uid)
+            .await
+    }
+
+    async fn renew_merge_task_lease(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+    ) -> MetastoreResult<()> {
+        self.renew_lease(task_id, node_id, lease_secs, now).await
+    }
+
+    async fn publish_merge(
+        &self,
+        index_uid: &IndexUid,
+        task_id: &str,
+        node_id: &str,
+        output: &[SplitId],
+        replaced: &[SplitId],
+        now: i64,
+    ) -> MetastoreResult<()> {
+        self.publish_merge_output(index_uid, task_id, node_id, output, replaced, now)
+            .await
+    }
+
+    async fn fail_merge_task(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        error: &str,
+        retry: bool,
+        now: i64,
+    ) -> MetastoreResult<MergeTask> {
+        self.fail_task(task_id, node_id, error, retry, now).await
+    }
+
+    async fn list_merge_tasks(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[MergeTaskState],
+        limit: Option<usize>,
+    ) -> MetastoreResult<Vec<MergeTask>> {
+        self.select_merge_tasks(index_uid, states, limit).await
+    }
+
+    async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize> {
+        self.delete_finished_merge_tasks(finished_before).await
     }
 }

@@ -31,6 +31,7 @@ pub type SqliteMetastore = SqlMetastore<Sqlite>;
 impl Dialect for Sqlite {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const FOR_UPDATE: &'static str = "";
+    const FOR_UPDATE_SKIP_LOCKED: &'static str = "";
 
     fn rows_affected(result: &SqliteQueryResult) -> u64 {
         result.rows_affected()

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use shale_metastore::conformance::{self, Fixture};
-use shale_metastore::{open_metastore, Metastore, SqliteMetastore};
+use shale_metastore::{open_metastore, Metastore, NewMergeTask, SqliteMetastore};
 
 async fn setup() -> Option<Fixture> {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -94,6 +94,65 @@ async fn two_handles_on_one_file_serialize_their_publishes() {
         1,
         "{results:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_on_one_file_never_claim_one_merge_task_twice() {
+    // As above: two handles stand for two processes claiming from one file.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    let first: Arc<dyn Metastore> = Arc::new(SqliteMetastore::open(path).await.expect("open"));
+    let second: Arc<dyn Metastore> = Arc::new(SqliteMetastore::open(path).await.expect("open"));
+    let index = first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    let uid = index.index_uid.clone();
+    let split_ids: Vec<String> = (0..16).map(|i| format!("split-{i:02}")).collect();
+    let splits = split_ids
+        .iter()
+        .map(|id| conformance::split_metadata(&uid, id))
+        .collect();
+    first.stage_splits(&uid, splits).await.expect("stage");
+    first
+        .publish_splits(&uid, &split_ids, &[], None)
+        .await
+        .expect("publish");
+    let tasks = split_ids
+        .chunks(2)
+        .map(|pair| NewMergeTask::new("scope", pair.to_vec()))
+        .collect();
+    let created = first
+        .create_merge_tasks(&uid, tasks, 3)
+        .await
+        .expect("create_merge_tasks");
+    assert_eq!(created.len(), 8);
+
+    let claimers: Vec<_> = (0..16)
+        .map(|i| {
+            let metastore = if i % 2 == 0 {
+                first.clone()
+            } else {
+                second.clone()
+            };
+            tokio::spawn(async move {
+                metastore
+                    .claim_merge_task(&format!("node-{i}"), 3600, 1_000_000, None)
+                    .await
+            })
+        })
+        .collect();
+    let mut claimed = Vec::new();
+    for claimer in claimers {
+        if let Some(task) = claimer.await.expect("task").expect("claim") {
+            claimed.push(task.task_id);
+        }
+    }
+    claimed.sort();
+    let mut expected: Vec<String> = created.into_iter().map(|t| t.task_id).collect();
+    expected.sort();
+    assert_eq!(claimed, expected);
 }
 
 #[tokio::test]
