@@ -20,8 +20,8 @@ mod validation;
 
 pub use index_config::*;
 pub use node_config::{
-    NodeConfig, S3Config, WalPersistPolicy, DEFAULT_DATA_DIR, DEFAULT_LISTEN_ADDRESS,
-    DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_SPLIT_CACHE_MAX_BYTES,
+    CompactionConfig, NodeConfig, S3Config, ScopeMode, WalPersistPolicy, DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_SPLIT_CACHE_MAX_BYTES,
     DEFAULT_WAL_PERSIST_INTERVAL_SECS,
 };
 pub use partition::{PartitionKey, OTHER_PARTITION_ID};

@@ -18,6 +18,15 @@
 //!   secret_access_key: …
 //!   force_path_style: true
 //!   allow_http: true
+//! compaction:
+//!   scope: cluster                     # or node_local (Quickwit's behaviour)
+//!   max_concurrent_merges: 1
+//!   planner_interval_secs: 10
+//!   merge_lease_secs: 300
+//!   merge_max_attempts: 5
+//!   janitor_interval_secs: 60
+//!   deletion_grace_period_secs: 1920   # 32 min
+//!   staged_split_timeout_secs: 3600
 //! ```
 //!
 //! Overrides from environment variables or the command line are the binary's business: every
@@ -118,6 +127,58 @@ pub struct NodeConfig {
     pub split_cache_max_bytes: u64,
     /// Object store settings.
     pub s3: S3Config,
+    /// Compaction and garbage collection settings.
+    pub compaction: CompactionConfig,
+}
+
+/// Which splits may merge together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeMode {
+    /// `(index, source, partition, doc mapping)`: splits of every node merge together, so
+    /// splits of departed nodes keep being compacted.
+    #[default]
+    Cluster,
+    /// Adds the node id, as Quickwit does: a node merges only its own splits.
+    NodeLocal,
+}
+
+/// Compaction, janitor and retention settings of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    /// Merge scope mode.
+    pub scope: ScopeMode,
+    /// Merges this node runs at once (0 disables merge execution on this node).
+    pub max_concurrent_merges: usize,
+    /// Seconds between planning rounds (a round also follows every publish).
+    pub planner_interval_secs: u64,
+    /// Lease of a claimed merge task; renewed while the merge runs.
+    pub merge_lease_secs: u64,
+    /// Attempts before a merge task is given up.
+    pub merge_max_attempts: u32,
+    /// Seconds between janitor rounds.
+    pub janitor_interval_secs: u64,
+    /// Objects of MarkedForDeletion splits are deleted this long after (default 32 min), so
+    /// searches that listed them before still complete.
+    pub deletion_grace_period_secs: u64,
+    /// Staged splits older than this are garbage (their upload never got published).
+    pub staged_split_timeout_secs: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            scope: ScopeMode::Cluster,
+            max_concurrent_merges: 1,
+            planner_interval_secs: 10,
+            merge_lease_secs: 300,
+            merge_max_attempts: 5,
+            janitor_interval_secs: 60,
+            deletion_grace_period_secs: 32 * 60,
+            staged_split_timeout_secs: 3600,
+        }
+    }
 }
 
 /// The file as written: every key optional.
@@ -147,6 +208,8 @@ struct NodeConfigFile {
     split_cache_max_bytes: Option<ByteSize>,
     #[serde(default)]
     s3: Option<S3Config>,
+    #[serde(default)]
+    compaction: Option<CompactionConfig>,
 }
 
 /// A byte size written as an integer or a string with a unit (`10MiB`).
@@ -228,6 +291,7 @@ impl NodeConfig {
                 .split_cache_max_bytes
                 .map_or(DEFAULT_SPLIT_CACHE_MAX_BYTES, |size| size.0),
             s3: file.s3.unwrap_or_default(),
+            compaction: file.compaction.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
@@ -316,6 +380,7 @@ impl Default for NodeConfig {
             max_ingest_body_bytes: DEFAULT_MAX_INGEST_BODY_BYTES,
             split_cache_max_bytes: DEFAULT_SPLIT_CACHE_MAX_BYTES,
             s3: S3Config::default(),
+            compaction: CompactionConfig::default(),
         }
     }
 }

@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shale_config::OTHER_PARTITION_ID;
-use shale_index::{BuiltSplit, DocMapper, SplitBuilder};
+use shale_index::{BuiltSplit, DocMapper, ParsedDoc, SplitBuilder};
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::Storage;
 use shale_types::{
     new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMaturity, SplitMetadata,
     INGEST_API_SOURCE_ID,
 };
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -65,10 +65,26 @@ pub struct PipelineEnv {
     pub writer_heap_bytes: usize,
     /// Tantivy indexing threads per split builder.
     pub writer_threads: usize,
+    /// Notified after every publish (the merge planner listens).
+    pub on_publish: Option<Arc<Notify>>,
 }
+
+/// Documents the router already parsed while validating them, handed to the pipeline in
+/// memory so that it does not parse them again (it falls back to the WAL whenever the handoff
+/// is missing, late or dropped).
+pub struct PreParsed {
+    /// WAL position of the first document.
+    pub first_position: u64,
+    /// The documents, at consecutive positions.
+    pub docs: Vec<ParsedDoc>,
+}
+
+/// Pre-parsed batches buffered per pipeline before the handoff is dropped.
+const PREPARSED_CHANNEL: usize = 16;
 
 /// Handle on a running pipeline.
 pub struct PipelineHandle {
+    preparsed: mpsc::Sender<PreParsed>,
     new_records: Arc<Notify>,
     force_commit: Arc<Notify>,
     published: watch::Receiver<Option<u64>>,
@@ -79,6 +95,12 @@ impl PipelineHandle {
     /// Wakes the pipeline up: new records were appended.
     pub fn notify_new_records(&self) {
         self.new_records.notify_one();
+    }
+
+    /// Offers documents parsed at ingest (already in the WAL at their positions). Dropped when
+    /// the pipeline is behind: it then reads them back from the WAL.
+    pub fn offer_parsed(&self, batch: PreParsed) {
+        let _ = self.preparsed.try_send(batch);
     }
 
     /// Asks the pipeline to cut its current batch now.
@@ -128,7 +150,10 @@ pub fn spawn_pipeline(
     let new_records = Arc::new(Notify::new());
     let force_commit = Arc::new(Notify::new());
     let (published_tx, published) = watch::channel(checkpoint);
+    let (preparsed, preparsed_rx) = mpsc::channel(PREPARSED_CHANNEL);
     let pipeline = Pipeline {
+        preparsed_rx,
+        pending_preparsed: None,
         env,
         params,
         queue,
@@ -139,11 +164,18 @@ pub fn spawn_pipeline(
     };
     let task = tokio::spawn(pipeline.run());
     PipelineHandle {
+        preparsed,
         new_records,
         force_commit,
         published,
         task,
     }
+}
+
+/// A document to index: parsed at ingest, or raw bytes read back from the WAL.
+enum Record {
+    Parsed(ParsedDoc),
+    Raw(Vec<u8>),
 }
 
 /// Splits being built: one builder per partition.
@@ -156,6 +188,8 @@ struct Batch {
 }
 
 struct Pipeline {
+    preparsed_rx: mpsc::Receiver<PreParsed>,
+    pending_preparsed: Option<PreParsed>,
     env: PipelineEnv,
     params: PipelineParams,
     queue: String,
@@ -212,11 +246,7 @@ impl Pipeline {
         let mut batch: Option<Batch> = None;
         let mut force = false;
         loop {
-            let records = self
-                .env
-                .wal
-                .read(&self.queue, next_read, READ_BATCH_RECORDS, READ_BATCH_BYTES)
-                .await?;
+            let records = self.next_records(next_read).await?;
             if let Some((last, _)) = records.last() {
                 next_read = last + 1;
                 let current = match batch.take() {
@@ -247,6 +277,59 @@ impl Pipeline {
         }
     }
 
+    /// The next documents from position `from`: the router's pre-parsed handoff when it
+    /// starts there, else records read back from the WAL (up to the next handoff).
+    async fn next_records(&mut self, from: u64) -> Result<Vec<(u64, Record)>, StepError> {
+        loop {
+            if self.pending_preparsed.is_none() {
+                self.pending_preparsed = self.preparsed_rx.try_recv().ok();
+            }
+            let Some(batch) = self.pending_preparsed.take() else {
+                break;
+            };
+            let end = batch.first_position + batch.docs.len() as u64;
+            if end <= from {
+                continue; // already read from the WAL
+            }
+            if batch.first_position <= from {
+                let skip = (from - batch.first_position) as usize;
+                return Ok(batch
+                    .docs
+                    .into_iter()
+                    .skip(skip)
+                    .enumerate()
+                    .map(|(i, doc)| (from + i as u64, Record::Parsed(doc)))
+                    .collect());
+            }
+            // A gap before the handoff: read it from the WAL first.
+            let gap = (batch.first_position - from) as usize;
+            self.pending_preparsed = Some(batch);
+            let records = self
+                .env
+                .wal
+                .read(
+                    &self.queue,
+                    from,
+                    gap.min(READ_BATCH_RECORDS),
+                    READ_BATCH_BYTES,
+                )
+                .await?;
+            return Ok(records
+                .into_iter()
+                .map(|(pos, bytes)| (pos, Record::Raw(bytes)))
+                .collect());
+        }
+        let records = self
+            .env
+            .wal
+            .read(&self.queue, from, READ_BATCH_RECORDS, READ_BATCH_BYTES)
+            .await?;
+        Ok(records
+            .into_iter()
+            .map(|(pos, bytes)| (pos, Record::Raw(bytes)))
+            .collect())
+    }
+
     fn new_batch(&self) -> Result<Batch, StepError> {
         std::fs::create_dir_all(&self.env.scratch_dir)?;
         Ok(Batch {
@@ -264,7 +347,7 @@ impl Pipeline {
     async fn add_records(
         &self,
         mut batch: Batch,
-        records: Vec<(u64, Vec<u8>)>,
+        records: Vec<(u64, Record)>,
     ) -> Result<Batch, StepError> {
         let doc_mapper = self.params.doc_mapper.clone();
         let max_partitions = self.params.max_num_partitions.max(1) as usize;
@@ -272,15 +355,18 @@ impl Pipeline {
         let threads = self.env.writer_threads;
         let has_partitions = doc_mapper.partition_key().is_some();
         tokio::task::spawn_blocking(move || -> Result<Batch, StepError> {
-            for (position, payload) in records {
+            for (position, record) in records {
                 batch.last_position = position;
-                let doc = match doc_mapper.parse_doc(&payload) {
-                    Ok(doc) => doc,
-                    Err(err) => {
-                        // Validated at ingest: only a mapping change can make this happen.
-                        warn!(%err, position, "dropping a WAL record that no longer parses");
-                        continue;
-                    }
+                let doc = match record {
+                    Record::Parsed(doc) => doc,
+                    Record::Raw(payload) => match doc_mapper.parse_doc(&payload) {
+                        Ok(doc) => doc,
+                        Err(err) => {
+                            // Validated at ingest: only a mapping change can make this happen.
+                            warn!(%err, position, "dropping a WAL record that no longer parses");
+                            continue;
+                        }
+                    },
                 };
                 let mut partition = doc.partition_id;
                 if !batch.builders.contains_key(&partition)
@@ -317,6 +403,7 @@ impl Pipeline {
         let Batch {
             builders, scratch, ..
         } = batch;
+        let commit_started = std::time::Instant::now();
         let built: Vec<(PartitionId, BuiltSplit)> = tokio::task::spawn_blocking(move || {
             builders
                 .into_iter()
@@ -324,6 +411,7 @@ impl Pipeline {
                 .collect::<Result<Vec<_>, shale_index::IndexError>>()
         })
         .await??;
+        let finish_ms = commit_started.elapsed().as_millis() as u64;
 
         let now = now_unix_secs();
         let doc_mapping_uid = self.params.doc_mapper.doc_mapping().doc_mapping_uid.clone();
@@ -407,10 +495,15 @@ impl Pipeline {
             splits = split_ids.len(),
             num_docs = splits.iter().map(|(m, _)| m.num_docs).sum::<u64>(),
             last_position,
+            finish_ms,
+            total_ms = commit_started.elapsed().as_millis() as u64,
             "published splits"
         );
         self.checkpoint = Some(last_position);
         self.published_tx.send_replace(self.checkpoint);
+        if let (Some(listener), false) = (&self.env.on_publish, split_ids.is_empty()) {
+            listener.notify_one();
+        }
         self.env.wal.truncate(&self.queue, last_position).await?;
         drop(scratch);
         Ok(())

@@ -14,7 +14,7 @@ use tokio::sync::RwLock;
 use tracing::info;
 
 use crate::metrics;
-use crate::pipeline::{spawn_pipeline, PipelineEnv, PipelineHandle, PipelineParams};
+use crate::pipeline::{spawn_pipeline, PipelineEnv, PipelineHandle, PipelineParams, PreParsed};
 use crate::wal::WalError;
 
 /// When an ingest request is acknowledged.
@@ -248,21 +248,23 @@ impl IngestRouter {
             .cloned()
             .ok_or_else(|| IngestError::IndexNotFound(index_id.to_string()))?;
         let doc_mapper = served.doc_mapper.clone();
-        let (outcome, valid) = tokio::task::spawn_blocking(move || {
+        let (outcome, valid, parsed) = tokio::task::spawn_blocking(move || {
             let mut outcome = IngestOutcome::default();
             let mut valid = Vec::with_capacity(docs.len());
+            let mut parsed = Vec::with_capacity(docs.len());
             for doc in docs {
                 match doc_mapper.parse_doc(&doc) {
-                    Ok(_) => {
+                    Ok(parsed_doc) => {
                         outcome.results.push(None);
                         valid.push(doc);
+                        parsed.push(parsed_doc);
                     }
                     Err(err) => outcome.results.push(Some(err)),
                 }
             }
             outcome.num_ingested = valid.len();
             outcome.num_rejected = outcome.results.len() - valid.len();
-            (outcome, valid)
+            (outcome, valid, parsed)
         })
         .await
         .map_err(|_| IngestError::PipelineStopped)?;
@@ -274,6 +276,12 @@ impl IngestRouter {
         let Some(pipeline) = served.pipelines.get(&served.active_queue) else {
             return Err(IngestError::PipelineStopped);
         };
+        if let Some((first_position, _)) = positions {
+            pipeline.offer_parsed(PreParsed {
+                first_position,
+                docs: parsed,
+            });
+        }
         pipeline.notify_new_records();
         match (commit, positions) {
             (CommitMode::Auto, _) => {}

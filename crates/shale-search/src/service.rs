@@ -65,9 +65,6 @@ pub enum SearchError {
     Internal(String),
 }
 
-/// Name of the split object inside its cache directory.
-const SPLIT_FILE_NAME: &str = "split.bundle";
-
 /// Opened splits kept in memory (bounded), keyed by split id.
 const MAX_OPEN_SPLITS: usize = 512;
 
@@ -85,6 +82,14 @@ pub struct SearchService {
     doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
     open_splits: Mutex<HashMap<String, Arc<OpenSplit>>>,
     leaf_permits: Arc<Semaphore>,
+}
+
+/// What every split of a request is searched with.
+struct Prepared {
+    index: shale_metastore::IndexMetadata,
+    doc_mapper: Arc<DocMapper>,
+    query: Arc<dyn Query>,
+    sort_by: SortBy,
 }
 
 /// A candidate hit from one split.
@@ -137,6 +142,129 @@ impl SearchService {
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
         let _timer = SEARCH_LATENCY.start_timer();
+        let prepared = self.prepare(index_id, &request).await?;
+        let (index, doc_mapper) = (&prepared.index, &prepared.doc_mapper);
+
+        // Root: list and prune before opening anything.
+        let published = self
+            .metastore
+            .list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published]),
+            )
+            .await
+            .map_err(SearchError::Metastore)?;
+        let candidates: Vec<SplitMetadata> = published
+            .into_iter()
+            .map(|s: Split| s.split_metadata)
+            .collect();
+        let (splits, num_splits_pruned) = prune(candidates, &request, doc_mapper);
+        self.execute(&prepared, &request, splits, num_splits_pruned, started)
+            .await
+    }
+
+    /// Runs `request` on `splits` (listed earlier by the caller, e.g. before a merge replaced
+    /// them) instead of the currently published ones; they are pruned as usual.
+    pub async fn search_splits(
+        &self,
+        index_id: &str,
+        request: SearchRequest,
+        splits: Vec<SplitMetadata>,
+    ) -> Result<SearchResponse, SearchError> {
+        let started = Instant::now();
+        let prepared = self.prepare(index_id, &request).await?;
+        let (splits, num_splits_pruned) = prune(splits, &request, &prepared.doc_mapper);
+        self.execute(&prepared, &request, splits, num_splits_pruned, started)
+            .await
+    }
+
+    async fn execute(
+        &self,
+        prepared: &Prepared,
+        request: &SearchRequest,
+        splits: Vec<SplitMetadata>,
+        num_splits_pruned: usize,
+        started: Instant,
+    ) -> Result<SearchResponse, SearchError> {
+        let Prepared {
+            index,
+            doc_mapper,
+            query,
+            sort_by,
+        } = prepared;
+        let storage = self
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+            .map_err(|err| SearchError::Internal(err.to_string()))?;
+        let k = request.start_offset + request.max_hits;
+        let mut leaf_futures = FuturesUnordered::new();
+        for (ord, split) in splits.iter().enumerate() {
+            let query = query.clone();
+            let sort_by = sort_by.clone();
+            let storage = storage.clone();
+            leaf_futures.push(async move {
+                let result = self.leaf_search(&storage, split, query, sort_by, k).await;
+                (ord, result)
+            });
+        }
+        let mut num_hits = 0u64;
+        let mut errors = Vec::new();
+        let mut candidates: Vec<LeafHit> = Vec::new();
+        let mut searchers: HashMap<usize, Arc<OpenSplit>> = HashMap::new();
+        while let Some((ord, result)) = leaf_futures.next().await {
+            match result {
+                Ok((open, leaf)) => {
+                    num_hits += leaf.count;
+                    candidates.extend(leaf.hits.into_iter().map(|(key, doc)| LeafHit {
+                        key,
+                        split_ord: ord,
+                        doc,
+                    }));
+                    searchers.insert(ord, open);
+                }
+                Err(err) => errors.push(format!("split {}: {err}", splits[ord].split_id)),
+            }
+        }
+        drop(leaf_futures);
+        sort_candidates(&mut candidates, sort_by);
+        let page: Vec<LeafHit> = candidates
+            .into_iter()
+            .skip(request.start_offset)
+            .take(request.max_hits)
+            .collect();
+        let mapper = doc_mapper.clone();
+        let hits = tokio::task::spawn_blocking(move || {
+            page.iter()
+                .map(|hit| {
+                    let searcher = &searchers[&hit.split_ord].searcher;
+                    searcher
+                        .doc::<TantivyDocument>(hit.doc)
+                        .map(|doc| mapper.doc_to_json(&doc))
+                        .map_err(|err| err.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .map_err(|err| SearchError::Internal(err.to_string()))?
+        .map_err(SearchError::Internal)?;
+        SPLITS_SEARCHED.inc_by(splits.len() as u64);
+        SPLITS_PRUNED.inc_by(num_splits_pruned as u64);
+        Ok(SearchResponse {
+            num_hits,
+            hits,
+            elapsed_time_micros: started.elapsed().as_micros() as u64,
+            errors,
+            num_splits_searched: splits.len(),
+            num_splits_pruned,
+        })
+    }
+
+    /// Resolves the index, its doc mapper, the query (with the time filter) and the sort.
+    async fn prepare(
+        &self,
+        index_id: &str,
+        request: &SearchRequest,
+    ) -> Result<Prepared, SearchError> {
         let index = match self.metastore.index_metadata(index_id).await {
             Ok(index) => index,
             Err(MetastoreError::NotFound { .. }) => {
@@ -173,97 +301,11 @@ impl SearchService {
                 ])),
                 None => user_query,
             };
-        let query: Arc<dyn Query> = Arc::from(query);
-
-        // Root: list and prune before opening anything.
-        let published = self
-            .metastore
-            .list_splits(
-                ListSplitsQuery::for_index(index.index_uid.clone())
-                    .with_states(&[SplitState::Published]),
-            )
-            .await
-            .map_err(SearchError::Metastore)?;
-        let num_published = published.len();
-        let required_tags = doc_mapper
-            .required_tag_terms(&request.query)
-            .unwrap_or_default();
-        let splits: Vec<SplitMetadata> = published
-            .into_iter()
-            .map(|s: Split| s.split_metadata)
-            .filter(|split| {
-                split.time_range.is_none_or(|range| {
-                    range.intersects(request.start_timestamp, request.end_timestamp)
-                })
-            })
-            .filter(|split| shale_index::split_may_match_tags(&split.tags, &required_tags))
-            .collect();
-        let num_splits_pruned = num_published - splits.len();
-
-        let storage = self
-            .storages
-            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
-            .map_err(|err| SearchError::Internal(err.to_string()))?;
-        let k = request.start_offset + request.max_hits;
-        let mut leaf_futures = FuturesUnordered::new();
-        for (ord, split) in splits.iter().enumerate() {
-            let query = query.clone();
-            let sort_by = sort_by.clone();
-            let storage = storage.clone();
-            leaf_futures.push(async move {
-                let result = self.leaf_search(&storage, split, query, sort_by, k).await;
-                (ord, result)
-            });
-        }
-        let mut num_hits = 0u64;
-        let mut errors = Vec::new();
-        let mut candidates: Vec<LeafHit> = Vec::new();
-        let mut searchers: HashMap<usize, Arc<OpenSplit>> = HashMap::new();
-        while let Some((ord, result)) = leaf_futures.next().await {
-            match result {
-                Ok((open, leaf)) => {
-                    num_hits += leaf.count;
-                    candidates.extend(leaf.hits.into_iter().map(|(key, doc)| LeafHit {
-                        key,
-                        split_ord: ord,
-                        doc,
-                    }));
-                    searchers.insert(ord, open);
-                }
-                Err(err) => errors.push(format!("split {}: {err}", splits[ord].split_id)),
-            }
-        }
-        drop(leaf_futures);
-        sort_candidates(&mut candidates, &sort_by);
-        let page: Vec<LeafHit> = candidates
-            .into_iter()
-            .skip(request.start_offset)
-            .take(request.max_hits)
-            .collect();
-        let mapper = doc_mapper.clone();
-        let hits = tokio::task::spawn_blocking(move || {
-            page.iter()
-                .map(|hit| {
-                    let searcher = &searchers[&hit.split_ord].searcher;
-                    searcher
-                        .doc::<TantivyDocument>(hit.doc)
-                        .map(|doc| mapper.doc_to_json(&doc))
-                        .map_err(|err| err.to_string())
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .await
-        .map_err(|err| SearchError::Internal(err.to_string()))?
-        .map_err(SearchError::Internal)?;
-        SPLITS_SEARCHED.inc_by(splits.len() as u64);
-        SPLITS_PRUNED.inc_by(num_splits_pruned as u64);
-        Ok(SearchResponse {
-            num_hits,
-            hits,
-            elapsed_time_micros: started.elapsed().as_micros() as u64,
-            errors,
-            num_splits_searched: splits.len(),
-            num_splits_pruned,
+        Ok(Prepared {
+            index,
+            doc_mapper,
+            query: Arc::from(query),
+            sort_by,
         })
     }
 
@@ -304,19 +346,14 @@ impl SearchService {
         {
             return Ok(open.clone());
         }
-        let key = split.object_key();
         let cached = self
             .cache
-            .get_or_fetch(&split.split_id, |dir| {
-                let storage = storage.clone();
-                async move { storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await }
-            })
+            .get_split(storage, &split.split_id)
             .await
             .map_err(|err| err.to_string())?;
-        let path = cached.path().to_path_buf();
+        let path = cached.split_file();
         let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
-            let index = shale_index::open_split(&path.join(SPLIT_FILE_NAME))
-                .map_err(|err| err.to_string())?;
+            let index = shale_index::open_split(&path).map_err(|err| err.to_string())?;
             let reader = index.reader().map_err(|err| err.to_string())?;
             Ok(reader.searcher())
         })
@@ -372,6 +409,30 @@ impl SearchService {
         .map_err(|err| err.to_string())??;
         Ok((open, leaf))
     }
+}
+
+/// Drops the splits that cannot match: time range outside the request's, or missing a tag
+/// term the query requires. Returns the kept splits and the number pruned.
+fn prune(
+    splits: Vec<SplitMetadata>,
+    request: &SearchRequest,
+    doc_mapper: &DocMapper,
+) -> (Vec<SplitMetadata>, usize) {
+    let total = splits.len();
+    let required_tags = doc_mapper
+        .required_tag_terms(&request.query)
+        .unwrap_or_default();
+    let kept: Vec<SplitMetadata> = splits
+        .into_iter()
+        .filter(|split| {
+            split.time_range.is_none_or(|range| {
+                range.intersects(request.start_timestamp, request.end_timestamp)
+            })
+        })
+        .filter(|split| shale_index::split_may_match_tags(&split.tags, &required_tags))
+        .collect();
+    let pruned = total - kept.len();
+    (kept, pruned)
 }
 
 fn run_leaf(

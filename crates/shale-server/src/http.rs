@@ -133,6 +133,10 @@ pub fn router(node: Arc<Node>) -> Router {
             get(describe_index).delete(delete_index),
         )
         .route("/api/v1/indexes/{index_id}/splits", get(list_splits))
+        .route(
+            "/api/v1/indexes/{index_id}/compaction",
+            get(compaction_status),
+        )
         .route("/api/v1/{index_id}/ingest", post(ingest))
         .route(
             "/api/v1/{index_id}/search",
@@ -236,6 +240,46 @@ async fn list_splits(
         "offset": 0,
         "size": splits.len(),
         "splits": splits,
+    })))
+}
+
+/// Recent finished merges shown by the compaction endpoint.
+const RECENT_MERGES: usize = 20;
+
+async fn compaction_status(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    use shale_metastore::MergeTaskState as S;
+    let metastore = &state.node.metastore;
+    let index = metastore.index_metadata(&index_id).await?;
+    let uid = Some(&index.index_uid);
+    let pending = metastore.list_merge_tasks(uid, &[S::Pending], None).await?;
+    let running = metastore.list_merge_tasks(uid, &[S::Running], None).await?;
+    let recent = metastore
+        .list_merge_tasks(uid, &[S::Succeeded, S::Failed], Some(RECENT_MERGES))
+        .await?;
+    let splits = metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]),
+        )
+        .await?;
+    let now = shale_types::now_unix_secs();
+    let immature = splits
+        .iter()
+        .filter(|s| !s.split_metadata.is_mature(now))
+        .count();
+    Ok(Json(json!({
+        "index_id": index_id,
+        "scope_mode": state.node.config.compaction.scope,
+        "merge_policy": index.index_config.indexing_settings.merge_policy,
+        "published_splits": splits.len(),
+        "immature_splits": immature,
+        "pending_operations": pending.len(),
+        "pending": pending,
+        "running": running,
+        "recent_merges": recent,
     })))
 }
 

@@ -3,7 +3,9 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{register_int_gauge_vec, Encoder, IntGaugeVec, TextEncoder};
+use prometheus::{
+    register_gauge, register_int_gauge_vec, Encoder, Gauge, IntGaugeVec, TextEncoder,
+};
 use shale_metastore::ListSplitsQuery;
 use shale_types::SplitState;
 
@@ -18,10 +20,30 @@ static SPLITS_BY_STATE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+static SPLITS_BY_SCOPE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "shale_scope_splits",
+        "Published splits per merge scope (source/partition/doc mapping) and maturity.",
+        &["index", "scope", "maturity"]
+    )
+    .expect("metric registered once")
+});
+
+static WRITE_AMPLIFICATION: LazyLock<Gauge> = LazyLock::new(|| {
+    register_gauge!(
+        "shale_write_amplification",
+        "Split bytes written by ingest and merges divided by split bytes written by ingest (this node, since start)."
+    )
+    .expect("metric registered once")
+});
+
 /// Registers every metric of the node, so a scrape shows them all from the start.
 pub fn register_all() {
     LazyLock::force(&SPLITS_BY_STATE);
+    LazyLock::force(&SPLITS_BY_SCOPE);
+    LazyLock::force(&WRITE_AMPLIFICATION);
     shale_ingest::metrics::register();
+    shale_compaction::service::metrics::register();
     shale_search::register_metrics();
 }
 
@@ -31,7 +53,14 @@ pub async fn refresh(node: &Node) {
     let Ok(indexes) = node.metastore.list_indexes().await else {
         return;
     };
+    let ingest_bytes = shale_ingest::metrics::SPLIT_BYTES_WRITTEN.get();
+    let merge_bytes = shale_compaction::service::metrics::MERGE_BYTES_WRITTEN.get();
+    if ingest_bytes > 0 {
+        WRITE_AMPLIFICATION.set((ingest_bytes + merge_bytes) as f64 / ingest_bytes as f64);
+    }
+    let now = shale_types::now_unix_secs();
     SPLITS_BY_STATE.reset();
+    SPLITS_BY_SCOPE.reset();
     for index in indexes {
         let Ok(splits) = node
             .metastore
@@ -40,6 +69,23 @@ pub async fn refresh(node: &Node) {
         else {
             continue;
         };
+        for split in splits
+            .iter()
+            .filter(|s| s.split_state == SplitState::Published)
+        {
+            let scope =
+                shale_compaction::service::scope_key(&split.split_metadata.merge_scope(
+                    node.config.compaction.scope == shale_config::ScopeMode::NodeLocal,
+                ));
+            let maturity = if split.split_metadata.is_mature(now) {
+                "mature"
+            } else {
+                "immature"
+            };
+            SPLITS_BY_SCOPE
+                .with_label_values(&[index.index_id(), scope.as_str(), maturity])
+                .inc();
+        }
         for state in [
             SplitState::Staged,
             SplitState::Published,

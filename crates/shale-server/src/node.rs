@@ -6,6 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shale_compaction::service::{
+    janitor_round, CompactionEnv, CompactionError, CompactionService, JanitorReport,
+};
 use shale_config::{IndexConfig, NodeConfig, WalPersistPolicy};
 use shale_ingest::{IngestRouter, PersistPolicy, PipelineEnv, Wal};
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
@@ -53,6 +56,24 @@ pub struct Node {
     pub search: Arc<SearchService>,
     /// The WAL.
     pub wal: Arc<Wal>,
+    /// Merge planner and workers.
+    pub compaction: CompactionService,
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+async fn janitor_loop(node: std::sync::Weak<Node>) {
+    loop {
+        let interval = match node.upgrade() {
+            Some(node) => {
+                if let Err(err) = node.run_janitor().await {
+                    warn!(%err, "janitor round failed");
+                }
+                node.config.compaction.janitor_interval_secs.max(1)
+            }
+            None => return,
+        };
+        tokio::time::sleep(Duration::from_secs(interval)).await;
+    }
 }
 
 fn ensure_dir(path: &Path) -> Result<(), NodeError> {
@@ -102,6 +123,18 @@ impl Node {
             &config.data_dir.join("split-cache"),
             config.split_cache_max_bytes,
         )?);
+        let merge_scratch = config.data_dir.join("merging");
+        if merge_scratch.exists() {
+            let _ = std::fs::remove_dir_all(&merge_scratch);
+        }
+        let compaction = CompactionService::start(CompactionEnv {
+            node_id: config.node_id.clone(),
+            metastore: metastore.clone(),
+            storages: storages.clone(),
+            cache: cache.clone(),
+            scratch_dir: merge_scratch,
+            config: config.compaction.clone(),
+        });
         let env = PipelineEnv {
             node_id: config.node_id.clone(),
             metastore: metastore.clone(),
@@ -109,6 +142,7 @@ impl Node {
             scratch_dir,
             writer_heap_bytes: 128 * 1024 * 1024,
             writer_threads: 1,
+            on_publish: Some(compaction.planner_notify()),
         };
         let node = Node {
             router: Arc::new(IngestRouter::new(env, storages.clone())),
@@ -122,11 +156,40 @@ impl Node {
             metastore,
             storages,
             wal,
+            compaction,
+            background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
         node.router.start().await?;
+        let node = Arc::new(node);
+        let janitor = tokio::spawn(janitor_loop(Arc::downgrade(&node)));
+        if let Ok(mut background) = node.background.lock() {
+            background.push(janitor);
+        }
         info!(node_id = %node.config.node_id, "node started");
-        Ok(Arc::new(node))
+        Ok(node)
+    }
+
+    /// One janitor round now; deleted splits are also forgotten by the search service.
+    pub async fn run_janitor(&self) -> Result<JanitorReport, CompactionError> {
+        let report = janitor_round(self.compaction.env(), shale_types::now_unix_secs()).await?;
+        for split_id in &report.deleted_split_ids {
+            self.search.forget_split(split_id);
+        }
+        Ok(report)
+    }
+
+    /// Stops the node's background work (pipelines, compaction, janitor).
+    pub async fn shutdown(&self) {
+        for uid in self.router.served_indexes().await {
+            self.router.stop_index(&uid.index_id).await;
+        }
+        self.compaction.stop();
+        if let Ok(mut background) = self.background.lock() {
+            for task in background.drain(..) {
+                task.abort();
+            }
+        }
     }
 
     /// Deletes the splits this node staged but never published (it crashed mid-commit).

@@ -16,10 +16,18 @@ pub struct CachedSplit {
     path: PathBuf,
 }
 
+/// Name of a split's object inside its cache directory (see [`SplitCache::get_split`]).
+pub const SPLIT_FILE_NAME: &str = "split.bundle";
+
 impl CachedSplit {
     /// The directory holding the split's files.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The split object (bundle) fetched by [`SplitCache::get_split`].
+    pub fn split_file(&self) -> PathBuf {
+        self.path.join(SPLIT_FILE_NAME)
     }
 }
 
@@ -150,6 +158,19 @@ impl SplitCache {
             let _ = tokio::fs::remove_dir_all(&dir).await;
         }
         Ok(handle)
+    }
+
+    /// The split `{split_id}.split` of `storage`, downloaded on a miss.
+    pub async fn get_split(
+        &self,
+        storage: &crate::Storage,
+        split_id: &str,
+    ) -> StorageResult<Arc<CachedSplit>> {
+        let key = shale_types::split_object_key(split_id);
+        self.get_or_fetch(split_id, |dir| async move {
+            storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await
+        })
+        .await
     }
 
     /// Drops least-recently-used entries not in use until under budget; returns their dirs.

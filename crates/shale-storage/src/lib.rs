@@ -7,7 +7,7 @@
 mod cache;
 mod storage;
 
-pub use cache::{CachedSplit, SplitCache};
+pub use cache::{CachedSplit, SplitCache, SPLIT_FILE_NAME};
 pub use storage::{IndexStorages, S3Options, Storage, StorageResolver};
 
 /// Errors of storage operations.

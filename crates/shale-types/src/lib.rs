@@ -6,7 +6,7 @@ mod checkpoint;
 mod split;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
-pub use split::{MergeScope, Split, SplitMaturity, SplitMetadata, SplitState};
+pub use split::{split_object_key, MergeScope, Split, SplitMaturity, SplitMetadata, SplitState};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

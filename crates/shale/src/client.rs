@@ -119,6 +119,18 @@ pub enum SplitsCommand {
     },
 }
 
+#[derive(clap::Subcommand)]
+pub enum CompactionCommand {
+    /// Pending operations, running merges and recent merges of an index.
+    Status {
+        #[command(flatten)]
+        endpoint: Endpoint,
+        /// Index id.
+        #[arg(long)]
+        index: String,
+    },
+}
+
 fn http() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
@@ -337,7 +349,7 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
     let response = call(client.get(url)).await?;
     println!(
         "{:<28} {:<18} {:>10} {:>10} {:>9} {:>6} {:<10} {:<21} {:<21}",
-        "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "MERGES", "MATURITY", "START", "END"
+        "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "LEVEL", "MATURITY", "START", "END"
     );
     for split in response["splits"].as_array().into_iter().flatten() {
         let ts = |v: &Value| {
@@ -366,6 +378,51 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
             ts(&split["time_range"]["start"]),
             ts(&split["time_range"]["end"]),
         );
+    }
+    Ok(())
+}
+
+pub async fn compaction(cmd: CompactionCommand) -> anyhow::Result<()> {
+    let client = http()?;
+    let CompactionCommand::Status { endpoint, index } = cmd;
+    let status =
+        call(client.get(endpoint.url(&format!("/api/v1/indexes/{index}/compaction")))).await?;
+    println!("index:              {index}");
+    println!(
+        "scope mode:         {}",
+        status["scope_mode"].as_str().unwrap_or("?")
+    );
+    println!("merge policy:       {}", status["merge_policy"]);
+    println!("published splits:   {}", status["published_splits"]);
+    println!("immature splits:    {}", status["immature_splits"]);
+    println!("pending operations: {}", status["pending_operations"]);
+    let task_line = |task: &Value| {
+        format!(
+            "  {}  {:<10} {:>3} splits  attempts {}  {}{}",
+            task["task_id"].as_str().unwrap_or("?"),
+            task["state"].as_str().unwrap_or("?"),
+            task["split_ids"].as_array().map_or(0, Vec::len),
+            task["attempts"],
+            task["lease_owner"]
+                .as_str()
+                .map(|o| format!("on {o}"))
+                .unwrap_or_default(),
+            task["error"]
+                .as_str()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default(),
+        )
+    };
+    for (title, key) in [
+        ("running", "running"),
+        ("pending", "pending"),
+        ("recent merges", "recent_merges"),
+    ] {
+        let tasks = status[key].as_array().cloned().unwrap_or_default();
+        println!("{title}: {}", tasks.len());
+        for task in &tasks {
+            println!("{}", task_line(task));
+        }
     }
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! running node over its REST API.
 
 mod client;
+mod plan;
+mod simulate;
 
 use std::path::PathBuf;
 
@@ -35,6 +37,13 @@ enum Command {
     /// Inspect splits.
     #[command(subcommand)]
     Splits(client::SplitsCommand),
+    /// Inspect compaction.
+    #[command(subcommand)]
+    Compaction(client::CompactionCommand),
+    /// Dry-run a merge policy over splits from a file or a live index.
+    Plan(plan::PlanArgs),
+    /// Simulate a cluster's splits over time under a merge policy and scope mode.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(clap::Args)]
@@ -161,6 +170,9 @@ fn main() -> std::process::ExitCode {
             Command::Ingest(args) => client::ingest(args).await,
             Command::Search(args) => client::search(args).await,
             Command::Splits(cmd) => client::splits(cmd).await,
+            Command::Compaction(cmd) => client::compaction(cmd).await,
+            Command::Plan(args) => plan::run(args).await,
+            Command::Simulate(args) => simulate::run(args).await,
         }
     });
     match result {

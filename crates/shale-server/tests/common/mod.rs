@@ -78,9 +78,7 @@ impl TestNode {
         if let Some(server) = self.server.take() {
             let _ = server.await;
         }
-        for uid in self.node.router.served_indexes().await {
-            self.node.router.stop_index(&uid.index_id).await;
-        }
+        self.node.shutdown().await;
         self.node.wal.persist().await.unwrap();
         self._tmp.take()
     }

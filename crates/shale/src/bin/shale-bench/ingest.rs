@@ -1,30 +1,24 @@
-//! `shale-bench`: ingest and search benchmark, printed (never asserted).
+//! `shale-bench ingest`: the data-path benchmark.
 //!
-//! 1. Generates a realistic log corpus (timestamp, service, level, host, trace_id, message with
-//!    a varied vocabulary; ≈300 B per document).
-//! 2. Baseline: raw in-process Tantivy indexing of the same documents (same schema, one
-//!    indexing thread, same writer heap), measured in the same run.
-//! 3. End to end: a Shale node in this process (embedded defaults: SQLite, local FS), the
+//! 1. Baseline: raw in-process Tantivy indexing of the corpus (same schema, one indexing
+//!    thread, same writer heap), measured in the same run.
+//! 2. End to end: a Shale node in this process (embedded defaults: SQLite, local FS), the
 //!    corpus POSTed through the HTTP ingest API in 4 MB NDJSON batches by concurrent clients,
 //!    timed until a final `commit=force` returns (everything published and searchable).
-//! 4. Search latency p50/p99 over the ingested documents for a term query, a phrase query and a
-//!    time-range + tag query.
-//!
-//! `cargo run --release --bin shale-bench -- --docs 1000000`
+//! 3. Search latency p50/p99 for a term query, a phrase query and a time-range + tag query.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Parser;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+
+use crate::corpus;
 use shale_config::{IndexConfig, NodeConfig};
 use tantivy::{Index, IndexWriter, TantivyDocument};
 
-#[derive(Parser)]
-struct Args {
+#[derive(clap::Args)]
+pub struct Args {
     /// Documents in the corpus.
     #[arg(long, default_value_t = 1_000_000)]
     docs: usize,
@@ -42,171 +36,7 @@ struct Args {
     seed: u64,
 }
 
-const T0: i64 = 1_764_547_200; // 2025-12-01T00:00:00Z
-const SPAN_SECS: i64 = 6 * 3600;
-
-const INDEX_YAML: &str = r#"
-version: 0.8
-index_id: bench-logs
-doc_mapping:
-  mode: lenient
-  field_mappings:
-    - name: timestamp
-      type: datetime
-      input_formats: [rfc3339]
-      fast: true
-      fast_precision: milliseconds
-    - name: service
-      type: text
-      tokenizer: raw
-      fast: true
-    - name: level
-      type: text
-      tokenizer: raw
-    - name: host
-      type: text
-      tokenizer: raw
-    - name: trace_id
-      type: text
-      tokenizer: raw
-    - name: message
-      type: text
-      tokenizer: default
-      record: position
-  timestamp_field: timestamp
-  tag_fields: [service]
-indexing_settings:
-  commit_timeout_secs: 30
-search_settings:
-  default_search_fields: [message]
-"#;
-
-const SERVICES: [&str; 12] = [
-    "checkout",
-    "cart",
-    "payment",
-    "auth",
-    "search",
-    "catalog",
-    "shipping",
-    "email",
-    "frontend",
-    "recommendation",
-    "ads",
-    "inventory",
-];
-const WORDS: [&str; 64] = [
-    "request",
-    "response",
-    "user",
-    "session",
-    "timeout",
-    "connection",
-    "refused",
-    "database",
-    "query",
-    "cache",
-    "miss",
-    "hit",
-    "latency",
-    "retry",
-    "failed",
-    "succeeded",
-    "order",
-    "payment",
-    "token",
-    "expired",
-    "invalid",
-    "upstream",
-    "downstream",
-    "service",
-    "unavailable",
-    "handler",
-    "started",
-    "completed",
-    "processing",
-    "queue",
-    "message",
-    "consumer",
-    "producer",
-    "partition",
-    "offset",
-    "commit",
-    "rollback",
-    "transaction",
-    "lock",
-    "acquired",
-    "released",
-    "memory",
-    "pressure",
-    "garbage",
-    "collection",
-    "thread",
-    "pool",
-    "exhausted",
-    "socket",
-    "closed",
-    "reset",
-    "peer",
-    "certificate",
-    "verify",
-    "header",
-    "missing",
-    "payload",
-    "large",
-    "rate",
-    "limit",
-    "exceeded",
-    "shard",
-    "replica",
-    "leader",
-];
-
-/// One log document of about 300 bytes.
-fn gen_doc(rng: &mut StdRng, i: usize, n: usize) -> String {
-    let ts = T0 + (i as i64 * SPAN_SECS) / n as i64;
-    let millis = rng.random_range(0..1000);
-    let timestamp = time::OffsetDateTime::from_unix_timestamp(ts)
-        .map(|t| t + time::Duration::milliseconds(millis))
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default();
-    let level = match rng.random_range(0..100) {
-        0..=69 => "INFO",
-        70..=84 => "DEBUG",
-        85..=94 => "WARN",
-        _ => "ERROR",
-    };
-    let service = SERVICES[rng.random_range(0..SERVICES.len())];
-    let host = format!("{service}-{:02}.prod.internal", rng.random_range(0..40));
-    let trace_id = format!("{:016x}{:016x}", rng.random::<u64>(), rng.random::<u64>());
-    let mut message = String::with_capacity(200);
-    let words = rng.random_range(14..26);
-    for w in 0..words {
-        if w > 0 {
-            message.push(' ');
-        }
-        if rng.random_range(0..8) == 0 {
-            message.push_str(&format!("id={}", rng.random_range(0..100_000)));
-        } else {
-            message.push_str(WORDS[rng.random_range(0..WORDS.len())]);
-        }
-    }
-    json!({
-        "timestamp": timestamp,
-        "service": service,
-        "level": level,
-        "host": host,
-        "trace_id": trace_id,
-        "message": message,
-    })
-    .to_string()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -229,7 +59,7 @@ fn raw_tantivy(lines: &[String], schema: tantivy::schema::Schema) -> anyhow::Res
     Ok(started.elapsed())
 }
 
-async fn search_latency(
+pub async fn search_latency(
     client: &reqwest::Client,
     base: &str,
     name: &str,
@@ -268,20 +98,10 @@ async fn search_latency(
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            std::env::var("SHALE_LOG").unwrap_or_else(|_| "warn".into()),
-        ))
-        .init();
-
+/// Runs the ingest benchmark.
+pub async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("generating {} documents…", args.docs);
-    let mut rng = StdRng::seed_from_u64(args.seed);
-    let lines: Vec<String> = (0..args.docs)
-        .map(|i| gen_doc(&mut rng, i, args.docs))
-        .collect();
+    let lines = corpus::generate(args.docs, args.seed);
     let corpus_bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
     println!(
         "corpus: {} docs, {:.1} MB, {:.0} B/doc",
@@ -290,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
         corpus_bytes as f64 / args.docs as f64
     );
 
-    let config = IndexConfig::parse(INDEX_YAML.as_bytes())?;
+    let config = IndexConfig::parse(corpus::INDEX_YAML.as_bytes())?;
     let mapper = shale_index::DocMapper::new(&config.doc_mapping, &config.search_settings)?;
 
     eprintln!("raw tantivy…");
@@ -322,7 +142,7 @@ async fn main() -> anyhow::Result<()> {
         .build()?;
     let resp = client
         .post(format!("{base}/api/v1/indexes"))
-        .body(INDEX_YAML)
+        .body(corpus::INDEX_YAML)
         .send()
         .await?;
     anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
@@ -417,7 +237,7 @@ async fn main() -> anyhow::Result<()> {
         "search latency over {} docs ({} iterations each)",
         args.docs, args.search_iterations
     );
-    let mid = T0 + SPAN_SECS / 2;
+    let mid = corpus::T0 + corpus::SPAN_SECS / 2;
     for (name, request) in [
         (
             "term (message:timeout)",

@@ -1,0 +1,35 @@
+//! Prometheus metrics of compaction, in the default registry.
+
+use std::sync::LazyLock;
+
+use prometheus::{register_int_counter, register_int_gauge, IntCounter, IntGauge};
+
+macro_rules! metric {
+    ($name:ident: $ty:ty = $reg:expr) => {
+        /// See the metric's help text.
+        pub static $name: LazyLock<$ty> = LazyLock::new(|| $reg.expect("metric registered once"));
+    };
+}
+
+metric!(MERGES_PENDING: IntGauge = register_int_gauge!(
+    "shale_merges_pending", "Merge tasks waiting for a worker (all nodes)."));
+metric!(MERGES_RUNNING: IntGauge = register_int_gauge!(
+    "shale_merges_running", "Merges running on this node."));
+metric!(MERGES_SUCCEEDED: IntCounter = register_int_counter!(
+    "shale_merges_succeeded_total", "Merges published by this node."));
+metric!(MERGES_FAILED: IntCounter = register_int_counter!(
+    "shale_merges_failed_total", "Merges that failed or were discarded on this node."));
+metric!(MERGE_BYTES_READ: IntCounter = register_int_counter!(
+    "shale_merge_bytes_read_total", "Bytes of split inputs read by merges."));
+metric!(MERGE_BYTES_WRITTEN: IntCounter = register_int_counter!(
+    "shale_merge_bytes_written_total", "Bytes of split outputs written by merges."));
+
+/// Registers every compaction metric.
+pub fn register() {
+    LazyLock::force(&MERGES_PENDING);
+    LazyLock::force(&MERGES_RUNNING);
+    LazyLock::force(&MERGES_SUCCEEDED);
+    LazyLock::force(&MERGES_FAILED);
+    LazyLock::force(&MERGE_BYTES_READ);
+    LazyLock::force(&MERGE_BYTES_WRITTEN);
+}

@@ -1,0 +1,263 @@
+//! Compaction end to end on a real node: automatic merges while ingest and search go on,
+//! `node_local` vs `cluster` merge scopes across a node-id change, the janitor (grace period,
+//! stale listings, retention) and the compaction status API.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{log_docs, TestNode, LOGS_INDEX};
+use serde_json::{json, Value};
+use shale_config::{NodeConfig, ScopeMode};
+
+const T0: i64 = 1_700_000_000;
+
+/// Merges any 2..10 small splits together.
+fn merging_index(index_id: &str) -> String {
+    LOGS_INDEX.replace("index_id: logs", &format!("index_id: {index_id}")).replace(
+        "  commit_timeout_secs: 1",
+        "  commit_timeout_secs: 1\n  merge_policy:\n    type: stable_log\n    merge_factor: 2\n    max_merge_factor: 10\n    min_level_num_docs: 100000",
+    )
+}
+
+fn fast_compaction(mut config: NodeConfig) -> NodeConfig {
+    config.compaction.planner_interval_secs = 1;
+    config.compaction.janitor_interval_secs = 3600;
+    config
+}
+
+async fn published(node: &TestNode, index: &str) -> Vec<Value> {
+    let (status, resp) = node
+        .get(&format!(
+            "/api/v1/indexes/{index}/splits?split_states=Published"
+        ))
+        .await;
+    assert_eq!(status, 200, "{resp}");
+    resp["splits"].as_array().unwrap().clone()
+}
+
+async fn wait_for_splits(node: &TestNode, index: &str, expected: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let splits = published(node, index).await;
+        if splits.len() == expected {
+            return splits;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {expected} published splits, still {}",
+            splits.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn splits_merge_automatically_and_no_document_is_lost_or_duplicated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = TestNode::start_with(fast_compaction(common::config_in(tmp.path()))).await;
+    node.create_index(&merging_index("logs")).await;
+    for batch in 0..6 {
+        node.ingest("logs", &log_docs(batch * 100, 100, T0, "api"), "force")
+            .await;
+        // search keeps working while merges happen
+        assert_eq!(node.count("logs", "*").await, (batch as u64 + 1) * 100);
+    }
+    let splits = wait_for_splits(&node, "logs", 1).await;
+    assert_eq!(splits[0]["num_docs"], 600);
+    assert!(splits[0]["num_merge_ops"].as_u64().unwrap() >= 1);
+    assert_eq!(splits[0]["time_range"]["start"], T0);
+    assert_eq!(splits[0]["time_range"]["end"], T0 + 599);
+    assert_eq!(node.count("logs", "*").await, 600);
+    let resp = node
+        .search("logs", json!({"query": "*", "max_hits": 1000}))
+        .await;
+    let mut ids: Vec<&str> = resp["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["doc_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 600);
+    assert_eq!(node.count("logs", "\"request 555 handled\"").await, 1);
+
+    // replaced inputs wait for the janitor's grace period
+    let (_, resp) = node
+        .get("/api/v1/indexes/logs/splits?split_states=MarkedForDeletion")
+        .await;
+    assert!(resp["splits"].as_array().unwrap().len() >= 6);
+
+    let (status, status_body) = node.get("/api/v1/indexes/logs/compaction").await;
+    assert_eq!(status, 200);
+    assert_eq!(status_body["scope_mode"], "cluster");
+    assert_eq!(status_body["published_splits"], 1);
+    let recent = status_body["recent_merges"].as_array().unwrap();
+    assert!(!recent.is_empty());
+    assert!(
+        recent.iter().all(|t| t["state"] == "Succeeded"),
+        "{status_body}"
+    );
+
+    let text = node
+        .client
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("shale_merges_succeeded_total"));
+    assert!(text.contains("shale_merge_bytes_written_total"));
+    assert!(text.contains("shale_write_amplification"));
+    assert!(text.contains("shale_scope_splits{"));
+    node.stop().await;
+}
+
+/// Ingest one split as node `a`, restart as node `b`, ingest two more.
+async fn node_change_scenario(scope: ScopeMode) -> usize {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |node_id: &str| {
+        let mut config = fast_compaction(common::config_in(tmp.path()));
+        config.node_id = node_id.to_string();
+        config.compaction.scope = scope;
+        config
+    };
+    let node = TestNode::start_with(config("a")).await;
+    node.create_index(&merging_index("logs")).await;
+    node.ingest("logs", &log_docs(0, 100, T0, "api"), "force")
+        .await;
+    node.stop().await;
+
+    let node = TestNode::start_with(config("b")).await;
+    node.ingest("logs", &log_docs(100, 100, T0, "api"), "force")
+        .await;
+    node.ingest("logs", &log_docs(200, 100, T0, "api"), "force")
+        .await;
+    // b's own two splits always merge
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let splits = published(&node, "logs").await;
+        let b_fresh = splits
+            .iter()
+            .filter(|s| s["node_id"] == "b" && s["num_merge_ops"] == 0)
+            .count();
+        if b_fresh == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b's splits never merged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // let a few more planning rounds pass: nothing else may change
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(node.count("logs", "*").await, 300);
+    let splits = published(&node, "logs").await;
+    node.stop().await;
+    splits.len()
+}
+
+#[tokio::test]
+async fn node_local_scope_orphans_the_splits_of_a_departed_node_cluster_scope_does_not() {
+    // node_local (Quickwit's behaviour): a's split is never merged again.
+    assert_eq!(node_change_scenario(ScopeMode::NodeLocal).await, 2);
+    // cluster: a's split merges with b's.
+    assert_eq!(node_change_scenario(ScopeMode::Cluster).await, 1);
+}
+
+#[tokio::test]
+async fn janitor_deletes_replaced_splits_after_grace_and_stale_searches_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = fast_compaction(common::config_in(tmp.path()));
+    config.compaction.deletion_grace_period_secs = 0;
+    let node = TestNode::start_with(config).await;
+    node.create_index(&merging_index("logs")).await;
+    node.ingest("logs", &log_docs(0, 100, T0, "api"), "force")
+        .await;
+    // a search lists (and opens) the first split ...
+    assert_eq!(node.count("logs", "*").await, 100);
+    node.ingest("logs", &log_docs(100, 100, T0, "api"), "force")
+        .await;
+    let before_merge = node
+        .node
+        .metastore
+        .list_splits(
+            shale_metastore::ListSplitsQuery::for_index(
+                node.node
+                    .metastore
+                    .index_metadata("logs")
+                    .await
+                    .unwrap()
+                    .index_uid,
+            )
+            .with_states(&[shale_types::SplitState::Published]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(before_merge.len(), 2);
+    wait_for_splits(&node, "logs", 1).await;
+    // ... a search that listed the splits before the merge still completes on them
+    let stale = node
+        .node
+        .search
+        .search_splits(
+            "logs",
+            shale_search::SearchRequest {
+                query: "*".into(),
+                max_hits: 5,
+                ..Default::default()
+            },
+            before_merge
+                .iter()
+                .map(|s| s.split_metadata.clone())
+                .collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stale.num_hits, 200);
+    assert!(stale.errors.is_empty(), "{:?}", stale.errors);
+
+    // after the grace period the janitor deletes objects and rows of the replaced splits
+    let report = node.node.run_janitor().await.unwrap();
+    assert_eq!(report.deleted_split_ids.len(), 2);
+    let (_, resp) = node
+        .get("/api/v1/indexes/logs/splits?split_states=MarkedForDeletion")
+        .await;
+    assert!(resp["splits"].as_array().unwrap().is_empty());
+    let meta = node.node.metastore.index_metadata("logs").await.unwrap();
+    let storage = node.node.index_storage(&meta).unwrap();
+    let objects = storage.list().await.unwrap();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    assert_eq!(node.count("logs", "*").await, 200);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn retention_expires_old_splits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = fast_compaction(common::config_in(tmp.path()));
+    config.compaction.deletion_grace_period_secs = 0;
+    let node = TestNode::start_with(config).await;
+    let index = format!(
+        "{}retention:\n  period: 30 days\n  schedule: hourly\n",
+        LOGS_INDEX.replace("index_id: logs", "index_id: retained")
+    );
+    node.create_index(&index).await;
+    let now = shale_types::now_unix_secs();
+    // one old split (2023), one fresh split
+    node.ingest("retained", &log_docs(0, 10, T0, "old"), "force")
+        .await;
+    node.ingest("retained", &log_docs(0, 10, now - 60, "new"), "force")
+        .await;
+    assert_eq!(node.count("retained", "*").await, 20);
+    let report = node.node.run_janitor().await.unwrap();
+    assert_eq!(report.expired_by_retention, 1);
+    // grace period 0: the expired split's object goes in the same round
+    assert_eq!(report.deleted_split_ids.len(), 1);
+    assert_eq!(node.count("retained", "*").await, 10);
+    assert_eq!(node.count("retained", "service:old").await, 0);
+    let report = node.node.run_janitor().await.unwrap();
+    assert_eq!(report, Default::default());
+    node.stop().await;
+}

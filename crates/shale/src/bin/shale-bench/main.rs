@@ -1,0 +1,48 @@
+//! `shale-bench`: Shale's benchmarks, printed (never asserted), each against a baseline
+//! measured in the same run.
+//!
+//! - `shale-bench ingest --docs 1000000`: HTTP ingest end to end vs raw Tantivy indexing, and
+//!   search latency.
+//! - `shale-bench merge`: a merge of 10 splits x 100 000 docs through Shale's merge worker vs
+//!   raw Tantivy `merge_indices` of the same inputs.
+//! - `shale-bench compaction --docs 2000000`: sustained ingest with the default merge policy:
+//!   split count and write amplification, search before and after compaction.
+
+mod compaction;
+mod corpus;
+mod ingest;
+mod merge;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Ingest throughput vs raw Tantivy, and search latency.
+    Ingest(ingest::Args),
+    /// Merge throughput vs raw Tantivy merge_indices.
+    Merge(merge::Args),
+    /// Compaction under sustained ingest.
+    Compaction(compaction::Args),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("SHALE_LOG").unwrap_or_else(|_| "warn".into()),
+        ))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Ingest(args) => ingest::run(args).await,
+        Command::Merge(args) => merge::run(args).await,
+        Command::Compaction(args) => compaction::run(args).await,
+    }
+}

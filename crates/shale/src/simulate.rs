@@ -1,0 +1,276 @@
+//! `shale simulate`: the cluster simulator of `shale_compaction::simulator`, on the same policy
+//! and scope code as the node's planner. Writes `DIR/series.csv` (one line per tick),
+//! `DIR/summary.json` and `DIR/plot.png` (splits over time), and prints the summary.
+//!
+//! ```text
+//! shale simulate --nodes 3 --ticks 13 --plan-every 13 --docs-per-split 100000 --scope node_local
+//! shale simulate --nodes 1000 --days 7 --departures-per-day 24 --scope cluster --out sim
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use anyhow::Context;
+use plotters::prelude::*;
+use serde_json::Value;
+use shale_compaction::simulator::{self, SimulationConfig, SimulationReport, TickStats};
+
+use crate::plan::{exit_on_input_error, load_policy_file, InputError, LoadedPolicy, ScopeArg};
+
+#[derive(clap::Args)]
+pub struct SimulateArgs {
+    /// Live nodes (departed nodes are replaced, so this stays constant).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Ticks to simulate.
+    #[arg(long, required_unless_present = "days", conflicts_with = "days")]
+    ticks: Option<u64>,
+    /// Simulated days, instead of `--ticks`.
+    #[arg(long)]
+    days: Option<f64>,
+    /// Seconds per tick; every live node commits one split per tick.
+    #[arg(long, default_value_t = 60)]
+    tick_secs: u64,
+    /// Documents per committed split.
+    #[arg(long, default_value_t = 100_000)]
+    docs_per_split: u64,
+    /// Bytes per document (a split's size is docs × this).
+    #[arg(long, default_value_t = 300)]
+    bytes_per_doc: u64,
+    /// Ticks between planning rounds.
+    #[arg(long, default_value_t = 1)]
+    plan_every: u64,
+    /// Merge scope mode.
+    #[arg(long, value_enum, default_value_t = ScopeArg::Cluster)]
+    scope: ScopeArg,
+    /// Policy file, as for `shale plan` (default: `stable_log`, 10 000 000 docs).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Nodes that depart per simulated day, each replaced by a node with a new id.
+    #[arg(long, default_value_t = 0.0)]
+    departures_per_day: f64,
+    /// Seed of the choice of departing nodes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Unix time at which the simulation starts.
+    #[arg(long, default_value_t = SimulationConfig::default().start_timestamp)]
+    start: i64,
+    /// Output directory (created if needed).
+    #[arg(long, default_value = "simulation")]
+    out: PathBuf,
+}
+
+/// Runs `shale simulate`.
+pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    exit_on_input_error(simulate(args))
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    let loaded = match &args.policy {
+        Some(path) => load_policy_file(path)?,
+        None => LoadedPolicy::default(),
+    };
+    let ticks = match (args.ticks, args.days) {
+        (Some(ticks), _) => ticks,
+        (None, Some(days)) if days.is_finite() && days > 0.0 && args.tick_secs > 0 => {
+            ((days * 86_400.0) / args.tick_secs as f64).ceil() as u64
+        }
+        (None, Some(days)) => {
+            return Err(
+                InputError(format!("--days: expected a positive number, got {days}")).into(),
+            )
+        }
+        (None, None) => return Err(InputError("give --ticks or --days".to_string()).into()),
+    };
+    let config = SimulationConfig {
+        nodes: args.nodes,
+        ticks,
+        tick_secs: args.tick_secs,
+        docs_per_split: args.docs_per_split,
+        bytes_per_doc: args.bytes_per_doc,
+        plan_every: args.plan_every,
+        node_local: args.scope.node_local(),
+        departures_per_day: args.departures_per_day,
+        seed: args.seed,
+        start_timestamp: args.start,
+    };
+    config.validate().map_err(|err| {
+        let simulator::SimulationError::Invalid { field, message } = err;
+        InputError(format!("--{}: {message}", field.replace('_', "-")))
+    })?;
+    let started = Instant::now();
+    let report = simulator::simulate(&config, loaded.policy.as_ref())
+        .map_err(|err| InputError(err.to_string()))?;
+    let elapsed = started.elapsed();
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let series_path = args.out.join("series.csv");
+    std::fs::write(&series_path, simulator::series_csv(&report.series))
+        .with_context(|| format!("cannot write {}", series_path.display()))?;
+    let summary = summary_json(&report, &config, &loaded)?;
+    let summary_text = serde_json::to_string_pretty(&summary)?;
+    let summary_path = args.out.join("summary.json");
+    std::fs::write(&summary_path, format!("{summary_text}\n"))
+        .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    let plot_path = args.out.join("plot.png");
+    plot(&plot_path, &report, &config, &loaded)
+        .with_context(|| format!("cannot draw {}", plot_path.display()))?;
+    println!("{summary_text}");
+    eprintln!(
+        "simulated {} ticks ({:.1} days) of {} nodes in {:.2} s; wrote {}, {} and {}",
+        config.ticks,
+        (config.ticks * config.tick_secs) as f64 / 86_400.0,
+        config.nodes,
+        elapsed.as_secs_f64(),
+        series_path.display(),
+        summary_path.display(),
+        plot_path.display()
+    );
+    Ok(())
+}
+
+/// The summary plus the settings that produced it.
+fn summary_json(
+    report: &SimulationReport,
+    config: &SimulationConfig,
+    loaded: &LoadedPolicy,
+) -> anyhow::Result<Value> {
+    let mut summary = serde_json::to_value(&report.summary)?;
+    if let Value::Object(object) = &mut summary {
+        object.insert("policy".into(), loaded.config.type_name().into());
+        object.insert(
+            "split_num_docs_target".into(),
+            loaded.split_num_docs_target.into(),
+        );
+        object.insert("tick_secs".into(), config.tick_secs.into());
+        object.insert("docs_per_split".into(), config.docs_per_split.into());
+        object.insert("bytes_per_doc".into(), config.bytes_per_doc.into());
+        object.insert("plan_every".into(), config.plan_every.into());
+        object.insert(
+            "departures_per_day".into(),
+            serde_json::json!(config.departures_per_day),
+        );
+        object.insert("seed".into(), config.seed.into());
+    }
+    Ok(summary)
+}
+
+/// Registers the embedded DejaVu Sans as plotters' `sans-serif` (plotters' `ab_glyph` backend
+/// has no system fonts, which keeps the plot identical on every machine).
+fn register_font() -> anyhow::Result<()> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .is_ok()
+    });
+    anyhow::ensure!(ok, "the embedded font could not be loaded");
+    Ok(())
+}
+
+/// Two panels over simulated hours: all splits and the last hour's; immature and orphaned.
+fn plot(
+    path: &Path,
+    report: &SimulationReport,
+    config: &SimulationConfig,
+    loaded: &LoadedPolicy,
+) -> anyhow::Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(path, (1280, 860)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let title = format!(
+        "{} nodes, {} scope, {}, {} docs/split every {} s, {} departures/day",
+        config.nodes,
+        config.scope_name(),
+        loaded.config.type_name(),
+        config.docs_per_split,
+        config.tick_secs,
+        config.departures_per_day
+    );
+    let (top, bottom) = {
+        let root = root.titled(&title, ("sans-serif", 22))?;
+        root.split_vertically(430)
+    };
+    let hours = |row: &TickStats| (row.timestamp - config.start_timestamp) as f64 / 3600.0;
+    let x_max = report.series.last().map_or(1.0, hours).max(1e-3);
+    let panels: [(&DrawingArea<BitMapBackend, _>, &str, Vec<Curve>); 2] = [
+        (
+            &top,
+            "splits",
+            vec![
+                Curve::new("total splits", BLUE, |row| row.total_splits),
+                Curve::new("splits a last-hour query opens", GREEN, |row| {
+                    row.last_hour_splits
+                }),
+            ],
+        ),
+        (
+            &bottom,
+            "splits",
+            vec![
+                Curve::new("immature splits", MAGENTA, |row| row.immature_splits),
+                Curve::new("orphaned splits", RED, |row| row.orphaned_splits),
+            ],
+        ),
+    ];
+    for (area, y_label, curves) in panels {
+        let y_max = curves
+            .iter()
+            .flat_map(|curve| report.series.iter().map(|row| (curve.value)(row)))
+            .max()
+            .unwrap_or(0)
+            .max(1) as f64
+            * 1.08;
+        let mut chart = ChartBuilder::on(area)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("simulated hours")
+            .y_desc(y_label)
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 16))
+            .draw()?;
+        for curve in curves {
+            let color = curve.color;
+            chart
+                .draw_series(LineSeries::new(
+                    report
+                        .series
+                        .iter()
+                        .map(|row| (hours(row), (curve.value)(row) as f64)),
+                    color.stroke_width(2),
+                ))?
+                .label(curve.label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+struct Curve {
+    label: &'static str,
+    color: RGBColor,
+    value: fn(&TickStats) -> u64,
+}
+
+impl Curve {
+    fn new(label: &'static str, color: RGBColor, value: fn(&TickStats) -> u64) -> Self {
+        Curve {
+            label,
+            color,
+            value,
+        }
+    }
+}
