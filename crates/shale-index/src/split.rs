@@ -17,6 +17,9 @@ use crate::query::{any_value_tag, MAX_VALUES_PER_TAG_FIELD};
 /// Smallest indexing heap per thread Tantivy accepts (15 MB); smaller budgets are raised to it.
 pub const MIN_HEAP_BYTES_PER_THREAD: usize = 15_000_000;
 
+/// A fresh split with more segments than this is merged into one segment before bundling.
+pub const MAX_SEGMENTS_PER_SPLIT: usize = 8;
+
 /// Version of [`SplitStats`].
 pub const SPLIT_STATS_VERSION: u32 = 1;
 
@@ -224,7 +227,8 @@ impl SplitBuilder {
         &self.doc_mapper
     }
 
-    /// Commits, merges the segments into one, and writes the bundle next to the scratch
+    /// Commits (merging the segments into one only past [`MAX_SEGMENTS_PER_SPLIT`]) and
+    /// writes the bundle next to the scratch
     /// directory, as `{scratch_dir}.split` (`/tmp/x/01ABC` → `/tmp/x/01ABC.split`); the scratch
     /// directory is then removed.
     pub fn finish(self) -> Result<BuiltSplit, IndexError> {
@@ -252,8 +256,11 @@ impl SplitBuilder {
             uncompressed_docs_size_bytes,
         };
         writer.commit()?;
+        // A fresh split keeps the segments its writer flushed (merging them would cost about
+        // as much as indexing, and compaction merges splits later anyway), unless there are
+        // so many that searching it would suffer.
         let segment_ids = index.searchable_segment_ids()?;
-        if segment_ids.len() > 1 {
+        if segment_ids.len() > MAX_SEGMENTS_PER_SPLIT {
             writer.merge(&segment_ids).wait()?;
         }
         commit_stats(&mut writer, &stats)?;
