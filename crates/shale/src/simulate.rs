@@ -242,7 +242,7 @@ fn plot(
                         .series
                         .iter()
                         .map(|row| (hours(row), (curve.value)(row) as f64)),
-                    color.stroke_width(2),
+                    color.stroke_width(1),
                 ))?
                 .label(curve.label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
