@@ -103,7 +103,11 @@ impl SimulationConfig {
         if self.docs_per_split == 0 {
             return invalid("docs_per_split", "must be at least 1");
         }
-        if self.docs_per_split.checked_mul(self.bytes_per_doc).is_none() {
+        if self
+            .docs_per_split
+            .checked_mul(self.bytes_per_doc)
+            .is_none()
+        {
             return invalid("bytes_per_doc", "split size overflows");
         }
         if self.bytes_per_doc == 0 {
@@ -335,7 +339,9 @@ pub fn simulated_split(
 
 struct ScopeState {
     /// Immature splits (possibly matured since the last round), in the policy's order after
-    /// each round.
+    /// each round. Boxed: a `SplitMetadata` is a few hundred bytes, and the scope's splits
+    /// are re-sorted and filtered after every policy call.
+    #[allow(clippy::vec_box)]
     candidates: Vec<Box<SplitMetadata>>,
     /// Live nodes writing to the scope.
     writers: usize,
@@ -476,7 +482,7 @@ impl<'a> Engine<'a> {
         self.max_splits = self.max_splits.max(self.total);
         self.max_immature = self.max_immature.max(self.immature);
         // 4. Planning.
-        if (tick + 1) % self.config.plan_every == 0 {
+        if (tick + 1).is_multiple_of(self.config.plan_every) {
             let dirty = std::mem::take(&mut self.dirty_scopes);
             for scope in dirty {
                 self.plan_scope(scope);
@@ -615,7 +621,9 @@ impl<'a> Engine<'a> {
     }
 
     fn end_tick(&self, split: &SplitMetadata) -> usize {
-        let end = split.time_range.map_or(self.config.start_timestamp, |r| r.end);
+        let end = split
+            .time_range
+            .map_or(self.config.start_timestamp, |r| r.end);
         let tick = (end - self.config.start_timestamp) / self.config.tick_secs as i64;
         tick.clamp(0, self.ending_in.len() as i64 - 1) as usize
     }

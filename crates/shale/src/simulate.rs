@@ -231,6 +231,7 @@ fn plot(
             .configure_mesh()
             .x_desc("simulated hours")
             .y_desc(y_label)
+            .y_label_formatter(&|value| format!("{value:.0}"))
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 16))
             .draw()?;

@@ -1,5 +1,5 @@
-//! `shale plan` and `shale simulate`, run as a user would: the binary on fixture files, with
-//! exact stdout and exit codes.
+//! `shale plan`, run as a user would: the binary on fixture files (and on a stand-in for a
+//! node's REST API), with exact stdout and exit codes.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -332,58 +332,145 @@ fn plan_limit_merge_and_no_merge() {
     assert_eq!(stdout(&output), "{\"operations\":[]}\n");
 }
 
+/// A one-shot HTTP server on loopback answering GETs by path with canned JSON, standing in for
+/// a node's REST API.
+fn serve_json(routes: Vec<(&'static str, Value)>) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(routes.len().max(1)) {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                if header.trim().is_empty() {
+                    break;
+                }
+            }
+            let path = request_line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("")
+                .to_string();
+            let (status, body) = match routes.iter().find(|(route, _)| *route == path) {
+                Some((_, body)) => ("200 OK", body.to_string()),
+                None => (
+                    "404 Not Found",
+                    json!({"message": "no such route"}).to_string(),
+                ),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(response.as_bytes()).unwrap();
+        }
+    });
+    format!("http://{address}")
+}
+
 #[test]
-fn simulate_reproduces_the_seed_example() {
+fn plan_over_a_live_index() {
+    use shale_types::{IndexUid, Split, SplitMaturity, SplitMetadata, SplitState, TimeRange};
+    let index_uid: IndexUid = "logs:01HZZZZZZZZZZZZZZZZZZZZZZZ".parse().unwrap();
+    let split = |i: i64, node: &str| Split {
+        split_state: SplitState::Published,
+        update_timestamp: 1_700_000_000,
+        publish_timestamp: Some(1_700_000_000),
+        split_metadata: SplitMetadata {
+            split_id: format!("{node}-{i}"),
+            index_uid: index_uid.clone(),
+            source_id: "_ingest-api-source".to_string(),
+            node_id: node.to_string(),
+            partition_id: 0,
+            doc_mapping_uid: "01HZZZZZZZZZZZZZZZZZZZZZZZ".to_string(),
+            num_docs: 100,
+            size_bytes: 10_000,
+            uncompressed_docs_size_bytes: 30_000,
+            time_range: Some(TimeRange {
+                start: 1_000 * i,
+                end: 1_000 * i + 999,
+            }),
+            tags: Default::default(),
+            create_timestamp: 1_700_000_000,
+            maturity: SplitMaturity::Immature {
+                maturation_period_secs: 3600,
+            },
+            num_merge_ops: 0,
+            delete_opstamp: 0,
+            footer_offsets: (9_000, 10_000),
+        },
+    };
+    let splits: Vec<Split> = (0..3)
+        .map(|i| split(i, "n1"))
+        .chain((0..2).map(|i| split(i, "n2")))
+        .collect();
+    let metadata = json!({
+        "index_uid": index_uid.to_string(),
+        "index_config": {
+            "index_id": "logs",
+            "indexing_settings": {
+                "commit_timeout_secs": 60,
+                "split_num_docs_target": 10_000_000,
+                "merge_policy": {"type": "stable_log", "merge_factor": 3, "max_merge_factor": 3}
+            }
+        }
+    });
+    let listing = json!({"offset": 0, "size": splits.len(), "splits": splits});
+    let routes = vec![
+        ("/api/v1/indexes/logs", metadata),
+        (
+            "/api/v1/indexes/logs/splits?split_states=Published",
+            listing,
+        ),
+    ];
     let dir = tempfile::tempdir().unwrap();
+    // Cluster scope: the five splits are one scope; merge_factor 3 = max: the three oldest.
+    let endpoint = serve_json(routes.clone());
+    let args = [
+        "plan",
+        "--index",
+        "logs",
+        "--endpoint",
+        &endpoint,
+        "--now",
+        NOW,
+    ];
+    let output = shale(&args, dir.path());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "{\"operations\":[{\"split_ids\":[\"n2-1\",\"n1-0\",\"n2-0\"]}]}\n"
+    );
+    // node_local: only n1 has three splits.
+    let endpoint = serve_json(routes);
+    let args = [
+        "plan",
+        "--index",
+        "logs",
+        "--endpoint",
+        &endpoint,
+        "--now",
+        NOW,
+        "--scope",
+        "node_local",
+    ];
+    let output = shale(&args, dir.path());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "{\"operations\":[{\"split_ids\":[\"n1-2\",\"n1-1\",\"n1-0\"]}]}\n"
+    );
+    // An unknown index is the node's error, not bad input.
+    let endpoint = serve_json(vec![]);
     let output = shale(
-        &[
-            "simulate",
-            "--nodes",
-            "3",
-            "--ticks",
-            "13",
-            "--plan-every",
-            "13",
-            "--docs-per-split",
-            "100000",
-            "--scope",
-            "node_local",
-            "--out",
-            "sim",
-        ],
+        &["plan", "--index", "nope", "--endpoint", &endpoint],
         dir.path(),
     );
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("sim/summary.json")).unwrap())
-            .unwrap();
-    // Per node: one merge of 12 splits (1.2 M docs) and one split left over.
-    assert_eq!(summary["final_splits"], 6);
-    assert_eq!(summary["merges"], 3);
-    assert_eq!(summary["bytes_written_by_merges"], 3 * 1_200_000 * 300);
-    assert_eq!(summary["max_splits"], 39);
-    assert_eq!(summary["orphaned_splits"], 0);
-    assert_eq!(summary["scope"], "node_local");
-    assert_eq!(summary["policy"], "stable_log");
-    let printed: Value = serde_json::from_str(&stdout(&output)).unwrap();
-    assert_eq!(printed, summary);
-    let csv = std::fs::read_to_string(dir.path().join("sim/series.csv")).unwrap();
-    let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines.len(), 14);
-    assert!(lines[0].starts_with("tick,timestamp,total_splits,immature_splits,orphaned_splits"));
-    assert!(
-        lines[13].starts_with("12,1767226380,6,6,0,0,6,3,1080000000,"),
-        "{}",
-        lines[13]
-    );
-    let png = std::fs::read(dir.path().join("sim/plot.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-
-    let output = shale(&["simulate", "--nodes", "0", "--ticks", "3"], dir.path());
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("--nodes: must be at least 1"),
-        "{}",
-        stderr(&output)
-    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("404"), "{}", stderr(&output));
 }

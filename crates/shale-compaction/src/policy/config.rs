@@ -316,15 +316,13 @@ fn get_usize(object: &Map<String, Value>, key: &str) -> Result<Option<usize>, Po
 fn get_duration(object: &Map<String, Value>, key: &str) -> Result<Option<u64>, PolicyConfigError> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => shale_config::parse_duration(text)
-            .map(Some)
-            .map_err(|err| {
-                let message = match err {
-                    shale_config::ConfigError::Invalid { message, .. } => message,
-                    other => other.to_string(),
-                };
-                PolicyConfigError::new(format!("{FIELD}.{key}"), message)
-            }),
+        Some(Value::String(text)) => shale_config::parse_duration(text).map(Some).map_err(|err| {
+            let message = match err {
+                shale_config::ConfigError::Invalid { message, .. } => message,
+                other => other.to_string(),
+            };
+            PolicyConfigError::new(format!("{FIELD}.{key}"), message)
+        }),
         Some(value) => Err(PolicyConfigError::new(
             format!("{FIELD}.{key}"),
             format!("expected a duration such as \"48h\" or \"2 days\", got {value}"),

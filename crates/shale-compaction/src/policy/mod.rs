@@ -132,14 +132,18 @@ pub fn plan(
 }
 
 /// The policy described by `config` for splits of `split_num_docs_target` documents.
-pub fn build_policy(config: &MergePolicyConfig, split_num_docs_target: u64) -> Arc<dyn MergePolicy> {
+pub fn build_policy(
+    config: &MergePolicyConfig,
+    split_num_docs_target: u64,
+) -> Arc<dyn MergePolicy> {
     match config {
         MergePolicyConfig::NoMerge => Arc::new(NoMergePolicy),
         MergePolicyConfig::LimitMerge(config) => {
             Arc::new(LimitMergePolicy::new(config.clone(), split_num_docs_target))
         }
-        MergePolicyConfig::StableLog(config) => {
-            Arc::new(StableLogMergePolicy::new(config.clone(), split_num_docs_target))
-        }
+        MergePolicyConfig::StableLog(config) => Arc::new(StableLogMergePolicy::new(
+            config.clone(),
+            split_num_docs_target,
+        )),
     }
 }

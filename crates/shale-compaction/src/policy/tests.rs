@@ -48,7 +48,11 @@ fn create_splits(policy: &dyn MergePolicy, num_docs: &[u64]) -> Vec<SplitMetadat
         .iter()
         .enumerate()
         .map(|(ord, &docs)| {
-            let mut split = split(&format!("split_{ord:02}"), docs, Some((1630563067, 1630564067)));
+            let mut split = split(
+                &format!("split_{ord:02}"),
+                docs,
+                Some((1630563067, 1630564067)),
+            );
             split.maturity = policy.split_maturity(docs, 0);
             split
         })
@@ -318,13 +322,16 @@ fn stable_log_operations_come_from_the_highest_level_first() {
     assert_eq!(ops.len(), 2);
     assert_eq!(
         ids(&ops[0]),
-        ["big-9", "big-8", "big-7", "big-6", "big-5", "big-4", "big-3", "big-2", "big-1", "big-0"]
+        [
+            "big-9", "big-8", "big-7", "big-6", "big-5", "big-4", "big-3", "big-2", "big-1",
+            "big-0"
+        ]
     );
     assert_eq!(
         ids(&ops[1]),
         [
-            "small-9", "small-8", "small-7", "small-6", "small-5", "small-4", "small-3",
-            "small-2", "small-1", "small-0"
+            "small-9", "small-8", "small-7", "small-6", "small-5", "small-4", "small-3", "small-2",
+            "small-1", "small-0"
         ]
     );
 }
@@ -441,7 +448,11 @@ fn stable_log_properties() {
         for op in &ops {
             assert!(op.split_ids.len() <= 6);
             if op.split_ids.len() < 4 {
-                let docs: u64 = op.split_ids.iter().map(|id| by_id[id.as_str()].num_docs).sum();
+                let docs: u64 = op
+                    .split_ids
+                    .iter()
+                    .map(|id| by_id[id.as_str()].num_docs)
+                    .sum();
                 // The first split in policy order is the last one added.
                 let last_added = by_id[op.split_ids[0].as_str()].num_docs;
                 assert!(docs >= 10_000_000);
@@ -493,7 +504,11 @@ fn max_num_splits_worst_case(policy: &StableLogMergePolicy, num_docs: u64) -> u6
 
 fn max_num_splits_ideal_case(policy: &StableLogMergePolicy, num_docs: u64) -> u64 {
     let merge_factor = policy.config().merge_factor as u64;
-    let levels = level_starts(policy.config(), policy.split_num_docs_target(), merge_factor);
+    let levels = level_starts(
+        policy.config(),
+        policy.split_num_docs_target(),
+        merge_factor,
+    );
     max_num_splits(policy.config(), num_docs, &levels, true)
 }
 
@@ -567,8 +582,16 @@ fn simulate_planner(
                 })
                 .collect();
             let docs = inputs.iter().map(|s| s.num_docs).sum();
-            let start = inputs.iter().filter_map(|s| s.time_range).map(|r| r.start).min();
-            let end = inputs.iter().filter_map(|s| s.time_range).map(|r| r.end).max();
+            let start = inputs
+                .iter()
+                .filter_map(|s| s.time_range)
+                .map(|r| r.start)
+                .min();
+            let end = inputs
+                .iter()
+                .filter_map(|s| s.time_range)
+                .map(|r| r.end)
+                .max();
             let merge_ops = inputs.iter().map(|s| s.num_merge_ops).max().unwrap_or(0) + 1;
             let range = (start.unwrap_or(0), end.unwrap_or(0));
             all.push(new_split(docs, range, merge_ops, now));
@@ -819,7 +842,10 @@ fn limit_merge_planner_simulation() {
     assert_eq!(finals.len(), 49);
 }
 
-fn limit_merge_with_finalize(max_finalize: usize, max_finalize_docs: Option<u64>) -> LimitMergePolicy {
+fn limit_merge_with_finalize(
+    max_finalize: usize,
+    max_finalize_docs: Option<u64>,
+) -> LimitMergePolicy {
     let config = LimitMergeConfig {
         merge_factor: 10,
         max_merge_factor: 10,
@@ -836,7 +862,11 @@ fn limit_merge_finalize() {
     for (max_finalize, expected) in [(0, 27), (1, 18), (2, 9), (3, 3)] {
         let policy = limit_merge_with_finalize(max_finalize, None);
         let finals = simulate_planner(&policy, &ones, true, |_| {});
-        assert_eq!(finals.len(), expected, "max_finalize_merge_operations {max_finalize}");
+        assert_eq!(
+            finals.len(),
+            expected,
+            "max_finalize_merge_operations {max_finalize}"
+        );
     }
     let policy = limit_merge_with_finalize(1, None);
     assert_eq!(simulate_planner(&policy, &[1; 6], true, |_| {}).len(), 1);
@@ -910,7 +940,10 @@ fn parse(value: serde_json::Value) -> Result<MergePolicyConfig, PolicyConfigErro
 
 #[test]
 fn config_defaults_and_spellings() {
-    assert_eq!(parse(serde_json::Value::Null).unwrap(), MergePolicyConfig::default());
+    assert_eq!(
+        parse(serde_json::Value::Null).unwrap(),
+        MergePolicyConfig::default()
+    );
     assert_eq!(
         parse(json!({"type": "stable_log"})).unwrap(),
         MergePolicyConfig::StableLog(StableLogConfig::default())
@@ -919,7 +952,10 @@ fn config_defaults_and_spellings() {
         parse(json!({"type": "default"})).unwrap(),
         MergePolicyConfig::StableLog(StableLogConfig::default())
     );
-    assert_eq!(parse(json!({"type": "no_merge"})).unwrap(), MergePolicyConfig::NoMerge);
+    assert_eq!(
+        parse(json!({"type": "no_merge"})).unwrap(),
+        MergePolicyConfig::NoMerge
+    );
     assert_eq!(
         parse(json!({"type": "limit_merge"})).unwrap(),
         MergePolicyConfig::LimitMerge(LimitMergeConfig::default())
@@ -991,7 +1027,9 @@ fn config_errors_name_the_field() {
     let err = parse(json!({"type": "stable_log", "max_merge_ops": 3, "zeta": 1})).unwrap_err();
     assert_eq!(err.field, "merge_policy.max_merge_ops");
     assert!(err.message.contains("`max_merge_ops`, `zeta`"), "{err}");
-    assert!(err.to_string().starts_with("`merge_policy.max_merge_ops`: unknown keys"));
+    assert!(err
+        .to_string()
+        .starts_with("`merge_policy.max_merge_ops`: unknown keys"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1004,11 +1042,7 @@ fn plan_groups_by_scope_in_scope_order() {
     for node in ["n2", "n1"] {
         for partition in [1u64, 0] {
             for i in 0..10 {
-                let mut split = split(
-                    &format!("{node}-p{partition}-{i}"),
-                    100,
-                    Some((0, 100 - i)),
-                );
+                let mut split = split(&format!("{node}-p{partition}-{i}"), 100, Some((0, 100 - i)));
                 split.node_id = node.to_string();
                 split.partition_id = partition;
                 splits.push(split);
@@ -1030,7 +1064,12 @@ fn plan_groups_by_scope_in_scope_order() {
         .collect();
     assert_eq!(
         scopes,
-        [(Some("n1"), 0), (Some("n1"), 1), (Some("n2"), 0), (Some("n2"), 1)]
+        [
+            (Some("n1"), 0),
+            (Some("n1"), 1),
+            (Some("n2"), 0),
+            (Some("n2"), 1)
+        ]
     );
     assert_eq!(ids(&planned[0].1[0])[0], "n1-p0-0");
     // Different doc mappings never merge; scopes without operations are left out.
@@ -1103,7 +1142,11 @@ fn random_splits(rng: &mut SplitMix, round: usize) -> Vec<SplitMetadata> {
 
 /// What every policy guarantees: no split lost or repeated, at least two per operation,
 /// no mature split merged.
-fn check_common_properties(policy: &dyn MergePolicy, splits: &[SplitMetadata], ops: &[MergeOperation]) {
+fn check_common_properties(
+    policy: &dyn MergePolicy,
+    splits: &[SplitMetadata],
+    ops: &[MergeOperation],
+) {
     let by_id: HashMap<&str, &SplitMetadata> =
         splits.iter().map(|s| (s.split_id.as_str(), s)).collect();
     let mut seen = BTreeSet::new();

@@ -25,7 +25,10 @@ pub struct JanitorReport {
 }
 
 /// One janitor round over every index.
-pub async fn janitor_round(env: &CompactionEnv, now: i64) -> Result<JanitorReport, CompactionError> {
+pub async fn janitor_round(
+    env: &CompactionEnv,
+    now: i64,
+) -> Result<JanitorReport, CompactionError> {
     let mut report = JanitorReport::default();
     let grace = env.config.deletion_grace_period_secs as i64;
     let staged_timeout = env.config.staged_split_timeout_secs as i64;
@@ -64,8 +67,8 @@ pub async fn janitor_round(env: &CompactionEnv, now: i64) -> Result<JanitorRepor
             .with_states(&[SplitState::MarkedForDeletion]);
         marked.update_timestamp_lte = Some(now - grace);
         doomed.extend(env.metastore.list_splits(marked).await?);
-        let mut staged = ListSplitsQuery::for_index(index.index_uid.clone())
-            .with_states(&[SplitState::Staged]);
+        let mut staged =
+            ListSplitsQuery::for_index(index.index_uid.clone()).with_states(&[SplitState::Staged]);
         staged.update_timestamp_lte = Some(now - staged_timeout);
         doomed.extend(env.metastore.list_splits(staged).await?);
         if doomed.is_empty() {
@@ -79,7 +82,11 @@ pub async fn janitor_round(env: &CompactionEnv, now: i64) -> Result<JanitorRepor
                 Err(err) => warn!(%split_id, %err, "cannot delete split object; will retry"),
             }
         }
-        match env.metastore.delete_splits(&index.index_uid, &deleted).await {
+        match env
+            .metastore
+            .delete_splits(&index.index_uid, &deleted)
+            .await
+        {
             Ok(()) => {}
             // A split was published meanwhile (a staged split's late publish): retry next round.
             Err(MetastoreError::FailedPrecondition(reason)) => {

@@ -33,15 +33,16 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
     let mut created = 0;
     for index in env.metastore.list_indexes().await? {
         let settings = &index.index_config.indexing_settings;
-        let policy =
-            match merge_policy_from_config(&settings.merge_policy, settings.split_num_docs_target)
-            {
-                Ok(policy) => policy,
-                Err(err) => {
-                    warn!(index = %index.index_uid, %err, "invalid merge policy: not merging");
-                    continue;
-                }
-            };
+        let policy = match merge_policy_from_config(
+            &settings.merge_policy,
+            settings.split_num_docs_target,
+        ) {
+            Ok(policy) => policy,
+            Err(err) => {
+                warn!(index = %index.index_uid, %err, "invalid merge policy: not merging");
+                continue;
+            }
+        };
         let busy: HashSet<String> = env
             .metastore
             .list_merge_tasks(

@@ -28,6 +28,12 @@ pub struct MergeOutcome {
     pub bytes_written: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// Of which: downloading the inputs (through the cache).
+    pub download: Duration,
+    /// Of which: merging and bundling.
+    pub merge: Duration,
+    /// Of which: uploading the output and publishing it.
+    pub upload_publish: Duration,
 }
 
 /// Executes a claimed task end to end, and records its outcome on the task (succeeded, or
@@ -121,7 +127,11 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     for split_id in &task.split_ids {
         match published.get(split_id) {
             Some(split) => inputs.push(split.clone()),
-            None => return Err(inapplicable(format!("input {split_id} is no longer published"))),
+            None => {
+                return Err(inapplicable(format!(
+                    "input {split_id} is no longer published"
+                )))
+            }
         }
     }
     if inputs.len() < 2 {
@@ -139,6 +149,7 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         .for_index(index.index_id(), config.index_uri.as_deref())?;
 
     // Download (through the cache; the handles pin the files while we merge).
+    let download_started = Instant::now();
     let mut handles = Vec::with_capacity(inputs.len());
     let mut bytes_read = 0;
     for split in &inputs {
@@ -146,6 +157,8 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         bytes_read += split.size_bytes;
     }
     let paths: Vec<std::path::PathBuf> = handles.iter().map(|h| h.split_file()).collect();
+    let download = download_started.elapsed();
+    let merge_started = Instant::now();
     std::fs::create_dir_all(&env.scratch_dir)?;
     let scratch = tempfile::Builder::new()
         .prefix("merge-")
@@ -156,6 +169,7 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     })
     .await??;
     drop(handles);
+    let merge = merge_started.elapsed();
 
     let first = &inputs[0];
     let num_merge_ops = inputs.iter().map(|s| s.num_merge_ops).max().unwrap_or(0) + 1;
@@ -186,6 +200,7 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         )));
     }
 
+    let upload_started = Instant::now();
     env.metastore
         .stage_splits(&index.index_uid, vec![output.clone()])
         .await?;
@@ -225,6 +240,9 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         output,
         bytes_read,
         elapsed: started.elapsed(),
+        download,
+        merge,
+        upload_publish: upload_started.elapsed(),
     })
 }
 

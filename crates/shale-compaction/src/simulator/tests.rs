@@ -191,13 +191,18 @@ fn churn_orphans_splits_in_node_local_scope_only() {
     }
     // Orphans pile up with departures in node_local, day after day (those orphaned more than
     // 48 h ago have matured since, so the immature orphans level off); never in cluster scope.
-    let orphans: Vec<u64> = (1..=3).map(|d| day(&node_local, d).orphaned_splits).collect();
+    let orphans: Vec<u64> = (1..=3)
+        .map(|d| day(&node_local, d).orphaned_splits)
+        .collect();
     let orphaned: Vec<u64> = (1..=3)
         .map(|d| day(&node_local, d).orphaned_splits_total)
         .collect();
     assert!(orphans.iter().all(|&n| n > 100), "{orphans:?}");
     assert!(orphans[0] < orphans[1], "{orphans:?}");
-    assert!(orphaned[0] < orphaned[1] && orphaned[1] < orphaned[2], "{orphaned:?}");
+    assert!(
+        orphaned[0] < orphaned[1] && orphaned[1] < orphaned[2],
+        "{orphaned:?}"
+    );
     assert!(cluster
         .series
         .iter()
@@ -217,7 +222,10 @@ fn churn_orphans_splits_in_node_local_scope_only() {
     assert!(last.total_splits > (last.tick + 1) * docs_per_tick / 10_000_000 + 500);
     assert!(node_local.summary.final_splits > 5 * cluster.summary.final_splits);
     assert!(node_local.summary.max_last_hour_splits > 5 * cluster.summary.max_last_hour_splits);
-    println!("node_local {:?}\ncluster {:?}", node_local.summary, cluster.summary);
+    println!(
+        "node_local {:?}\ncluster {:?}",
+        node_local.summary, cluster.summary
+    );
     println!("splits by day: node_local {splits:?}, cluster {cluster_splits:?}");
 }
 
@@ -278,7 +286,7 @@ fn reference(config: &SimulationConfig, policy: &dyn MergePolicy) -> Vec<TickSta
         }
         let mut merges = 0;
         let mut tick_bytes = 0;
-        if (tick + 1) % config.plan_every == 0 {
+        if (tick + 1).is_multiple_of(config.plan_every) {
             loop {
                 let candidates: Vec<SplitMetadata> = splits
                     .iter()
@@ -306,8 +314,16 @@ fn reference(config: &SimulationConfig, policy: &dyn MergePolicy) -> Vec<TickSta
                     let bytes = inputs.iter().map(|s| s.size_bytes).sum();
                     let ops = inputs.iter().map(|s| s.num_merge_ops).max().unwrap() + 1;
                     let range = TimeRange {
-                        start: inputs.iter().map(|s| s.time_range.unwrap().start).min().unwrap(),
-                        end: inputs.iter().map(|s| s.time_range.unwrap().end).max().unwrap(),
+                        start: inputs
+                            .iter()
+                            .map(|s| s.time_range.unwrap().start)
+                            .min()
+                            .unwrap(),
+                        end: inputs
+                            .iter()
+                            .map(|s| s.time_range.unwrap().end)
+                            .max()
+                            .unwrap(),
                     };
                     let mut merged = simulated_split(
                         simulated_split_id(next_split),
@@ -368,7 +384,8 @@ fn engine_matches_the_naive_reference() {
     let policies: [&dyn MergePolicy; 3] = [stable_small.as_ref(), limit.as_ref(), default.as_ref()];
     for (p, policy) in policies.into_iter().enumerate() {
         for node_local in [false, true] {
-            for (plan_every, departures, docs) in [(1, 100.0, 1_000), (7, 300.0, 700), (1, 0.0, 90)] {
+            for (plan_every, departures, docs) in [(1, 100.0, 1_000), (7, 300.0, 700), (1, 0.0, 90)]
+            {
                 let config = SimulationConfig {
                     nodes: 4,
                     ticks: 400,

@@ -107,6 +107,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut shale_best = f64::MAX;
     let mut output_bytes = 0;
+    let mut phases = String::new();
     for run in 0..args.runs {
         let mut index_config = config.clone();
         index_config.index_id = format!("merge-bench-{run}");
@@ -167,7 +168,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("no task to claim"))?;
         let started = Instant::now();
         let outcome = execute_merge(&env, task).await?;
-        shale_best = shale_best.min(started.elapsed().as_secs_f64());
+        let elapsed = started.elapsed().as_secs_f64();
+        if elapsed < shale_best {
+            phases = format!(
+                "download {:.2}s, merge+bundle {:.2}s, upload+publish {:.2}s",
+                outcome.download.as_secs_f64(),
+                outcome.merge.as_secs_f64(),
+                outcome.upload_publish.as_secs_f64()
+            );
+        }
+        shale_best = shale_best.min(elapsed);
         anyhow::ensure!(
             outcome.output.num_docs as usize == total,
             "merge lost documents"
