@@ -205,6 +205,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shale_best,
         total as f64 / shale_best
     );
+    println!("  shale phases: {phases}");
     println!(
         "ratio shale / raw (throughput) {:>6.2}x",
         raw_best / shale_best
