@@ -686,7 +686,7 @@ impl<'a> Engine<'a> {
         }
         self.sort_candidates(scope);
         loop {
-            let candidates = std::mem::take(&mut self.scopes[scope].candidates);
+            let mut candidates = std::mem::take(&mut self.scopes[scope].candidates);
             let operations = {
                 let refs: Vec<&SplitMetadata> = candidates.iter().map(|split| &**split).collect();
                 policy.merge_positions(&refs, now)
@@ -704,17 +704,19 @@ impl<'a> Engine<'a> {
                     outputs.push(Box::new(merged));
                 }
             }
-            let mut kept: Vec<Box<SplitMetadata>> =
-                Vec::with_capacity(candidates.len() + outputs.len());
-            kept.extend(
-                candidates
-                    .into_iter()
-                    .zip(consumed)
-                    .filter_map(|(split, consumed)| (!consumed).then_some(split)),
-            );
-            kept.extend(outputs);
-            self.scopes[scope].candidates = kept;
-            self.sort_candidates(scope);
+            // The splits left are still in order: drop the merged ones, insert the outputs.
+            let mut consumed = consumed.into_iter();
+            candidates.retain(|_| !consumed.next().unwrap_or(false));
+            match self.order {
+                Some(order) => {
+                    for output in outputs {
+                        let at = candidates.partition_point(|split| order(split, &output).is_lt());
+                        candidates.insert(at, output);
+                    }
+                }
+                None => candidates.extend(outputs),
+            }
+            self.scopes[scope].candidates = candidates;
         }
     }
 

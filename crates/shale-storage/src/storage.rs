@@ -86,6 +86,7 @@ impl StorageResolver {
                 uri: uri.trim_end_matches('/').to_string(),
                 store: Arc::new(store),
                 prefix: ObjectPath::from(prefix.trim_matches('/')),
+                local_root: None,
             });
         }
         let dir = if let Some(rest) = uri.strip_prefix("file://") {
@@ -102,6 +103,7 @@ impl StorageResolver {
             uri: format!("file://{}", dir.display()),
             store: Arc::new(store),
             prefix: ObjectPath::default(),
+            local_root: Some(dir),
         })
     }
 }
@@ -112,6 +114,9 @@ pub struct Storage {
     uri: String,
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
+    /// The directory objects live in, for the local file system: whole-file transfers then
+    /// use the kernel's file copy instead of streaming through `object_store`.
+    local_root: Option<PathBuf>,
 }
 
 const UPLOAD_CHUNK: usize = 8 * 1024 * 1024;
@@ -128,6 +133,7 @@ impl Storage {
             uri: format!("{}/{}", self.uri, name),
             store: self.store.clone(),
             prefix: self.key(name),
+            local_root: self.local_root.clone(),
         }
     }
 
@@ -145,8 +151,41 @@ impl Storage {
         ObjectPath::from_iter(parts)
     }
 
+    /// The local path of object `name` on a local file system storage.
+    fn local_path(&self, name: &str) -> Option<PathBuf> {
+        let root = self.local_root.as_ref()?;
+        let mut path = root.clone();
+        for part in self.key(name).parts() {
+            path.push(part.as_ref());
+        }
+        Some(path)
+    }
+
     /// Uploads a local file as object `name`, streaming (multipart on S3 for large files).
+    /// Atomic: readers never see a partial object.
     pub async fn put_file(&self, name: &str, local: &Path) -> StorageResult<u64> {
+        if let Some(dest) = self.local_path(name) {
+            if let Some(parent) = dest.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(|err| io_err(parent, err))?;
+            }
+            let tmp = dest.with_extension(format!("{}.uploading", shale_types::new_ulid()));
+            let copied = tokio::fs::copy(local, &tmp)
+                .await
+                .map_err(|err| io_err(local, err));
+            let result = match copied {
+                Ok(size) => tokio::fs::rename(&tmp, &dest)
+                    .await
+                    .map(|_| size)
+                    .map_err(|err| io_err(&dest, err)),
+                Err(err) => Err(err),
+            };
+            if result.is_err() {
+                let _ = tokio::fs::remove_file(&tmp).await;
+            }
+            return result;
+        }
         let mut file = tokio::fs::File::open(local)
             .await
             .map_err(|err| io_err(local, err))?;
@@ -198,6 +237,22 @@ impl Storage {
     /// so a reader never sees a partial file). Returns its size.
     pub async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64> {
         let tmp = dest.with_extension("partial");
+        if let Some(src) = self.local_path(name) {
+            let result = match tokio::fs::copy(&src, &tmp).await {
+                Ok(size) => tokio::fs::rename(&tmp, dest)
+                    .await
+                    .map(|_| size)
+                    .map_err(|err| io_err(dest, err)),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    Err(StorageError::NotFound(name.to_string()))
+                }
+                Err(err) => Err(io_err(&src, err)),
+            };
+            if result.is_err() {
+                let _ = tokio::fs::remove_file(&tmp).await;
+            }
+            return result;
+        }
         let result = async {
             let mut stream = self.store.get(&self.key(name)).await?.into_stream();
             let mut file = tokio::fs::File::create(&tmp)

@@ -169,7 +169,8 @@ fn register_font() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Two panels over simulated hours: all splits and the last hour's; immature and orphaned.
+/// Two panels over simulated hours: all splits and the last hour's; immature and orphaned
+/// ones.
 fn plot(
     path: &Path,
     report: &SimulationReport,
@@ -210,7 +211,10 @@ fn plot(
             "splits",
             vec![
                 Curve::new("immature splits", MAGENTA, |row| row.immature_splits),
-                Curve::new("orphaned splits", RED, |row| row.orphaned_splits),
+                Curve::new("orphaned splits (immature)", RED, |row| row.orphaned_splits),
+                Curve::new("splits ever orphaned", BLACK, |row| {
+                    row.orphaned_splits_total
+                }),
             ],
         ),
     ];
