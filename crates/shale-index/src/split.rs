@@ -228,9 +228,8 @@ impl SplitBuilder {
     }
 
     /// Commits (merging the segments into one only past [`MAX_SEGMENTS_PER_SPLIT`]) and
-    /// writes the bundle next to the scratch
-    /// directory, as `{scratch_dir}.split` (`/tmp/x/01ABC` → `/tmp/x/01ABC.split`); the scratch
-    /// directory is then removed.
+    /// writes the bundle next to the scratch directory, as `{scratch_dir}.split`
+    /// (`/tmp/x/01ABC` → `/tmp/x/01ABC.split`); the scratch directory is then removed.
     pub fn finish(self) -> Result<BuiltSplit, IndexError> {
         let bundle_path = default_bundle_path(&self.scratch_dir)?;
         self.finish_to(&bundle_path)
