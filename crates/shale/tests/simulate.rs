@@ -1,0 +1,80 @@
+//! `shale simulate`, run as a user would: the seed example of issue 3 through the binary, and
+//! its output files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn shale(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shale"))
+        .args(args)
+        .current_dir(dir)
+        .env("SHALE_LOG", "warn")
+        .output()
+        .expect("run shale")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn simulate_reproduces_the_seed_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shale(
+        &[
+            "simulate",
+            "--nodes",
+            "3",
+            "--ticks",
+            "13",
+            "--plan-every",
+            "13",
+            "--docs-per-split",
+            "100000",
+            "--scope",
+            "node_local",
+            "--out",
+            "sim",
+        ],
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("sim/summary.json")).unwrap())
+            .unwrap();
+    // Per node: one merge of 12 splits (1.2 M docs) and one split left over.
+    assert_eq!(summary["final_splits"], 6);
+    assert_eq!(summary["merges"], 3);
+    assert_eq!(summary["bytes_written_by_merges"], 3 * 1_200_000 * 300);
+    assert_eq!(summary["max_splits"], 39);
+    assert_eq!(summary["orphaned_splits"], 0);
+    assert_eq!(summary["scope"], "node_local");
+    assert_eq!(summary["policy"], "stable_log");
+    let printed: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(printed, summary);
+    let csv = std::fs::read_to_string(dir.path().join("sim/series.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 14);
+    assert!(lines[0].starts_with("tick,timestamp,total_splits,immature_splits,orphaned_splits"));
+    assert!(
+        lines[13].starts_with("12,1767226380,6,6,0,0,6,3,1080000000,"),
+        "{}",
+        lines[13]
+    );
+    let png = std::fs::read(dir.path().join("sim/plot.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+
+    let output = shale(&["simulate", "--nodes", "0", "--ticks", "3"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--nodes: must be at least 1"),
+        "{}",
+        stderr(&output)
+    );
+}
