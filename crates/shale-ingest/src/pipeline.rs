@@ -254,9 +254,12 @@ impl Pipeline {
                     None => self.new_batch()?,
                 };
                 let filled = self.add_records(current, records).await?;
-                let full = filled.num_docs >= self.params.split_num_docs_target;
+                // Cut on the doc target, or on the commit timeout even while a backlog is
+                // being drained.
+                let due = filled.num_docs >= self.params.split_num_docs_target
+                    || Instant::now() >= filled.deadline;
                 batch = Some(filled);
-                if full {
+                if due {
                     self.commit(batch.take()).await?;
                 }
                 continue;

@@ -123,7 +123,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             batches.push(std::mem::take(&mut current));
         }
     }
-    batches.push(current);
+    let last_batch = current;
     let batches = Arc::new(batches);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
@@ -168,7 +168,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let resp = client
         .post(format!("{base}/api/v1/bench-logs/ingest?commit=force"))
-        .body("")
+        .body(last_batch)
         .send()
         .await?;
     anyhow::ensure!(resp.status().is_success());
