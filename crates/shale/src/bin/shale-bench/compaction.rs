@@ -27,6 +27,9 @@ pub struct Args {
     /// Concurrent HTTP clients.
     #[arg(long, default_value_t = 2)]
     clients: usize,
+    /// Steady ingest rate, documents per second (0: as fast as possible).
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
     /// Iterations per search query.
     #[arg(long, default_value_t = 50)]
     search_iterations: usize,
@@ -119,14 +122,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for line in &lines {
         current.push_str(line);
         current.push('\n');
-        if current.len() >= 4 << 20 {
+        if current.len() >= 1 << 20 {
             batches.push(std::mem::take(&mut current));
         }
     }
     let last_batch = current;
+    let docs_per_batch = args.docs as f64 / (batches.len() + 1) as f64;
     let batches = Arc::new(batches);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
+    let rate = args.rate;
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
         let (client, base, batches, next) =
@@ -135,6 +140,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(batch) = batches.get(i) else { break };
+                if rate > 0 {
+                    let due = Duration::from_secs_f64(i as f64 * docs_per_batch / rate as f64);
+                    tokio::time::sleep_until((started + due).into()).await;
+                }
                 let resp = client
                     .post(format!("{base}/api/v1/bench-logs/ingest"))
                     .body(batch.clone())
@@ -230,8 +239,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     println!();
     println!(
-        "sustained ingest of {} docs, default merge policy (stable_log), commit_timeout_secs {}",
-        args.docs, args.commit_timeout_secs
+        "sustained ingest of {} docs at {} docs/s, default merge policy (stable_log), commit_timeout_secs {}",
+        args.docs, args.rate, args.commit_timeout_secs
     );
     println!(
         "ingest {:.1}s ({:.0} docs/s); compaction settled at {:.1}s",
