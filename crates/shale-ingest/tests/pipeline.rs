@@ -53,11 +53,9 @@ async fn commit_timeout_cuts_splits_while_a_backlog_is_drained() {
         wal.append(&queue, &refs).await.unwrap();
     }
 
-    let mut params = shale_ingest::router::pipeline_params(
-        &index,
-        storages.for_index("backlog", None).unwrap(),
-    )
-    .unwrap();
+    let mut params =
+        shale_ingest::router::pipeline_params(&index, storages.for_index("backlog", None).unwrap())
+            .unwrap();
     params.commit_timeout = Duration::from_millis(1);
     let env = PipelineEnv {
         node_id: "n".into(),
@@ -81,7 +79,11 @@ async fn commit_timeout_cuts_splits_while_a_backlog_is_drained() {
         )
         .await
         .unwrap();
-    assert!(splits.len() >= 3, "one split per read step expected, got {}", splits.len());
+    assert!(
+        splits.len() >= 3,
+        "one split per read step expected, got {}",
+        splits.len()
+    );
     let total: u64 = splits.iter().map(|s| s.split_metadata.num_docs).sum();
     assert_eq!(total, 40_000);
     let meta = metastore.index_metadata("backlog").await.unwrap();

@@ -6,18 +6,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 use shale_ingest::IngestError;
 
-use crate::http::{commit_mode, read_body, ApiError, AppState};
+use crate::http::{commit_mode, read_body, ApiError, ApiQuery, AppState};
 
 /// `POST /api/v1/_elastic/_bulk`.
 pub async fn bulk(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
@@ -28,7 +28,7 @@ pub async fn bulk(
 pub async fn bulk_index(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {

@@ -113,6 +113,27 @@ impl From<ConfigError> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// `Query<T>` whose rejection is a JSON 400 naming the bad parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| ApiQuery(value))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct AppState {
@@ -219,7 +240,7 @@ struct ListSplitsParams {
 async fn list_splits(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
-    Query(params): Query<ListSplitsParams>,
+    ApiQuery(params): ApiQuery<ListSplitsParams>,
 ) -> ApiResult<Json<Value>> {
     let index = state.node.metastore.index_metadata(&index_id).await?;
     let mut query = ListSplitsQuery::for_index(index.index_uid.clone());
@@ -327,7 +348,7 @@ pub fn ndjson_docs(body: &Bytes) -> Vec<Bytes> {
 async fn ingest(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<Value>> {
@@ -365,7 +386,7 @@ async fn ingest(
 async fn search_get(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
-    Query(request): Query<SearchRequest>,
+    ApiQuery(request): ApiQuery<SearchRequest>,
 ) -> ApiResult<Json<Value>> {
     let response = state.node.search.search(&index_id, request).await?;
     Ok(Json(json!(response)))

@@ -173,6 +173,14 @@ async fn search_queries_sorting_paging_and_pruning() {
     assert_eq!(status, 200, "{resp}");
     assert_eq!(resp["num_hits"], 100);
     assert_eq!(resp["hits"][0]["doc_id"], "web-200");
+    let (status, resp) = node
+        .get("/api/v1/logs/search?query=host-1&search_field=host,level&max_hits=0&start_timestamp=1700000000")
+        .await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["num_hits"], 100);
+    let (status, resp) = node.get("/api/v1/logs/search?query=*&max_hits=lots").await;
+    assert_eq!(status, 400, "{resp}");
+    assert!(resp["message"].as_str().is_some(), "{resp}");
     // search_field
     let resp = node
         .search(
