@@ -5,11 +5,13 @@
 //! discarded. At the end, every acknowledged document is found exactly once.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+mod common;
+use common::{start_node, wait_ready, NodeProcess};
 
 const CYCLES: usize = 10;
 
@@ -39,50 +41,18 @@ indexing_settings:
 const NODE_CONFIG: &str =
     "compaction:\n  planner_interval_secs: 1\n  merge_lease_secs: 3\n  max_concurrent_merges: 2\n";
 
-struct NodeProcess {
-    child: Child,
-    base: String,
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_node(dir: &std::path::Path, port: u16) -> NodeProcess {
-    let child = Command::new(env!("CARGO_BIN_EXE_shale"))
-        .args(["run", "--node-id", "merger"])
-        .arg("--config")
-        .arg(dir.join("node.yaml"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .env("SHALE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn shale run");
-    NodeProcess {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
-}
-
-async fn wait_ready(client: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(resp) = client.get(format!("{base}/health/readyz")).send().await {
-            if resp.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("node did not become ready");
+fn start(dir: &std::path::Path, port: u16) -> NodeProcess {
+    start_node(
+        port,
+        &[
+            "--node-id".into(),
+            "merger".into(),
+            "--config".into(),
+            dir.join("node.yaml").into_os_string(),
+            "--data-dir".into(),
+            dir.join("data").into_os_string(),
+        ],
+    )
 }
 
 async fn compaction_status(client: &reqwest::Client, base: &str) -> Option<Value> {
@@ -104,7 +74,7 @@ async fn killing_the_node_mid_merge_loses_and_duplicates_nothing() {
         .build()
         .unwrap();
     let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let mut node = start_node(tmp.path(), port);
+    let mut node = start(tmp.path(), port);
     wait_ready(&client, &node.base).await;
     let resp = client
         .post(format!("{}/api/v1/indexes", node.base))
@@ -179,7 +149,7 @@ async fn killing_the_node_mid_merge_loses_and_duplicates_nothing() {
         node.child.wait().unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer.await.unwrap();
-        node = start_node(tmp.path(), port);
+        node = start(tmp.path(), port);
         wait_ready(&client, &node.base).await;
     }
     assert!(

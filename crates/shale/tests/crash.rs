@@ -4,12 +4,14 @@
 //! document at all may be found twice.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 use serde_json::{json, Value};
+
+mod common;
+use common::{start_node, wait_ready, NodeProcess};
 
 const CYCLES: usize = 24;
 const WRITERS: usize = 3;
@@ -32,48 +34,16 @@ indexing_settings:
   commit_timeout_secs: 1
 "#;
 
-struct NodeProcess {
-    child: Child,
-    base: String,
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_node(data_dir: &std::path::Path, port: u16) -> NodeProcess {
-    let child = Command::new(env!("CARGO_BIN_EXE_shale"))
-        .args(["run", "--node-id", "crash-node"])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .env("SHALE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn shale run");
-    NodeProcess {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
-}
-
-async fn wait_ready(client: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(resp) = client.get(format!("{base}/health/readyz")).send().await {
-            if resp.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("node did not become ready");
+fn start(data_dir: &std::path::Path, port: u16) -> NodeProcess {
+    start_node(
+        port,
+        &[
+            "--node-id".into(),
+            "crash-node".into(),
+            "--data-dir".into(),
+            data_dir.as_os_str().to_owned(),
+        ],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -87,7 +57,7 @@ async fn acknowledged_documents_survive_sigkill_exactly_once() {
     let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut sent_total = 0usize;
 
-    let mut node = start_node(tmp.path(), port);
+    let mut node = start(tmp.path(), port);
     wait_ready(&client, &node.base).await;
     let resp = client
         .post(format!("{}/api/v1/indexes", node.base))
@@ -152,7 +122,7 @@ async fn acknowledged_documents_survive_sigkill_exactly_once() {
         for writer in writers {
             sent_total += writer.await.unwrap();
         }
-        node = start_node(tmp.path(), port);
+        node = start(tmp.path(), port);
         wait_ready(&client, &node.base).await;
     }
 

@@ -14,7 +14,7 @@ use shale_metastore::{ListSplitsQuery, MergeTaskState};
 use shale_types::SplitState;
 
 use crate::corpus;
-use crate::ingest::percentile;
+use crate::ingest::{ndjson_batches, percentile, spawn_ingest_clients};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -117,43 +117,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
     let index = node.metastore.index_metadata("bench-logs").await?;
 
-    let mut batches = Vec::new();
-    let mut current = String::new();
-    for line in &lines {
-        current.push_str(line);
-        current.push('\n');
-        if current.len() >= 1 << 20 {
-            batches.push(std::mem::take(&mut current));
-        }
-    }
-    let last_batch = current;
+    let (batches, last_batch) = ndjson_batches(&lines, 1 << 20);
     let docs_per_batch = args.docs as f64 / (batches.len() + 1) as f64;
-    let batches = Arc::new(batches);
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
-    let rate = args.rate;
-    let mut tasks = Vec::new();
-    for _ in 0..args.clients {
-        let (client, base, batches, next) =
-            (client.clone(), base.clone(), batches.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(batch) = batches.get(i) else { break };
-                if rate > 0 {
-                    let due = Duration::from_secs_f64(i as f64 * docs_per_batch / rate as f64);
-                    tokio::time::sleep_until((started + due).into()).await;
-                }
-                let resp = client
-                    .post(format!("{base}/api/v1/bench-logs/ingest"))
-                    .body(batch.clone())
-                    .send()
-                    .await?;
-                anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
-            }
-            anyhow::Ok(())
-        }));
-    }
+    let pace = (args.rate > 0).then_some((started, docs_per_batch, args.rate as f64));
+    let tasks = spawn_ingest_clients(&client, &base, Arc::new(batches), args.clients, pace);
     let published = |node: Arc<shale_server::Node>| {
         let uid = index.index_uid.clone();
         async move {

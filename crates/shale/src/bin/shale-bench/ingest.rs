@@ -98,6 +98,62 @@ pub async fn search_latency(
     Ok(())
 }
 
+/// Splits the corpus into NDJSON bodies of about `batch_bytes`; the last body is returned
+/// apart (it is sent with `commit=force`).
+pub fn ndjson_batches(lines: &[String], batch_bytes: usize) -> (Vec<String>, String) {
+    let mut batches = Vec::new();
+    let mut current = String::with_capacity(batch_bytes + 1024);
+    for line in lines {
+        current.push_str(line);
+        current.push('\n');
+        if current.len() >= batch_bytes {
+            batches.push(std::mem::take(&mut current));
+        }
+    }
+    (batches, current)
+}
+
+/// Spawns `clients` tasks POSTing `batches` (`commit=auto`) to the bench index, in order. With
+/// a pace `(start, docs_per_batch, docs_per_sec)`, batch `i` is not sent before
+/// `start + i * docs_per_batch / docs_per_sec`.
+pub fn spawn_ingest_clients(
+    client: &reqwest::Client,
+    base: &str,
+    batches: Arc<Vec<String>>,
+    clients: usize,
+    pace: Option<(Instant, f64, f64)>,
+) -> Vec<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (0..clients)
+        .map(|_| {
+            let (client, base, batches, next) = (
+                client.clone(),
+                base.to_string(),
+                batches.clone(),
+                next.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(batch) = batches.get(i) else { break };
+                    if let Some((start, docs_per_batch, docs_per_sec)) = pace {
+                        let due = Duration::from_secs_f64(i as f64 * docs_per_batch / docs_per_sec);
+                        tokio::time::sleep_until((start + due).into()).await;
+                    }
+                    let resp = client
+                        .post(format!("{base}/api/v1/bench-logs/ingest"))
+                        .body(batch.clone())
+                        .send()
+                        .await
+                        .context("ingest request")?;
+                    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect()
+}
+
 /// Runs the ingest benchmark.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("generating {} documents…", args.docs);
@@ -147,38 +203,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await?;
     anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
 
-    let mut batches: Vec<String> = Vec::new();
-    let mut current = String::with_capacity(args.batch_bytes + 1024);
-    for line in lines.iter() {
-        current.push_str(line);
-        current.push('\n');
-        if current.len() >= args.batch_bytes {
-            batches.push(std::mem::take(&mut current));
-        }
-    }
-    let last_batch = current;
-    let batches = Arc::new(batches);
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (batches, last_batch) = ndjson_batches(&lines, args.batch_bytes);
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..args.clients {
-        let (client, base, batches, next) =
-            (client.clone(), base.clone(), batches.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(batch) = batches.get(i) else { break };
-                let resp = client
-                    .post(format!("{base}/api/v1/bench-logs/ingest"))
-                    .body(batch.clone())
-                    .send()
-                    .await
-                    .context("ingest request")?;
-                anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
-            }
-            anyhow::Ok(())
-        }));
-    }
+    let tasks = spawn_ingest_clients(&client, &base, Arc::new(batches), args.clients, None);
     for task in tasks {
         task.await??;
     }

@@ -1,0 +1,55 @@
+//! A `shale run` child process for the tests that kill and restart nodes.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `shale run`; killed (SIGKILL) and reaped when dropped.
+pub struct NodeProcess {
+    /// The process.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `shale run --listen 127.0.0.1:PORT` plus `args`.
+pub fn start_node(port: u16, args: &[OsString]) -> NodeProcess {
+    let child = Command::new(env!("CARGO_BIN_EXE_shale"))
+        .arg("run")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args)
+        .env("SHALE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn shale run");
+    NodeProcess {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+/// Waits until the node answers `/health/readyz`.
+pub async fn wait_ready(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(resp) = client.get(format!("{base}/health/readyz")).send().await {
+            if resp.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("node did not become ready");
+}
