@@ -1,10 +1,9 @@
 //! The indexing pipeline on real parts (SQLite metastore, local storage, WAL on disk).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use shale_config::IndexConfig;
-use shale_ingest::pipeline::{spawn_pipeline, PipelineEnv, PipelineParams};
+use shale_ingest::pipeline::{spawn_pipeline, PipelineEnv};
 use shale_ingest::{PersistPolicy, Wal};
 use shale_metastore::{open_metastore, ListSplitsQuery};
 use shale_storage::{IndexStorages, StorageResolver};
