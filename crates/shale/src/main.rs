@@ -142,8 +142,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = ctrl_c.await;
     };
     shale_server::serve(node.clone(), listener, shutdown).await?;
+    tracing::info!("shutting down");
+    node.shutdown().await;
     // Make everything acknowledged durable before exiting.
     node.wal.persist().await?;
+    tracing::info!("WAL persisted; node stopped");
     Ok(())
 }
 
