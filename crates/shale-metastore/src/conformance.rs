@@ -86,6 +86,7 @@ macro_rules! metastore_conformance_tests {
             create_merge_tasks_creates_tasks_and_skips_unavailable_splits,
             concurrent_create_merge_tasks_never_share_a_split,
             claim_merge_task_takes_the_oldest_task_with_a_lease,
+            claim_merge_task_can_be_limited_to_a_scope_suffix,
             expired_leases_are_reclaimed_until_max_attempts,
             concurrent_claimers_each_claim_a_task_once,
             claim_fails_tasks_whose_inputs_are_no_longer_published,
@@ -1230,7 +1231,7 @@ async fn claim(
     index_uid: Option<&IndexUid>,
 ) -> Option<MergeTask> {
     metastore
-        .claim_merge_task(node_id, LEASE, now, index_uid)
+        .claim_merge_task(node_id, LEASE, now, index_uid, None)
         .await
         .expect("claim_merge_task")
 }
@@ -1456,6 +1457,53 @@ pub async fn claim_merge_task_takes_the_oldest_task_with_a_lease(metastore: Arc<
     assert_eq!(running.len(), 4);
 }
 
+/// With a scope suffix (`node_local` mode), a node claims only the tasks of its own scopes;
+/// node ids with LIKE wildcards match literally.
+pub async fn claim_merge_task_can_be_limited_to_a_scope_suffix(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d", "e", "f"]).await;
+    let scoped = |scope: &str, split_ids: &[&str]| NewMergeTask {
+        scope: scope.to_string(),
+        split_ids: ids(split_ids),
+        compaction_id: None,
+    };
+    let created = metastore
+        .create_merge_tasks(
+            &uid,
+            vec![
+                scoped("src/0/dm/node_a", &["a", "b"]),
+                scoped("src/0/dm/nodeXa", &["c", "d"]),
+                scoped("src/0/dm/node-b", &["e", "f"]),
+            ],
+            3,
+        )
+        .await
+        .expect("create_merge_tasks");
+    assert_eq!(created.len(), 3);
+    let claim_scoped = |node: &'static str, suffix: &'static str| {
+        let metastore = metastore.clone();
+        async move {
+            metastore
+                .claim_merge_task(node, LEASE, T0, None, Some(suffix))
+                .await
+                .expect("claim_merge_task")
+        }
+    };
+    let task = claimed(claim_scoped("node-b", "/node-b").await);
+    assert_eq!(task.task_id, created[2].task_id);
+    assert_eq!(claim_scoped("node-b", "/node-b").await, None);
+    assert_eq!(claim_scoped("node-c", "/node-c").await, None);
+    assert_eq!(
+        claim_scoped("x", "a-much-longer-suffix-than-any-scope/node_a").await,
+        None
+    );
+    // `_` is not a wildcard: only `node_a`'s task matches.
+    let task = claimed(claim_scoped("node_a", "/node_a").await);
+    assert_eq!(task.task_id, created[0].task_id);
+    assert_eq!(claim_scoped("node_a", "/node_a").await, None);
+    let task = claimed(claim(&metastore, "anyone", T0, None).await);
+    assert_eq!(task.task_id, created[1].task_id);
+}
+
 /// A Running task whose lease expired is claimed again (one more attempt); once attempts
 /// reach `max_attempts`, the next claim fails it instead, releasing its splits.
 pub async fn expired_leases_are_reclaimed_until_max_attempts(metastore: Arc<dyn Metastore>) {
@@ -1513,7 +1561,7 @@ pub async fn concurrent_claimers_each_claim_a_task_once(metastore: Arc<dyn Metas
                     let node_id = format!("node-{i}");
                     // Leases outlive the test: nothing becomes claimable again.
                     let task = metastore
-                        .claim_merge_task(&node_id, 1_000_000, T0, None)
+                        .claim_merge_task(&node_id, 1_000_000, T0, None, None)
                         .await;
                     (node_id, task)
                 })
@@ -2095,7 +2143,7 @@ pub async fn delete_merge_tasks_deletes_finished_tasks_only(metastore: Arc<dyn M
     let [succeeded, failed, running, pending] = [0, 1, 2, 3].map(|i| created[i].task_id.clone());
     for _ in 0..3 {
         metastore
-            .claim_merge_task("node-1", 1_000_000, T0, None)
+            .claim_merge_task("node-1", 1_000_000, T0, None, None)
             .await
             .expect("claim");
     }

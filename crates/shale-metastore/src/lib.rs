@@ -252,13 +252,16 @@ pub trait Metastore: Send + Sync + 'static {
     /// `Running`, owned by `node_id` until `now + lease_secs`, with one more attempt. On the
     /// way, tasks whose inputs are no longer all Published, or that used up `max_attempts`,
     /// are marked `Failed` and skipped. `None` when nothing is claimable. Concurrent claimers
-    /// never get the same task.
+    /// never get the same task. With `scope_suffix`, only tasks whose scope ends with it are
+    /// considered (`node_local` mode: a node claims only the tasks of its own scopes, which end
+    /// with `/{node_id}`).
     async fn claim_merge_task(
         &self,
         node_id: &str,
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
+        scope_suffix: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>>;
 
     /// Extends the lease of a task `node_id` holds to `now + lease_secs` (even if it expired,

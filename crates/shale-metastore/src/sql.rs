@@ -862,8 +862,9 @@ where
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
+        scope_suffix: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>> {
-        self.claim_next_merge_task(node_id, lease_secs, now, index_uid)
+        self.claim_next_merge_task(node_id, lease_secs, now, index_uid, scope_suffix)
             .await
     }
 

@@ -256,6 +256,9 @@ pub(crate) async fn worker_loop(
     let permits = Arc::new(tokio::sync::Semaphore::new(
         env.config.max_concurrent_merges.max(1),
     ));
+    // node_local: a node merges only its own splits (scopes ending with its id).
+    let own_scope = (env.config.scope == shale_config::ScopeMode::NodeLocal)
+        .then(|| format!("/{}", env.node_id));
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
@@ -267,6 +270,7 @@ pub(crate) async fn worker_loop(
                 env.config.merge_lease_secs,
                 now_unix_secs(),
                 None,
+                own_scope.as_deref(),
             )
             .await;
         match claimed {

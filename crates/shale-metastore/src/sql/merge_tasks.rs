@@ -319,16 +319,25 @@ where
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
+        scope_suffix: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>> {
-        let index_filter = if index_uid.is_some() {
-            " AND index_uid = $2"
-        } else {
-            ""
-        };
+        let mut filters = String::new();
+        let mut next_param = 2;
+        if index_uid.is_some() {
+            filters.push_str(&format!(" AND index_uid = ${next_param}"));
+            next_param += 1;
+        }
+        if scope_suffix.is_some() {
+            // Suffix match without LIKE (node ids may hold `_` or `%`); same SQL on both backends.
+            filters.push_str(&format!(
+                " AND length(scope) >= length(${next_param}) \
+                 AND substr(scope, length(scope) - length(${next_param}) + 1) = ${next_param}"
+            ));
+        }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM merge_tasks \
              WHERE (task_state = 'Pending' \
-                 OR (task_state = 'Running' AND lease_expires_at <= $1)){index_filter} \
+                 OR (task_state = 'Running' AND lease_expires_at <= $1)){filters} \
              ORDER BY task_id LIMIT 1{}",
             DB::FOR_UPDATE_SKIP_LOCKED
         );
@@ -338,6 +347,9 @@ where
                 let mut query = sqlx::query::<DB>(AssertSqlSafe(sql.clone())).bind(now);
                 if let Some(index_uid) = index_uid {
                     query = query.bind(index_uid.to_string());
+                }
+                if let Some(suffix) = scope_suffix {
+                    query = query.bind(suffix.to_string());
                 }
                 let Some(row) = query.fetch_optional(&mut *write.tx).await? else {
                     return Ok(None);

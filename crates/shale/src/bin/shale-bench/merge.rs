@@ -163,7 +163,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
             .await?;
         let task = metastore
-            .claim_merge_task("bench", 3600, now_unix_secs(), Some(&index.index_uid))
+            .claim_merge_task("bench", 3600, now_unix_secs(), Some(&index.index_uid), None)
             .await?
             .ok_or_else(|| anyhow::anyhow!("no task to claim"))?;
         let started = Instant::now();
