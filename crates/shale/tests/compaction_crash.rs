@@ -15,28 +15,8 @@ use common::{start_node, wait_ready, NodeProcess};
 
 const CYCLES: usize = 10;
 
-const INDEX: &str = r#"
-index_id: merge-crash
-doc_mapping:
-  field_mappings:
-    - name: ts
-      type: datetime
-      input_formats: [unix_timestamp]
-      fast: true
-    - name: doc_id
-      type: text
-      tokenizer: raw
-    - name: body
-      type: text
-  timestamp_field: ts
-indexing_settings:
-  commit_timeout_secs: 1
-  merge_policy:
-    type: stable_log
-    merge_factor: 2
-    max_merge_factor: 4
-    min_level_num_docs: 100000
-"#;
+/// Merges any 2..4 small splits.
+const MERGE_POLICY: &str = "  merge_policy:\n    type: stable_log\n    merge_factor: 2\n    max_merge_factor: 4\n    min_level_num_docs: 100000\n";
 
 const NODE_CONFIG: &str =
     "compaction:\n  planner_interval_secs: 1\n  merge_lease_secs: 3\n  max_concurrent_merges: 2\n";
@@ -78,7 +58,7 @@ async fn killing_the_node_mid_merge_loses_and_duplicates_nothing() {
     wait_ready(&client, &node.base).await;
     let resp = client
         .post(format!("{}/api/v1/indexes", node.base))
-        .body(INDEX)
+        .body(common::kill_test_index("merge-crash", MERGE_POLICY))
         .send()
         .await
         .unwrap();

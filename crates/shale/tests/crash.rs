@@ -16,24 +16,6 @@ use common::{start_node, wait_ready, NodeProcess};
 const CYCLES: usize = 24;
 const WRITERS: usize = 3;
 
-const INDEX: &str = r#"
-index_id: crash-logs
-doc_mapping:
-  field_mappings:
-    - name: ts
-      type: datetime
-      input_formats: [unix_timestamp]
-      fast: true
-    - name: doc_id
-      type: text
-      tokenizer: raw
-    - name: body
-      type: text
-  timestamp_field: ts
-indexing_settings:
-  commit_timeout_secs: 1
-"#;
-
 fn start(data_dir: &std::path::Path, port: u16) -> NodeProcess {
     start_node(
         port,
@@ -61,7 +43,7 @@ async fn acknowledged_documents_survive_sigkill_exactly_once() {
     wait_ready(&client, &node.base).await;
     let resp = client
         .post(format!("{}/api/v1/indexes", node.base))
-        .body(INDEX)
+        .body(common::kill_test_index("crash-logs", ""))
         .send()
         .await
         .unwrap();

@@ -53,3 +53,26 @@ pub async fn wait_ready(client: &reqwest::Client, base: &str) {
     }
     panic!("node did not become ready");
 }
+
+/// An index of `ts` (unix seconds), `doc_id` (raw) and `body`, committing every second, with
+/// `merge_policy_yaml` (indented lines under `indexing_settings`, or empty).
+pub fn kill_test_index(index_id: &str, merge_policy_yaml: &str) -> String {
+    format!(
+        "index_id: {index_id}
+doc_mapping:
+  field_mappings:
+    - name: ts
+      type: datetime
+      input_formats: [unix_timestamp]
+      fast: true
+    - name: doc_id
+      type: text
+      tokenizer: raw
+    - name: body
+      type: text
+  timestamp_field: ts
+indexing_settings:
+  commit_timeout_secs: 1
+{merge_policy_yaml}"
+    )
+}

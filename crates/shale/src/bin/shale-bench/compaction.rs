@@ -14,7 +14,7 @@ use shale_metastore::{ListSplitsQuery, MergeTaskState};
 use shale_types::SplitState;
 
 use crate::corpus;
-use crate::ingest::{ndjson_batches, percentile, spawn_ingest_clients};
+use crate::ingest::{ndjson_batches, percentile, spawn_ingest_clients, start_node};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -94,17 +94,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut config = NodeConfig::with_data_dir(data.path());
     config.node_id = "bench".into();
     config.compaction.planner_interval_secs = 1;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let node = shale_server::Node::start(config).await?;
-    tokio::spawn(shale_server::serve(
-        node.clone(),
-        listener,
-        std::future::pending(),
-    ));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let (node, base, client) = start_node(config).await?;
     let index_yaml = corpus::INDEX_YAML.replace(
         "commit_timeout_secs: 30",
         &format!("commit_timeout_secs: {}", args.commit_timeout_secs),

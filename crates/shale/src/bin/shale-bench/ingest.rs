@@ -98,6 +98,25 @@ pub async fn search_latency(
     Ok(())
 }
 
+/// Starts a node in this process serving on a free loopback port; returns it, its base URL
+/// and an HTTP client.
+pub async fn start_node(
+    config: shale_config::NodeConfig,
+) -> anyhow::Result<(Arc<shale_server::Node>, String, reqwest::Client)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let node = shale_server::Node::start(config).await?;
+    tokio::spawn(shale_server::serve(
+        node.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?;
+    Ok((node, base, client))
+}
+
 /// Splits the corpus into NDJSON bodies of about `batch_bytes`; the last body is returned
 /// apart (it is sent with `commit=force`).
 pub fn ndjson_batches(lines: &[String], batch_bytes: usize) -> (Vec<String>, String) {
@@ -185,17 +204,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         node_id: "bench".into(),
         ..NodeConfig::with_data_dir(data.path())
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let node = shale_server::Node::start(node_config).await?;
-    tokio::spawn(shale_server::serve(
-        node.clone(),
-        listener,
-        std::future::pending(),
-    ));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let (_node, base, client) = start_node(node_config).await?;
     let resp = client
         .post(format!("{base}/api/v1/indexes"))
         .body(corpus::INDEX_YAML)
