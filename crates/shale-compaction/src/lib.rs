@@ -19,6 +19,6 @@ pub mod service;
 pub mod simulator;
 
 pub use policy::{
-    merge_policy_from_config, plan, MergeOperation, MergePolicy, MergePolicyConfig,
-    PolicyConfigError,
+    index_merge_policy, merge_policy_from_config, plan, MergeOperation, MergePolicy,
+    MergePolicyConfig, PolicyConfigError,
 };

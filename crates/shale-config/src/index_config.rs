@@ -330,9 +330,9 @@ pub struct IndexingSettings {
     /// A split is cut when it holds this many documents; splits this big are mature.
     #[serde(default = "default_split_num_docs_target")]
     pub split_num_docs_target: u64,
-    /// The merge policy, stored as given (interpreted by the compaction crate).
-    #[serde(default = "default_merge_policy")]
-    pub merge_policy: serde_json::Value,
+    /// The merge policy (typed; validated when the config is parsed).
+    #[serde(default)]
+    pub merge_policy: crate::MergePolicyConfig,
     /// Any other Quickwit setting (e.g. `resources`), kept but unused.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
@@ -344,16 +344,13 @@ fn default_commit_timeout_secs() -> u64 {
 fn default_split_num_docs_target() -> u64 {
     DEFAULT_SPLIT_NUM_DOCS_TARGET
 }
-fn default_merge_policy() -> serde_json::Value {
-    serde_json::json!({"type": "stable_log"})
-}
 
 impl Default for IndexingSettings {
     fn default() -> Self {
         IndexingSettings {
             commit_timeout_secs: DEFAULT_COMMIT_TIMEOUT_SECS,
             split_num_docs_target: DEFAULT_SPLIT_NUM_DOCS_TARGET,
-            merge_policy: default_merge_policy(),
+            merge_policy: crate::MergePolicyConfig::default(),
             other: Default::default(),
         }
     }

@@ -1,8 +1,8 @@
 //! Index and node configuration.
 //!
 //! * **Index configs** are Quickwit-compatible (YAML or JSON, `version` accepted and ignored):
-//!   doc mapping, partition key, indexing settings (merge policy stored as given for the
-//!   compaction crate), search settings and retention. [`IndexConfig::parse`] deserializes and
+//!   doc mapping, partition key, indexing settings (with the typed [`MergePolicyConfig`]),
+//!   search settings and retention. [`IndexConfig::parse`] deserializes and
 //!   [validates](IndexConfig::validate); every error names the offending field
 //!   (`doc_mapping.timestamp_field`, `doc_mapping.field_mappings[2]`, …).
 //! * **Partition keys** ([`PartitionKey`]): `field`, `hash_mod(field, N)`,
@@ -13,12 +13,18 @@
 #![warn(missing_docs)]
 
 mod index_config;
+mod merge_policy;
 mod node_config;
 mod partition;
 mod units;
 mod validation;
 
 pub use index_config::*;
+pub use merge_policy::{
+    format_duration, LimitMergeConfig, MergePolicyConfig, PolicyConfigError, StableLogConfig,
+    DEFAULT_MATURATION_PERIOD_SECS, DEFAULT_MAX_MERGE_FACTOR, DEFAULT_MAX_MERGE_OPS,
+    DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
+};
 pub use node_config::{
     CompactionConfig, NodeConfig, S3Config, ScopeMode, WalPersistPolicy, DEFAULT_DATA_DIR,
     DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_SPLIT_CACHE_MAX_BYTES,

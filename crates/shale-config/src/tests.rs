@@ -127,7 +127,7 @@ fn hdfs_logs_parses() {
     );
     assert_eq!(
         config.indexing_settings.merge_policy,
-        serde_json::json!({"type": "stable_log"})
+        MergePolicyConfig::default()
     );
     assert_eq!(
         config.search_settings.default_search_fields,
@@ -440,7 +440,7 @@ fn indexing_settings_rules() {
     assert_invalid(
         &format!("{base}  merge_policy: stable_log\n"),
         "indexing_settings.merge_policy",
-        "must be an object",
+        "expected an object with a `type`",
     );
     assert_invalid(
         &format!("{base}  merge_policy:\n    merge_factor: 10\n"),
@@ -451,7 +451,98 @@ fn indexing_settings_rules() {
         "{base}  merge_policy:\n    type: limit_merge\n    max_merge_ops: 3\n"
     ))
     .unwrap();
-    assert_eq!(config.indexing_settings.merge_policy["max_merge_ops"], 3);
+    match &config.indexing_settings.merge_policy {
+        MergePolicyConfig::LimitMerge(limit) => assert_eq!(limit.max_merge_ops, 3),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn merge_policy_is_typed_and_validated_at_parse_time() {
+    let base = "index_id: abc\ndoc_mapping: {}\nindexing_settings:\n  merge_policy:\n";
+    assert_invalid(
+        &format!("{base}    type: fancy\n"),
+        "indexing_settings.merge_policy.type",
+        "unknown merge policy `fancy`",
+    );
+    assert_invalid(
+        &format!("{base}    type: stable_log\n    merge_factor: ten\n"),
+        "indexing_settings.merge_policy.merge_factor",
+        "expected an unsigned integer",
+    );
+    assert_invalid(
+        &format!("{base}    type: stable_log\n    merge_factr: 10\n"),
+        "indexing_settings.merge_policy.merge_factr",
+        "unknown key",
+    );
+    assert_invalid(
+        &format!("{base}    type: limit_merge\n    maturation_period: soon\n"),
+        "indexing_settings.merge_policy.maturation_period",
+        "not a duration",
+    );
+    assert_invalid(
+        &format!("{base}    type: stable_log\n    merge_factor: 12\n    max_merge_factor: 4\n"),
+        "indexing_settings.merge_policy.max_merge_factor",
+        "at least `merge_factor`",
+    );
+    // JSON configs name the field the same way.
+    let err = IndexConfig::parse(
+        br#"{"index_id": "abc", "doc_mapping": {}, "indexing_settings": {"merge_policy": {"type": "no_merge", "merge_factor": 3}}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("`indexing_settings.merge_policy.merge_factor`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn merge_policy_round_trips_in_quickwit_shape() {
+    let config = parse(
+        "index_id: abc\ndoc_mapping: {}\nindexing_settings:\n  merge_policy:\n    type: default\n    maturation_period: 48h\n    merge_factor: 8\n",
+    )
+    .unwrap();
+    let json = serde_json::to_value(&config.indexing_settings.merge_policy).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "type": "stable_log",
+            "min_level_num_docs": 100000,
+            "merge_factor": 8,
+            "max_merge_factor": 12,
+            "maturation_period": "2days",
+        })
+    );
+    let back: MergePolicyConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(back, config.indexing_settings.merge_policy);
+    assert_eq!(format_duration(5400), "1h 30m");
+    assert_eq!(format_duration(86_400 + 1), "1day 1s");
+}
+
+#[test]
+fn one_maturity_rule_for_every_policy() {
+    use shale_types::SplitMaturity;
+    let immature = |secs| SplitMaturity::Immature {
+        maturation_period_secs: secs,
+    };
+    let stable = MergePolicyConfig::default();
+    assert_eq!(stable.split_maturity(1000, 10, 0), immature(48 * 3600));
+    assert_eq!(stable.split_maturity(1000, 1000, 0), SplitMaturity::Mature);
+    assert_eq!(
+        MergePolicyConfig::NoMerge.split_maturity(1000, 10, 0),
+        SplitMaturity::Mature
+    );
+    let limit = |ops: u32| {
+        MergePolicyConfig::LimitMerge(LimitMergeConfig {
+            max_merge_ops: ops,
+            ..LimitMergeConfig::default()
+        })
+    };
+    assert_eq!(limit(2).split_maturity(1000, 10, 0), immature(48 * 3600));
+    assert_eq!(limit(2).split_maturity(1000, 10, 2), SplitMaturity::Mature);
+    // With `max_merge_ops: 0` no split may ever be merged: fresh splits are born mature.
+    assert_eq!(limit(0).split_maturity(1000, 10, 0), SplitMaturity::Mature);
 }
 
 #[test]

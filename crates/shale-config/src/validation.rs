@@ -42,7 +42,17 @@ pub(crate) fn deserialize_with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result
             },
         )
     };
-    result.map_err(|(path, mut message)| {
+    result.map_err(|(mut path, mut message)| {
+        // A nested value (the merge policy) names its offending key between markers.
+        let marker = crate::merge_policy::SUBFIELD_MARKER;
+        if let Some((_, rest)) = message.split_once(marker) {
+            if let Some((sub, tail)) = rest.split_once(marker) {
+                if !sub.is_empty() {
+                    path = format!("{path}.{sub}");
+                }
+                message = tail.to_string();
+            }
+        }
         // serde_yaml prefixes its messages with (part of) the path: keep ours only.
         if let Some((head, tail)) = message.split_once(": ") {
             if !head.contains(' ') && (path.starts_with(head) || head == ".") {
@@ -127,21 +137,10 @@ impl IndexConfig {
                 "must be at least 1",
             ));
         }
-        match settings.merge_policy.get("type") {
-            Some(serde_json::Value::String(kind)) if !kind.is_empty() => {}
-            _ if !settings.merge_policy.is_object() => {
-                return Err(invalid(
-                    "indexing_settings.merge_policy",
-                    "must be an object with a `type`, e.g. `{type: stable_log}`",
-                ))
-            }
-            _ => {
-                return Err(invalid(
-                    "indexing_settings.merge_policy.type",
-                    "missing or not a string (e.g. `stable_log`, `limit_merge`, `no_merge`)",
-                ))
-            }
-        }
+        settings
+            .merge_policy
+            .validate()
+            .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
         if let Some(retention) = &self.retention {
             retention.period_secs()?;
         }

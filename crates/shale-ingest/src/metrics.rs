@@ -30,6 +30,12 @@ metric!(WAL_MEMORY_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_memory_bytes", "Bytes of not-yet-truncated WAL records held in memory."));
 metric!(WAL_DISK_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_disk_bytes", "Bytes used by WAL files on disk."));
+metric!(WAL_FSYNCS: IntCounter = register_int_counter!(
+    "shale_wal_fsync_rounds_total", "WAL fsync rounds (each covers every append before it: group commit)."));
+metric!(WAL_APPENDS: IntCounter = register_int_counter!(
+    "shale_wal_appends_total", "WAL appends (one per ingest request and shard)."));
+metric!(INGEST_REJECTED_REQUESTS: IntCounterVec = register_int_counter_vec!(
+    "shale_ingest_rejected_requests_total", "Ingest requests (or bulk items) refused with 429, by limit.", &["limit"]));
 
 /// Registers every ingest metric (so they are exported before first use).
 pub fn register() {
@@ -41,4 +47,7 @@ pub fn register() {
     LazyLock::force(&PIPELINE_ERRORS);
     LazyLock::force(&WAL_MEMORY_BYTES);
     LazyLock::force(&WAL_DISK_BYTES);
+    LazyLock::force(&WAL_FSYNCS);
+    LazyLock::force(&WAL_APPENDS);
+    LazyLock::force(&INGEST_REJECTED_REQUESTS);
 }

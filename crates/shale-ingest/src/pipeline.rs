@@ -14,9 +14,9 @@ use std::time::Duration;
 use shale_config::OTHER_PARTITION_ID;
 use shale_index::{BuiltSplit, DocMapper, ParsedDoc, SplitBuilder};
 use shale_metastore::{Metastore, MetastoreError};
-use shale_storage::Storage;
+use shale_storage::StorageRef;
 use shale_types::{
-    new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMaturity, SplitMetadata,
+    new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMetadata,
     INGEST_API_SOURCE_ID,
 };
 use tokio::sync::{mpsc, watch, Notify};
@@ -39,13 +39,13 @@ pub struct PipelineParams {
     /// Its doc mapper.
     pub doc_mapper: Arc<DocMapper>,
     /// Where its splits go.
-    pub storage: Storage,
+    pub storage: StorageRef,
     /// Cut a split this long after its first document.
     pub commit_timeout: Duration,
     /// Cut a split when the batch holds this many documents.
     pub split_num_docs_target: u64,
-    /// Maturation period of fresh splits (`None`: fresh splits are mature, e.g. `no_merge`).
-    pub maturation_period_secs: Option<u64>,
+    /// The index's merge policy: it decides the maturity of fresh splits.
+    pub merge_policy: shale_config::MergePolicyConfig,
     /// Distinct partitions per batch before documents go to the catch-all partition.
     pub max_num_partitions: u32,
 }
@@ -422,14 +422,11 @@ impl Pipeline {
             .into_iter()
             .filter(|(_, split)| split.num_docs > 0)
             .map(|(partition_id, split)| {
-                let maturity = match self.params.maturation_period_secs {
-                    Some(period) if split.num_docs < self.params.split_num_docs_target => {
-                        SplitMaturity::Immature {
-                            maturation_period_secs: period,
-                        }
-                    }
-                    _ => SplitMaturity::Mature,
-                };
+                let maturity = self.params.merge_policy.split_maturity(
+                    self.params.split_num_docs_target,
+                    split.num_docs,
+                    0,
+                );
                 let meta = SplitMetadata {
                     split_id: new_ulid(),
                     index_uid: self.params.index_uid.clone(),

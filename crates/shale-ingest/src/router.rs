@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shale_index::{DocMapper, DocParsingError};
 use shale_metastore::{IndexMetadata, MetastoreError};
-use shale_storage::{IndexStorages, Storage};
+use shale_storage::{IndexStorages, StorageRef};
 use shale_types::{new_ulid, IndexUid, INGEST_API_SOURCE_ID};
 use tokio::sync::RwLock;
 use tracing::info;
@@ -104,7 +104,7 @@ fn queue_prefix(index_uid: &IndexUid) -> String {
 /// Builds the pipeline parameters from an index's metadata.
 pub fn pipeline_params(
     index: &IndexMetadata,
-    storage: Storage,
+    storage: StorageRef,
 ) -> Result<PipelineParams, shale_index::IndexError> {
     let config = &index.index_config;
     let doc_mapper = Arc::new(DocMapper::new(
@@ -118,25 +118,9 @@ pub fn pipeline_params(
         storage,
         commit_timeout: Duration::from_secs(settings.commit_timeout_secs.max(1)),
         split_num_docs_target: settings.split_num_docs_target.max(1),
-        maturation_period_secs: maturation_period_secs(&settings.merge_policy),
+        merge_policy: settings.merge_policy.clone(),
         max_num_partitions: config.doc_mapping.max_num_partitions,
     })
-}
-
-/// The maturation period a merge policy gives fresh splits; `None` when they never merge.
-pub fn maturation_period_secs(merge_policy: &serde_json::Value) -> Option<u64> {
-    const DEFAULT: u64 = 48 * 3600;
-    let policy_type = merge_policy.get("type").and_then(|t| t.as_str());
-    if policy_type == Some("no_merge") {
-        return None;
-    }
-    Some(
-        merge_policy
-            .get("maturation_period")
-            .and_then(|p| p.as_str())
-            .and_then(|p| shale_config::parse_duration(p).ok())
-            .unwrap_or(DEFAULT),
-    )
 }
 
 impl IngestRouter {

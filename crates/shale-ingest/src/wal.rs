@@ -2,37 +2,47 @@
 //!
 //! Every accepted document is one record; a record's position is its WAL offset, and the
 //! metastore checkpoint of a shard is the last position published in a split. Positions are
-//! always given explicitly, so that after a crash that lost the WAL's unflushed tail the
+//! always given explicitly, so that after a crash that lost the WAL's unsynced tail the
 //! shard resumes *after* its checkpoint and never reuses a published position.
 //!
-//! Persist policies:
-//! - `on-append`: every append is written to the OS and fsynced before it is acknowledged;
-//!   survives a process kill and a machine crash.
-//! - `on-delay(interval)`: appends are flushed and fsynced at most `interval` apart (and by a
-//!   background tick); a process kill or crash may lose the last `interval` of documents that
-//!   were acknowledged with `commit=auto` and not yet in a published split.
+//! Durability. mrecordlog writes through a user-space buffer and never fsyncs. Shale makes it
+//! flush on every operation, so **an acknowledged append has reached the operating system
+//! under every policy and survives a kill of the process**. What the persist policy decides
+//! is when the files are fsynced, i.e. what a machine crash or power loss can take:
+//! - `on-append`: an append is acknowledged only after an fsync that covers it;
+//! - `on-delay(interval)`: a background task fsyncs at most `interval` apart; a power loss
+//!   may lose the documents acknowledged (with `commit=auto`) in the last `interval`.
+//!
+//! An fsync round covers every WAL file written since the previous round — including files
+//! mrecordlog rolled over to in between — and the directory when files were created. Rounds
+//! are group commits: appends that arrive while a round runs wait for the next round, which
+//! covers all of them with one fsync per file, and appends never hold the log's lock while
+//! an fsync runs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mrecordlog::{MultiRecordLog, SyncPolicy};
 use tokio::sync::Mutex;
 
-/// When the WAL is made durable.
+use crate::metrics;
+
+/// When the WAL is made durable against a machine crash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PersistPolicy {
-    /// Flush + fsync every append before acknowledging it.
+    /// fsync before acknowledging every append (group commit).
     OnAppend,
-    /// Flush + fsync at most this far apart.
+    /// fsync at most this far apart.
     OnDelay(Duration),
 }
 
 /// Errors of the WAL.
 #[derive(Debug, thiserror::Error)]
 pub enum WalError {
-    /// Opening or reading the log failed.
+    /// Opening, writing or syncing the log failed.
     #[error("WAL I/O error: {0}")]
     Io(String),
     /// The queue does not exist.
@@ -49,11 +59,27 @@ struct Inner {
     next_positions: HashMap<String, u64>,
 }
 
+/// What the fsync rounds know about the files.
+struct SyncState {
+    /// Files numbered from this one on may hold data written since the last round.
+    first_unsynced_file: u64,
+    /// The files that existed at the last round (a new file needs a directory fsync).
+    known_files: BTreeSet<u64>,
+}
+
 /// The node's write-ahead log.
 pub struct Wal {
     dir: PathBuf,
     policy: PersistPolicy,
     inner: Mutex<Inner>,
+    /// Sequence number of the last operation flushed to the OS.
+    written_seq: AtomicU64,
+    /// Every operation up to this sequence number is fsynced.
+    synced_seq: AtomicU64,
+    /// Held by the one fsync round in progress.
+    sync_state: Mutex<SyncState>,
+    /// fsync rounds done.
+    sync_rounds: AtomicU64,
 }
 
 impl std::fmt::Debug for Wal {
@@ -66,15 +92,25 @@ fn io<E: std::fmt::Display>(err: E) -> WalError {
     WalError::Io(err.to_string())
 }
 
+/// The number of a `wal-NNNNNNNNNNNNNNNNNNNN` file.
+fn wal_file_number(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("wal-")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn wal_file_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("wal-{number:020}"))
+}
+
 impl Wal {
     /// Opens (or creates) the WAL in `dir`, replaying it into memory.
     pub async fn open(dir: &Path, policy: PersistPolicy) -> WalResult<Arc<Wal>> {
         tokio::fs::create_dir_all(dir).await.map_err(io)?;
-        let sync_policy = match policy {
-            PersistPolicy::OnAppend => SyncPolicy::OnAppend,
-            PersistPolicy::OnDelay(interval) => SyncPolicy::OnDelay(interval),
-        };
-        let log = MultiRecordLog::open_with_prefs(dir, sync_policy)
+        // Flush on every operation: acknowledged bytes always reach the OS.
+        let log = MultiRecordLog::open_with_prefs(dir, SyncPolicy::OnAppend)
             .await
             .map_err(io)?;
         let mut next_positions = HashMap::new();
@@ -94,22 +130,38 @@ impl Wal {
                 log,
                 next_positions,
             }),
+            written_seq: AtomicU64::new(0),
+            synced_seq: AtomicU64::new(0),
+            // The first round syncs every file: what a previous run wrote may be unsynced.
+            sync_state: Mutex::new(SyncState {
+                first_unsynced_file: 0,
+                known_files: BTreeSet::new(),
+            }),
+            sync_rounds: AtomicU64::new(0),
         });
+        // Make what a previous run flushed but did not sync durable before serving from it.
+        wal.sync_all().await?;
         if let PersistPolicy::OnDelay(interval) = policy {
             let weak = Arc::downgrade(&wal);
             tokio::spawn(async move {
                 let mut ticker = tokio::time::interval(interval);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 ticker.tick().await;
                 loop {
                     ticker.tick().await;
                     let Some(wal) = weak.upgrade() else { break };
                     if let Err(err) = wal.persist().await {
-                        tracing::error!(%err, "periodic WAL persist failed");
+                        tracing::error!(%err, "periodic WAL fsync failed");
                     }
                 }
             });
         }
         Ok(wal)
+    }
+
+    /// The persist policy.
+    pub fn policy(&self) -> PersistPolicy {
+        self.policy
     }
 
     /// The queues present, with their next position.
@@ -124,27 +176,36 @@ impl Wal {
         queues
     }
 
-    /// Creates `queue` if missing, and makes sure its next position is after `checkpoint`
-    /// (the last published position), so published positions are never reused.
+    /// Records that an operation reached the OS; returns its sequence number.
+    fn mark_written(&self) -> u64 {
+        self.written_seq.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Creates `queue` if missing (durably), and makes sure its next position is after
+    /// `checkpoint` (the last published position), so published positions are never reused.
     pub async fn ensure_queue(&self, queue: &str, checkpoint: Option<u64>) -> WalResult<()> {
         let mut inner = self.inner.lock().await;
+        let mut created = None;
         if !inner.log.queue_exists(queue) {
             inner.log.create_queue(queue).await.map_err(io)?;
             inner.next_positions.insert(queue.to_string(), 0);
-            drop(inner);
-            self.fsync_files().await?;
-            inner = self.inner.lock().await;
+            created = Some(self.mark_written());
         }
         let floor = checkpoint.map(|c| c + 1).unwrap_or(0);
         let next = inner.next_positions.entry(queue.to_string()).or_insert(0);
         if *next < floor {
             *next = floor;
         }
+        drop(inner);
+        if let Some(seq) = created {
+            self.sync_through(seq).await?;
+        }
         Ok(())
     }
 
     /// Appends records atomically; returns the positions `(first, last)` they got, `None` if
-    /// `records` was empty. Durable per the persist policy when this returns.
+    /// `records` was empty. When this returns the records have reached the OS (they survive a
+    /// process kill), and with `on-append` they are fsynced (they survive a power loss).
     pub async fn append(&self, queue: &str, records: &[&[u8]]) -> WalResult<Option<(u64, u64)>> {
         if records.is_empty() {
             return Ok(None);
@@ -161,9 +222,11 @@ impl Wal {
             .map_err(io)?;
         let last = first + records.len() as u64 - 1;
         inner.next_positions.insert(queue.to_string(), last + 1);
+        let seq = self.mark_written();
+        drop(inner);
+        metrics::WAL_APPENDS.inc();
         if self.policy == PersistPolicy::OnAppend {
-            // mrecordlog flushed to the OS; make it durable before acknowledging.
-            self.fsync_newest_file().await?;
+            self.sync_through(seq).await?;
         }
         Ok(Some((first, last)))
     }
@@ -199,6 +262,7 @@ impl Wal {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
             inner.log.truncate(queue, position).await.map_err(io)?;
+            self.mark_written();
         }
         Ok(())
     }
@@ -208,18 +272,85 @@ impl Wal {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
             inner.log.delete_queue(queue).await.map_err(io)?;
+            self.mark_written();
         }
         inner.next_positions.remove(queue);
         Ok(())
     }
 
-    /// Flushes and fsyncs everything appended so far.
+    /// fsyncs everything written so far (periodic persist, shutdown).
     pub async fn persist(&self) -> WalResult<()> {
-        {
-            let mut inner = self.inner.lock().await;
-            inner.log.sync().await.map_err(io)?;
+        self.sync_through(self.written_seq.load(Ordering::Acquire))
+            .await
+    }
+
+    /// Waits until operation `seq` is fsynced: joins the round in progress or runs the next
+    /// one, which covers every operation written before it started.
+    async fn sync_through(&self, seq: u64) -> WalResult<()> {
+        if self.synced_seq.load(Ordering::Acquire) >= seq {
+            return Ok(());
         }
-        self.fsync_newest_file().await
+        let mut state = self.sync_state.lock().await;
+        if self.synced_seq.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        // Everything up to `target` has been flushed into files that exist now.
+        let target = self.written_seq.load(Ordering::Acquire);
+        self.sync_round(&mut state).await?;
+        self.synced_seq.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// fsyncs every file (re-syncing them all is cheap when clean).
+    async fn sync_all(&self) -> WalResult<()> {
+        let mut state = self.sync_state.lock().await;
+        let target = self.written_seq.load(Ordering::Acquire);
+        self.sync_round(&mut state).await?;
+        self.synced_seq.fetch_max(target, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// One fsync round: the files numbered from the first one written since the last round
+    /// (mrecordlog only ever writes to its newest file, and rolls over to higher numbers),
+    /// and the directory when files appeared.
+    async fn sync_round(&self, state: &mut SyncState) -> WalResult<()> {
+        let dir = self.dir.clone();
+        let first = state.first_unsynced_file;
+        let known = state.known_files.clone();
+        let files = tokio::task::spawn_blocking(move || -> std::io::Result<BTreeSet<u64>> {
+            let mut files = BTreeSet::new();
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if let Some(number) = wal_file_number(&entry.file_name().to_string_lossy()) {
+                    files.insert(number);
+                }
+            }
+            for &number in files.range(first..) {
+                match std::fs::File::open(wal_file_path(&dir, number)) {
+                    Ok(file) => file.sync_data()?,
+                    // Garbage-collected meanwhile: nothing of it needs to be durable.
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            if files.iter().any(|number| !known.contains(number)) {
+                std::fs::File::open(&dir)?.sync_all()?;
+            }
+            Ok(files)
+        })
+        .await
+        .map_err(io)?
+        .map_err(io)?;
+        state.first_unsynced_file = files.last().copied().unwrap_or(0).max(first);
+        state.known_files = files;
+        self.sync_rounds.fetch_add(1, Ordering::Relaxed);
+        metrics::WAL_FSYNCS.inc();
+        Ok(())
+    }
+
+    /// fsync rounds done since open.
+    pub fn sync_rounds(&self) -> u64 {
+        self.sync_rounds.load(Ordering::Relaxed)
     }
 
     /// Bytes of records held in memory (not yet truncated).
@@ -232,35 +363,10 @@ impl Wal {
         self.inner.lock().await.log.on_disk_size()
     }
 
-    async fn wal_files(&self) -> WalResult<Vec<PathBuf>> {
-        let mut files = Vec::new();
-        let mut entries = tokio::fs::read_dir(&self.dir).await.map_err(io)?;
-        while let Some(entry) = entries.next_entry().await.map_err(io)? {
-            if entry.file_name().to_string_lossy().starts_with("wal-") {
-                files.push(entry.path());
-            }
-        }
-        files.sort();
-        Ok(files)
-    }
-
-    /// mrecordlog flushes but never fsyncs: fsync its newest file (the one being appended to).
-    async fn fsync_newest_file(&self) -> WalResult<()> {
-        if let Some(newest) = self.wal_files().await?.pop() {
-            let file = tokio::fs::OpenOptions::new()
-                .read(true)
-                .open(&newest)
-                .await
-                .map_err(io)?;
-            file.sync_data().await.map_err(io)?;
-        }
-        Ok(())
-    }
-
-    async fn fsync_files(&self) -> WalResult<()> {
-        self.persist().await?;
-        let dir = tokio::fs::File::open(&self.dir).await.map_err(io)?;
-        dir.sync_all().await.map_err(io)
+    /// Holds the fsync rounds back while the guard lives (tests of group commit).
+    #[cfg(test)]
+    async fn hold_sync(&self) -> tokio::sync::MutexGuard<'_, SyncState> {
+        self.sync_state.lock().await
     }
 }
 
@@ -318,5 +424,65 @@ mod tests {
         assert_eq!(wal.read("q", 95, 10, 1 << 20).await.unwrap().len(), 5);
         assert_eq!(wal.read("q", 0, 1000, 8).await.unwrap().len(), 2);
         wal.persist().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn appends_reach_the_os_without_waiting_for_the_delayed_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let wal = Wal::open(
+                dir.path(),
+                PersistPolicy::OnDelay(Duration::from_secs(3600)),
+            )
+            .await
+            .unwrap();
+            wal.ensure_queue("q", None).await.unwrap();
+            wal.append("q", &[b"acked"]).await.unwrap();
+            // Dropped without persist(): as after a kill, only what reached the OS remains.
+            std::mem::forget(wal);
+        }
+        let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+            .await
+            .unwrap();
+        assert_eq!(
+            wal.read("q", 0, 10, 1 << 20).await.unwrap(),
+            vec![(0, b"acked".to_vec())]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_appends_share_one_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+            .await
+            .unwrap();
+        wal.ensure_queue("q", None).await.unwrap();
+        let rounds_before = wal.sync_rounds();
+        let hold = wal.hold_sync().await;
+        let mut appends = Vec::new();
+        for i in 0..20 {
+            let wal = wal.clone();
+            appends.push(tokio::spawn(async move {
+                let doc = format!("doc{i}");
+                wal.append("q", &[doc.as_bytes()]).await.unwrap()
+            }));
+        }
+        // Every append reaches the OS while the fsync is held back: the log is not locked
+        // by a waiting fsync.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while wal.read("q", 0, 100, 1 << 20).await.unwrap().len() < 20 {
+            assert!(std::time::Instant::now() < deadline, "appends blocked");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            appends.iter().all(|a| !a.is_finished()),
+            "acked before fsync"
+        );
+        drop(hold);
+        for append in appends {
+            append.await.unwrap();
+        }
+        // One round (the first waiter's) covered all twenty appends.
+        assert_eq!(wal.sync_rounds() - rounds_before, 1);
     }
 }

@@ -203,7 +203,9 @@ impl SearchService {
             let sort_by = sort_by.clone();
             let storage = storage.clone();
             leaf_futures.push(async move {
-                let result = self.leaf_search(&storage, split, query, sort_by, k).await;
+                let result = self
+                    .leaf_search(storage.as_ref(), split, query, sort_by, k)
+                    .await;
                 (ord, result)
             });
         }
@@ -335,7 +337,7 @@ impl SearchService {
     /// Opens a split (through the cache) or returns it from the open-split table.
     async fn open_split(
         &self,
-        storage: &Storage,
+        storage: &dyn Storage,
         split: &SplitMetadata,
     ) -> Result<Arc<OpenSplit>, String> {
         if let Some(open) = self
@@ -348,7 +350,7 @@ impl SearchService {
         }
         let cached = self
             .cache
-            .get_split(storage, &split.split_id)
+            .get_split(storage, &split.split_id, split.size_bytes)
             .await
             .map_err(|err| err.to_string())?;
         let path = cached.split_file();
@@ -388,7 +390,7 @@ impl SearchService {
 
     async fn leaf_search(
         &self,
-        storage: &Storage,
+        storage: &dyn Storage,
         split: &SplitMetadata,
         query: Arc<dyn Query>,
         sort_by: SortBy,

@@ -224,7 +224,7 @@ impl Node {
     pub fn index_storage(
         &self,
         index: &IndexMetadata,
-    ) -> Result<shale_storage::Storage, shale_storage::StorageError> {
+    ) -> Result<shale_storage::StorageRef, shale_storage::StorageError> {
         self.storages
             .for_index(index.index_id(), index.index_config.index_uri.as_deref())
     }

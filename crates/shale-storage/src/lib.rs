@@ -1,14 +1,21 @@
 //! Object storage access and the local split cache.
 //!
-//! [`Storage`] is one index's view of an object store (local file system by default, any
-//! S3-compatible server by `s3://bucket/prefix`), built on the `object_store` crate.
-//! [`SplitCache`] keeps downloaded split objects on local disk, bounded in bytes, LRU.
+//! [`Storage`] is the seam: one location in an object store (an index's split directory),
+//! with one implementation per kind of store — [`LocalStorage`] (the local file system, the
+//! default; writes fsynced before they are reported done) and [`S3Storage`] (any
+//! S3-compatible server, `s3://bucket/prefix`, through the `object_store` crate).
+//! [`StorageResolver`] and [`IndexStorages`] turn URIs into storages once and reuse them.
+//! [`SplitCache`] keeps downloaded split objects on local disk within a byte budget, LRU.
 
 mod cache;
+mod local;
+mod s3;
 mod storage;
 
-pub use cache::{CachedSplit, SplitCache, SPLIT_FILE_NAME};
-pub use storage::{IndexStorages, S3Options, Storage, StorageResolver};
+pub use cache::{CachedSplit, PressureHandler, SplitCache, DEFAULT_CACHE_WAIT, SPLIT_FILE_NAME};
+pub use local::LocalStorage;
+pub use s3::S3Storage;
+pub use storage::{IndexStorages, S3Options, Storage, StorageRef, StorageResolver};
 
 /// Errors of storage operations.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +34,40 @@ pub enum StorageError {
     /// The object store failed.
     #[error("object store error: {0}")]
     ObjectStore(String),
+    /// An object name that is not a plain relative path.
+    #[error("invalid object name `{0}`")]
+    InvalidName(String),
+    /// The split cache's budget is taken by splits in use, and none was released in time.
+    #[error(
+        "the split cache is full: split `{split}` ({size} bytes) does not fit in \
+         split_cache_max_bytes ({max_bytes} bytes, {pinned_bytes} in use) and no split in use \
+         was released within {waited:?}; retry later or raise split_cache_max_bytes"
+    )]
+    CacheFull {
+        /// The split that did not fit.
+        split: String,
+        /// Its size.
+        size: u64,
+        /// The cache budget.
+        max_bytes: u64,
+        /// Bytes held or reserved when the wait ended.
+        pinned_bytes: u64,
+        /// How long the fetch waited.
+        waited: std::time::Duration,
+    },
+    /// A split larger than the whole split cache.
+    #[error(
+        "split `{split}` ({size} bytes) is larger than the whole split cache \
+         (split_cache_max_bytes = {max_bytes})"
+    )]
+    CacheTooSmall {
+        /// The split.
+        split: String,
+        /// Its size.
+        size: u64,
+        /// The cache budget.
+        max_bytes: u64,
+    },
     /// Local disk I/O failed.
     #[error("local I/O error on {path}: {source}")]
     Io {

@@ -35,7 +35,12 @@ async fn s3_storage_round_trips_large_files() {
     );
     assert_eq!(std::fs::read(&dest).unwrap(), data);
     assert_eq!(
-        storage.get_range("x.split", 10..20).await.unwrap().as_ref(),
+        storage
+            .get_bytes("x.split")
+            .await
+            .unwrap()
+            .slice(10..20)
+            .as_ref(),
         &data[10..20]
     );
     storage.delete("x.split").await.unwrap();

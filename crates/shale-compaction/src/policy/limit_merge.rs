@@ -148,12 +148,8 @@ impl MergePolicy for LimitMergePolicy {
     }
 
     fn split_maturity(&self, num_docs: u64, num_merge_ops: u32) -> SplitMaturity {
-        if num_merge_ops >= self.config.max_merge_ops || num_docs >= self.split_num_docs_target {
-            return SplitMaturity::Mature;
-        }
-        SplitMaturity::Immature {
-            maturation_period_secs: self.config.maturation_period_secs,
-        }
+        self.config
+            .split_maturity(self.split_num_docs_target, num_docs, num_merge_ops)
     }
 
     fn is_mature(&self, split: &SplitMetadata, now: i64) -> bool {

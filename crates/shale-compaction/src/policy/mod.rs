@@ -12,7 +12,6 @@
 //! errors naming the field. [`plan`] groups splits by [`MergeScope`] and asks the policy for
 //! each scope; the node's planner, `shale plan` and the simulator all go through it.
 
-mod config;
 mod limit_merge;
 mod no_merge;
 mod stable_log;
@@ -28,13 +27,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use shale_types::{MergeScope, SplitId, SplitMaturity, SplitMetadata};
 
-pub use config::{
-    merge_policy_from_config, LimitMergeConfig, MergePolicyConfig, PolicyConfigError,
-    StableLogConfig, DEFAULT_MATURATION_PERIOD_SECS, DEFAULT_MAX_MERGE_FACTOR,
-    DEFAULT_MAX_MERGE_OPS, DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
-};
 pub use limit_merge::LimitMergePolicy;
 pub use no_merge::NoMergePolicy;
+pub use shale_config::{
+    LimitMergeConfig, MergePolicyConfig, PolicyConfigError, StableLogConfig,
+    DEFAULT_MATURATION_PERIOD_SECS, DEFAULT_MAX_MERGE_FACTOR, DEFAULT_MAX_MERGE_OPS,
+    DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
+};
 pub use stable_log::StableLogMergePolicy;
 
 /// One merge: the ids of the splits to merge into one, in the order the policy produced them.
@@ -129,6 +128,21 @@ pub fn plan(
             (!operations.is_empty()).then_some((scope, operations))
         })
         .collect()
+}
+
+/// Parses a raw `merge_policy` block (as written by a user, e.g. for `shale plan`) and builds
+/// the policy for splits of `split_num_docs_target` documents.
+pub fn merge_policy_from_config(
+    merge_policy: &serde_json::Value,
+    split_num_docs_target: u64,
+) -> Result<Arc<dyn MergePolicy>, PolicyConfigError> {
+    let config = MergePolicyConfig::parse(merge_policy)?;
+    Ok(build_policy(&config, split_num_docs_target))
+}
+
+/// The policy of an index, from its (typed, validated) indexing settings.
+pub fn index_merge_policy(settings: &shale_config::IndexingSettings) -> Arc<dyn MergePolicy> {
+    build_policy(&settings.merge_policy, settings.split_num_docs_target)
 }
 
 /// The policy described by `config` for splits of `split_num_docs_target` documents.

@@ -157,12 +157,8 @@ impl MergePolicy for StableLogMergePolicy {
     }
 
     fn split_maturity(&self, num_docs: u64, _num_merge_ops: u32) -> SplitMaturity {
-        if num_docs >= self.split_num_docs_target {
-            return SplitMaturity::Mature;
-        }
-        SplitMaturity::Immature {
-            maturation_period_secs: self.config.maturation_period_secs,
-        }
+        self.config
+            .split_maturity(self.split_num_docs_target, num_docs)
     }
 
     fn is_mature(&self, split: &SplitMetadata, now: i64) -> bool {

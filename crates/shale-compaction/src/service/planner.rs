@@ -8,10 +8,10 @@ use std::collections::HashSet;
 use shale_config::ScopeMode;
 use shale_metastore::{ListSplitsQuery, MergeTaskState, NewMergeTask};
 use shale_types::{MergeScope, SplitMetadata, SplitState};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{CompactionEnv, CompactionError};
-use crate::policy::{merge_policy_from_config, plan};
+use crate::policy::{index_merge_policy, plan};
 
 /// The key of a merge scope as stored with a task:
 /// `source/partition/doc_mapping_uid[/node]`.
@@ -32,17 +32,7 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
     let node_local = env.config.scope == ScopeMode::NodeLocal;
     let mut created = 0;
     for index in env.metastore.list_indexes().await? {
-        let settings = &index.index_config.indexing_settings;
-        let policy = match merge_policy_from_config(
-            &settings.merge_policy,
-            settings.split_num_docs_target,
-        ) {
-            Ok(policy) => policy,
-            Err(err) => {
-                warn!(index = %index.index_uid, %err, "invalid merge policy: not merging");
-                continue;
-            }
-        };
+        let policy = index_merge_policy(&index.index_config.indexing_settings);
         let busy: HashSet<String> = env
             .metastore
             .list_merge_tasks(

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::metrics;
 use super::{CompactionEnv, CompactionError};
-use crate::policy::merge_policy_from_config;
+use crate::policy::index_merge_policy;
 
 /// What a successful merge produced.
 #[derive(Debug, Clone)]
@@ -139,11 +139,7 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     }
     let config = &index.index_config;
     let doc_mapper = DocMapper::new(&config.doc_mapping, &config.search_settings)?;
-    let policy = merge_policy_from_config(
-        &config.indexing_settings.merge_policy,
-        config.indexing_settings.split_num_docs_target,
-    )
-    .map_err(|err| CompactionError::Policy(err.to_string()))?;
+    let policy = index_merge_policy(&config.indexing_settings);
     let storage = env
         .storages
         .for_index(index.index_id(), config.index_uri.as_deref())?;
@@ -153,7 +149,11 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     let mut handles = Vec::with_capacity(inputs.len());
     let mut bytes_read = 0;
     for split in &inputs {
-        handles.push(env.cache.get_split(&storage, &split.split_id).await?);
+        handles.push(
+            env.cache
+                .get_split(storage.as_ref(), &split.split_id, split.size_bytes)
+                .await?,
+        );
         bytes_read += split.size_bytes;
     }
     let paths: Vec<std::path::PathBuf> = handles.iter().map(|h| h.split_file()).collect();

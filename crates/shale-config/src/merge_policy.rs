@@ -1,4 +1,5 @@
-//! The merge policy config, as Quickwit writes it under `indexing_settings.merge_policy`:
+//! The merge policy config — typed, in one place — as Quickwit writes it under
+//! `indexing_settings.merge_policy`:
 //!
 //! ```yaml
 //! merge_policy:
@@ -12,12 +13,13 @@
 //! `limit_merge` takes `merge_factor`, `max_merge_factor`, `max_merge_ops` (4),
 //! `maturation_period`, `max_finalize_merge_operations` (0) and `max_finalize_split_num_docs`
 //! (none). Unknown keys are rejected, as Quickwit does, and every error names its field.
+//!
+//! [`MergePolicyConfig::split_maturity`] is the one rule for the maturity of a fresh or merged
+//! split: ingest, the merge planner and the merge workers all call it.
 
-use std::sync::Arc;
-
-use serde_json::{Map, Value};
-
-use super::{build_policy, MergePolicy};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Map, Value};
+use shale_types::SplitMaturity;
 
 /// Default `min_level_num_docs`.
 pub const DEFAULT_MIN_LEVEL_NUM_DOCS: u64 = 100_000;
@@ -41,6 +43,17 @@ pub struct PolicyConfigError {
 }
 
 impl PolicyConfigError {
+    /// The message for a serde error: the field below `merge_policy` between markers, so
+    /// that the config parser can name the full path (`indexing_settings.merge_policy.x`).
+    fn to_serde_message(&self) -> String {
+        let sub = self
+            .field
+            .strip_prefix(FIELD)
+            .unwrap_or(&self.field)
+            .trim_start_matches('.');
+        format!("{SUBFIELD_MARKER}{sub}{SUBFIELD_MARKER}{}", self.message)
+    }
+
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         PolicyConfigError {
             field: field.into(),
@@ -121,6 +134,42 @@ impl Default for MergePolicyConfig {
 }
 
 const FIELD: &str = "merge_policy";
+
+/// Delimits, in a serde error message, the path of the offending key below the value being
+/// deserialized (see `validation::deserialize_with_path`).
+pub(crate) const SUBFIELD_MARKER: char = '\u{1}';
+
+impl StableLogConfig {
+    /// Maturity of a split of `num_docs` documents: mature at the docs target, else immature
+    /// for the maturation period.
+    pub fn split_maturity(&self, split_num_docs_target: u64, num_docs: u64) -> SplitMaturity {
+        if num_docs >= split_num_docs_target {
+            return SplitMaturity::Mature;
+        }
+        SplitMaturity::Immature {
+            maturation_period_secs: self.maturation_period_secs,
+        }
+    }
+}
+
+impl LimitMergeConfig {
+    /// Maturity of a split of `num_docs` documents made by `num_merge_ops` merges: mature once
+    /// made by `max_merge_ops` merges (so with `max_merge_ops: 0` every split is born mature)
+    /// or at the docs target, else immature for the maturation period.
+    pub fn split_maturity(
+        &self,
+        split_num_docs_target: u64,
+        num_docs: u64,
+        num_merge_ops: u32,
+    ) -> SplitMaturity {
+        if num_merge_ops >= self.max_merge_ops || num_docs >= split_num_docs_target {
+            return SplitMaturity::Mature;
+        }
+        SplitMaturity::Immature {
+            maturation_period_secs: self.maturation_period_secs,
+        }
+    }
+}
 
 impl MergePolicyConfig {
     /// Parses a `merge_policy` block; `null` (absent) means the default, `stable_log`.
@@ -223,6 +272,57 @@ impl MergePolicyConfig {
         Ok(config)
     }
 
+    /// Maturity of a fresh (`num_merge_ops == 0`) or merged split of `num_docs` documents, for
+    /// an index whose splits target `split_num_docs_target` documents. The one rule every
+    /// component uses.
+    pub fn split_maturity(
+        &self,
+        split_num_docs_target: u64,
+        num_docs: u64,
+        num_merge_ops: u32,
+    ) -> SplitMaturity {
+        match self {
+            MergePolicyConfig::NoMerge => SplitMaturity::Mature,
+            MergePolicyConfig::LimitMerge(config) => {
+                config.split_maturity(split_num_docs_target, num_docs, num_merge_ops)
+            }
+            MergePolicyConfig::StableLog(config) => {
+                config.split_maturity(split_num_docs_target, num_docs)
+            }
+        }
+    }
+
+    /// The config in Quickwit's shape (every key written, durations as `2days`).
+    pub fn to_json(&self) -> Value {
+        match self {
+            MergePolicyConfig::NoMerge => json!({"type": "no_merge"}),
+            MergePolicyConfig::StableLog(config) => json!({
+                "type": "stable_log",
+                "min_level_num_docs": config.min_level_num_docs,
+                "merge_factor": config.merge_factor,
+                "max_merge_factor": config.max_merge_factor,
+                "maturation_period": format_duration(config.maturation_period_secs),
+            }),
+            MergePolicyConfig::LimitMerge(config) => {
+                let mut value = json!({
+                    "type": "limit_merge",
+                    "merge_factor": config.merge_factor,
+                    "max_merge_factor": config.max_merge_factor,
+                    "max_merge_ops": config.max_merge_ops,
+                    "maturation_period": format_duration(config.maturation_period_secs),
+                });
+                if config.max_finalize_merge_operations > 0 {
+                    value["max_finalize_merge_operations"] =
+                        json!(config.max_finalize_merge_operations);
+                }
+                if let Some(max_docs) = config.max_finalize_split_num_docs {
+                    value["max_finalize_split_num_docs"] = json!(max_docs);
+                }
+                value
+            }
+        }
+    }
+
     /// Quickwit's validation: `max_merge_factor` must be at least `merge_factor`.
     pub fn validate(&self) -> Result<(), PolicyConfigError> {
         let (merge_factor, max_merge_factor) = match self {
@@ -249,14 +349,39 @@ impl MergePolicyConfig {
     }
 }
 
-/// Parses `indexing_settings.merge_policy` (as given by the user) and builds the policy for
-/// splits of `split_num_docs_target` documents.
-pub fn merge_policy_from_config(
-    merge_policy: &Value,
-    split_num_docs_target: u64,
-) -> Result<Arc<dyn MergePolicy>, PolicyConfigError> {
-    let config = MergePolicyConfig::parse(merge_policy)?;
-    Ok(build_policy(&config, split_num_docs_target))
+impl Serialize for MergePolicyConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for MergePolicyConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        MergePolicyConfig::parse(&value)
+            .map_err(|err| serde::de::Error::custom(err.to_serde_message()))
+    }
+}
+
+/// Writes a duration as Quickwit does (`2days`, `1h 30m`, `45s`).
+pub fn format_duration(secs: u64) -> String {
+    if secs == 0 {
+        return "0s".to_string();
+    }
+    let days = secs / 86_400;
+    let hours = secs % 86_400 / 3_600;
+    let minutes = secs % 3_600 / 60;
+    let seconds = secs % 60;
+    let mut parts = Vec::new();
+    if days > 0 {
+        parts.push(format!("{days}day{}", if days > 1 { "s" } else { "" }));
+    }
+    for (value, unit) in [(hours, "h"), (minutes, "m"), (seconds, "s")] {
+        if value > 0 {
+            parts.push(format!("{value}{unit}"));
+        }
+    }
+    parts.join(" ")
 }
 
 fn check_keys(object: &Map<String, Value>, allowed: &[&str]) -> Result<(), PolicyConfigError> {
@@ -316,9 +441,9 @@ fn get_usize(object: &Map<String, Value>, key: &str) -> Result<Option<usize>, Po
 fn get_duration(object: &Map<String, Value>, key: &str) -> Result<Option<u64>, PolicyConfigError> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => shale_config::parse_duration(text).map(Some).map_err(|err| {
+        Some(Value::String(text)) => crate::parse_duration(text).map(Some).map_err(|err| {
             let message = match err {
-                shale_config::ConfigError::Invalid { message, .. } => message,
+                crate::ConfigError::Invalid { message, .. } => message,
                 other => other.to_string(),
             };
             PolicyConfigError::new(format!("{FIELD}.{key}"), message)

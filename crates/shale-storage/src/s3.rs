@@ -1,0 +1,210 @@
+//! [`S3Storage`]: objects in a bucket of an S3-compatible server, through `object_store`.
+//! Uploads are multipart for large files; an object becomes visible whole when its upload
+//! completes, and S3 acknowledges a completed upload only once it is durable.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::buffered::BufWriter;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::storage::{check_name, S3Options, Storage};
+use crate::{io_err, StorageError, StorageResult};
+
+/// Part size of multipart uploads.
+const UPLOAD_CHUNK: usize = 8 * 1024 * 1024;
+
+/// A prefix inside one bucket.
+#[derive(Clone, Debug)]
+pub struct S3Storage {
+    uri: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+}
+
+impl S3Storage {
+    /// A client for `bucket`, configured by `options` then the `AWS_*` environment.
+    pub fn connect(bucket: &str, options: &S3Options) -> StorageResult<S3Storage> {
+        let uri = format!("s3://{bucket}");
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(endpoint) = &options.endpoint {
+            builder = builder.with_endpoint(endpoint);
+            if endpoint.starts_with("http://") {
+                builder = builder.with_allow_http(true);
+            }
+        }
+        let region = options
+            .region
+            .clone()
+            .or_else(|| std::env::var("AWS_REGION").ok())
+            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+            .unwrap_or_else(|| "us-east-1".to_string());
+        builder = builder.with_region(region);
+        if let Some(key) = &options.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &options.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        if let Some(allow_http) = options.allow_http {
+            builder = builder.with_allow_http(allow_http);
+        }
+        let path_style = options
+            .force_path_style
+            .unwrap_or(options.endpoint.is_some());
+        builder = builder.with_virtual_hosted_style_request(!path_style);
+        let store = builder.build().map_err(|err| StorageError::InvalidUri {
+            uri: uri.clone(),
+            // object_store's builder errors name settings, never their values.
+            message: err.to_string(),
+        })?;
+        Ok(S3Storage {
+            uri,
+            store: Arc::new(store),
+            prefix: ObjectPath::default(),
+        })
+    }
+
+    fn key(&self, name: &str) -> StorageResult<ObjectPath> {
+        check_name(name)?;
+        let parts = self
+            .prefix
+            .parts()
+            .map(|p| p.as_ref().to_string())
+            .chain(name.split('/').map(str::to_string))
+            .collect::<Vec<_>>();
+        Ok(ObjectPath::from_iter(parts))
+    }
+}
+
+#[async_trait]
+impl Storage for S3Storage {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn child(&self, name: &str) -> Arc<dyn Storage> {
+        let name = name.trim_matches('/');
+        let prefix = ObjectPath::from_iter(
+            self.prefix.parts().map(|p| p.as_ref().to_string()).chain(
+                name.split('/')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string),
+            ),
+        );
+        Arc::new(S3Storage {
+            uri: format!("{}/{name}", self.uri),
+            store: self.store.clone(),
+            prefix,
+        })
+    }
+
+    async fn put_file(&self, name: &str, local: &Path) -> StorageResult<u64> {
+        let key = self.key(name)?;
+        let mut file = tokio::fs::File::open(local)
+            .await
+            .map_err(|err| io_err(local, err))?;
+        let mut writer = BufWriter::with_capacity(self.store.clone(), key, UPLOAD_CHUNK);
+        let mut buf = vec![0u8; 1024 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = match file.read(&mut buf).await {
+                Ok(n) => n,
+                Err(err) => {
+                    let _ = writer.abort().await;
+                    return Err(io_err(local, err));
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if let Err(err) = writer.write_all(&buf[..n]).await {
+                let _ = writer.abort().await;
+                return Err(StorageError::ObjectStore(err.to_string()));
+            }
+        }
+        writer
+            .shutdown()
+            .await
+            .map_err(|err| StorageError::ObjectStore(err.to_string()))?;
+        Ok(total)
+    }
+
+    async fn put_bytes(&self, name: &str, bytes: Vec<u8>) -> StorageResult<()> {
+        self.store.put(&self.key(name)?, bytes.into()).await?;
+        Ok(())
+    }
+
+    async fn get_bytes(&self, name: &str) -> StorageResult<bytes::Bytes> {
+        Ok(self.store.get(&self.key(name)?).await?.bytes().await?)
+    }
+
+    async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64> {
+        let key = self.key(name)?;
+        let tmp = dest.with_extension("partial");
+        let result = async {
+            let mut stream = self.store.get(&key).await?.into_stream();
+            let mut file = tokio::fs::File::create(&tmp)
+                .await
+                .map_err(|err| io_err(&tmp, err))?;
+            let mut total = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk?;
+                total += chunk.len() as u64;
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|err| io_err(&tmp, err))?;
+            }
+            file.flush().await.map_err(|err| io_err(&tmp, err))?;
+            tokio::fs::rename(&tmp, dest)
+                .await
+                .map_err(|err| io_err(dest, err))?;
+            Ok(total)
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
+    }
+
+    async fn delete(&self, name: &str) -> StorageResult<()> {
+        match self.store.delete(&self.key(name)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn exists(&self, name: &str) -> StorageResult<bool> {
+        match self.store.head(&self.key(name)?).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn list(&self) -> StorageResult<Vec<String>> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let mut stream = self.store.list(prefix);
+        let mut names = Vec::new();
+        let prefix_len = self.prefix.parts().count();
+        while let Some(meta) = stream.next().await {
+            let meta = meta?;
+            let rel: Vec<String> = meta
+                .location
+                .parts()
+                .skip(prefix_len)
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            names.push(rel.join("/"));
+        }
+        names.sort();
+        Ok(names)
+    }
+}
