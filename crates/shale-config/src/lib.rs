@@ -19,6 +19,8 @@ mod partition;
 mod units;
 mod validation;
 
+pub use validation::RetentionSchedule;
+
 pub use index_config::*;
 pub use merge_policy::{
     format_duration, LimitMergeConfig, MergePolicyConfig, PolicyConfigError, StableLogConfig,

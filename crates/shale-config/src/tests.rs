@@ -546,8 +546,49 @@ fn one_maturity_rule_for_every_policy() {
 }
 
 #[test]
+fn retention_schedules_are_parsed_or_rejected() {
+    let base = "index_id: abc\ndoc_mapping:\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n  timestamp_field: ts\nretention:\n  period: 1 day\n";
+    // 2023-11-14T22:13:20Z
+    let now = 1_700_000_000;
+    for (schedule, next) in [
+        ("hourly", 1_700_002_800),       // 23:00:00
+        ("@hourly", 1_700_002_800),      // same
+        ("daily", 1_700_006_400),        // 2023-11-15T00:00:00Z
+        ("0 30 2 * * *", 1_700_015_400), // 02:30:00 the next day
+        ("*/10 * * * * *", 1_700_000_010),
+    ] {
+        let config = parse(&format!("{base}  schedule: \"{schedule}\"\n")).unwrap();
+        let parsed = config.retention.unwrap().schedule().unwrap();
+        assert_eq!(parsed.next_after(now), Some(next), "{schedule}");
+    }
+    // The default is hourly.
+    let config = parse(base).unwrap();
+    assert_eq!(
+        config
+            .retention
+            .unwrap()
+            .schedule()
+            .unwrap()
+            .next_after(now),
+        Some(1_700_002_800)
+    );
+    for bad in ["sometimes", "Daily", "0 0 * *", "61 * * * * *"] {
+        assert_invalid(
+            &format!("{base}  schedule: \"{bad}\"\n"),
+            "retention.schedule",
+            "is not a schedule",
+        );
+    }
+    assert_invalid(
+        "index_id: abc\ndoc_mapping: {}\nretention:\n  period: 1 day\n",
+        "retention",
+        "needs a timestamp field",
+    );
+}
+
+#[test]
 fn retention_rules() {
-    let base = "index_id: abc\ndoc_mapping: {}\nretention:\n";
+    let base = "index_id: abc\ndoc_mapping:\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n  timestamp_field: ts\nretention:\n";
     let config = parse(&format!("{base}  period: 12h\n")).unwrap();
     assert_eq!(config.retention.unwrap().period_secs().unwrap(), 43_200);
     assert_invalid(

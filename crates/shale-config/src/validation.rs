@@ -143,6 +143,14 @@ impl IndexConfig {
             .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
         if let Some(retention) = &self.retention {
             retention.period_secs()?;
+            retention.schedule()?;
+            if self.doc_mapping.timestamp_field.is_none() {
+                return Err(invalid(
+                    "retention",
+                    "a retention policy needs a timestamp field: set \
+                     `doc_mapping.timestamp_field`",
+                ));
+            }
         }
         Ok(())
     }
@@ -368,7 +376,44 @@ impl DocMapping {
     }
 }
 
+/// A parsed retention `schedule`: when the janitor evaluates the retention policy.
+#[derive(Clone, Debug)]
+pub struct RetentionSchedule(cron::Schedule);
+
+impl RetentionSchedule {
+    /// The first evaluation time strictly after `now` (seconds since epoch), if any.
+    pub fn next_after(&self, now: i64) -> Option<i64> {
+        let now = chrono::DateTime::<chrono::Utc>::from_timestamp(now, 0)?;
+        self.0.after(&now).next().map(|next| next.timestamp())
+    }
+}
+
 impl RetentionPolicy {
+    /// The parsed `schedule`: `hourly`, `daily`, `weekly`, `monthly`, `yearly` (or with `@`),
+    /// or a cron expression with seconds (`sec min hour day-of-month month day-of-week
+    /// [year]`, e.g. `0 30 2 * * *` for 02:30:00 UTC every day), as Quickwit accepts.
+    pub fn schedule(&self) -> Result<RetentionSchedule, ConfigError> {
+        let text = self.schedule.trim();
+        let expression = if !text.is_empty() && text.chars().all(|c| c.is_ascii_alphabetic()) {
+            format!("@{text}")
+        } else {
+            text.to_string()
+        };
+        expression
+            .parse::<cron::Schedule>()
+            .map(RetentionSchedule)
+            .map_err(|err| {
+                invalid(
+                    "retention.schedule",
+                    format!(
+                        "`{}` is not a schedule: {err} (use hourly, daily, weekly, monthly, \
+                         yearly, or a cron expression with seconds such as `0 0 * * * *`)",
+                        self.schedule
+                    ),
+                )
+            })
+    }
+
     /// The retention period in seconds (`90 days` → 7 776 000).
     pub fn period_secs(&self) -> Result<u64, ConfigError> {
         let secs = parse_duration(&self.period).map_err(|err| match err {

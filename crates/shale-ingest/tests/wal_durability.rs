@@ -41,7 +41,10 @@ async fn an_fsync_round_covers_the_files_rolled_over_since_the_last_one() {
     let queues = scratch_path.join("queues");
     let first = queues.join(format!("wal-{:020}", 0));
     let second = queues.join(format!("wal-{:020}", 1));
-    assert!(second.exists(), "the appends did not roll over to a second file");
+    assert!(
+        second.exists(),
+        "the appends did not roll over to a second file"
+    );
     let marker = trace
         .find(0, &["rename", "renameat", "renameat2"], "marker-b")
         .expect("marker rename traced");

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use shale_config::IndexConfig;
 use shale_types::{
-    CheckpointDelta, IndexUid, Split, SplitId, SplitMaturity, SplitMetadata, SplitState, TimeRange,
+    CheckpointDelta, IndexUid, MergeScope, Split, SplitId, SplitMaturity, SplitMetadata,
+    SplitState, TimeRange,
 };
 use tokio::sync::Barrier;
 
@@ -86,7 +87,10 @@ macro_rules! metastore_conformance_tests {
             create_merge_tasks_creates_tasks_and_skips_unavailable_splits,
             concurrent_create_merge_tasks_never_share_a_split,
             claim_merge_task_takes_the_oldest_task_with_a_lease,
-            claim_merge_task_can_be_limited_to_a_scope_suffix,
+            claim_merge_task_can_be_limited_to_a_node_scope,
+            release_merge_tasks_releases_only_claimable_tasks,
+            mark_staged_splits_for_deletion_touches_only_staged_splits,
+            split_stats_count_splits_by_state_scope_and_maturity,
             expired_leases_are_reclaimed_until_max_attempts,
             concurrent_claimers_each_claim_a_task_once,
             claim_fails_tasks_whose_inputs_are_no_longer_published,
@@ -1206,8 +1210,19 @@ async fn index_with_published(
     index.index_uid
 }
 
-fn new_task(split_ids: &[&str]) -> NewMergeTask {
-    NewMergeTask::new("scope", ids(split_ids))
+/// The merge scope `src/0/dm` of `index_uid`, cluster-wide or of `node`.
+pub fn scope_of(index_uid: &IndexUid, node: Option<&str>) -> MergeScope {
+    MergeScope {
+        node_id: node.map(str::to_string),
+        index_uid: index_uid.clone(),
+        source_id: "src".to_string(),
+        partition_id: 0,
+        doc_mapping_uid: "dm".to_string(),
+    }
+}
+
+fn new_task(index_uid: &IndexUid, split_ids: &[&str]) -> NewMergeTask {
+    NewMergeTask::new(scope_of(index_uid, None), ids(split_ids))
 }
 
 /// Creates one task per entry of `tasks`; returns those created.
@@ -1217,7 +1232,10 @@ async fn create_tasks(
     tasks: &[&[&str]],
     max_attempts: u32,
 ) -> Vec<MergeTask> {
-    let tasks = tasks.iter().map(|split_ids| new_task(split_ids)).collect();
+    let tasks = tasks
+        .iter()
+        .map(|split_ids| new_task(index_uid, split_ids))
+        .collect();
     metastore
         .create_merge_tasks(index_uid, tasks, max_attempts)
         .await
@@ -1286,19 +1304,17 @@ pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
         .expect("mark");
     index_with_published(&metastore, "other", &["foreign"]).await;
 
+    let mut partition_7 = scope_of(&uid, Some("node-1"));
+    partition_7.partition_id = 7;
     let tasks = vec![
-        NewMergeTask::new("scope-1", ids(&["b", "a"])),
-        new_task(&["a", "c"]),
-        NewMergeTask {
-            scope: "scope-2".to_string(),
-            split_ids: ids(&["c", "d"]),
-            compaction_id: Some("compaction-1".to_string()),
-        },
-        new_task(&["e", "staged"]),
-        new_task(&["e", "marked"]),
-        new_task(&["e", "missing"]),
-        new_task(&["e", "foreign"]),
-        new_task(&["f", "e"]),
+        new_task(&uid, &["b", "a"]),
+        new_task(&uid, &["a", "c"]),
+        NewMergeTask::new(partition_7.clone(), ids(&["c", "d"])),
+        new_task(&uid, &["e", "staged"]),
+        new_task(&uid, &["e", "marked"]),
+        new_task(&uid, &["e", "missing"]),
+        new_task(&uid, &["e", "foreign"]),
+        new_task(&uid, &["f", "e"]),
     ];
     let created = metastore
         .create_merge_tasks(&uid, tasks, 3)
@@ -1308,10 +1324,13 @@ pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
         inputs(&created),
         [ids(&["b", "a"]), ids(&["c", "d"]), ids(&["f", "e"])]
     );
-    assert_eq!(created[0].scope, "scope-1");
-    assert_eq!(created[1].scope, "scope-2");
-    assert_eq!(created[0].compaction_id, None);
-    assert_eq!(created[1].compaction_id.as_deref(), Some("compaction-1"));
+    // The typed scope round-trips.
+    assert_eq!(created[0].scope, scope_of(&uid, None));
+    assert_eq!(created[1].scope, partition_7);
+    assert_eq!(
+        stored_task(&metastore, &created[1].task_id).await.scope,
+        partition_7
+    );
     for task in &created {
         assert!(is_ulid(&task.task_id), "{}", task.task_id);
         assert_eq!(task.index_uid, uid);
@@ -1344,10 +1363,23 @@ pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
     // Nothing to create is fine.
     assert!(create_tasks(&metastore, &uid, &[], 3).await.is_empty());
     // Invalid requests fail and create nothing, valid tasks of the batch included.
-    let invalid: [(Vec<NewMergeTask>, u32); 3] = [
-        (vec![new_task(&["staged"]), new_task(&[])], 3),
-        (vec![new_task(&["marked"]), new_task(&["x", "y", "x"])], 3),
-        (vec![new_task(&["staged"])], 0),
+    let other_uid = metastore
+        .index_metadata("other")
+        .await
+        .expect("other index")
+        .index_uid;
+    let invalid: [(Vec<NewMergeTask>, u32); 4] = [
+        (vec![new_task(&uid, &["staged"]), new_task(&uid, &[])], 3),
+        (
+            vec![
+                new_task(&uid, &["marked"]),
+                new_task(&uid, &["x", "y", "x"]),
+            ],
+            3,
+        ),
+        (vec![new_task(&uid, &["staged"])], 0),
+        // A scope of another index.
+        (vec![new_task(&other_uid, &["g", "h"])], 3),
     ];
     for (tasks, max_attempts) in invalid {
         assert_failed_precondition(
@@ -1357,9 +1389,10 @@ pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
         );
     }
     assert_eq!(all_tasks(&metastore).await.len(), 4);
+    let nope = IndexUid::new("nope");
     assert_not_found(
         metastore
-            .create_merge_tasks(&IndexUid::new("nope"), vec![new_task(&["a"])], 3)
+            .create_merge_tasks(&nope, vec![new_task(&nope, &["a"])], 3)
             .await,
     );
 }
@@ -1383,7 +1416,7 @@ pub async fn concurrent_create_merge_tasks_never_share_a_split(metastore: Arc<dy
                 .step_by(3)
                 .map(|start| {
                     NewMergeTask::new(
-                        format!("caller-{caller}"),
+                        scope_of(&uid, Some(&format!("caller-{caller}"))),
                         splits[start..start + 3].to_vec(),
                     )
                 })
@@ -1457,51 +1490,209 @@ pub async fn claim_merge_task_takes_the_oldest_task_with_a_lease(metastore: Arc<
     assert_eq!(running.len(), 4);
 }
 
-/// With a scope suffix (`node_local` mode), a node claims only the tasks of its own scopes;
-/// node ids with LIKE wildcards match literally.
-pub async fn claim_merge_task_can_be_limited_to_a_scope_suffix(metastore: Arc<dyn Metastore>) {
+/// With a scope node (`node_local` mode), a node claims only the tasks of its own splits;
+/// without, any task.
+pub async fn claim_merge_task_can_be_limited_to_a_node_scope(metastore: Arc<dyn Metastore>) {
     let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d", "e", "f"]).await;
-    let scoped = |scope: &str, split_ids: &[&str]| NewMergeTask {
-        scope: scope.to_string(),
-        split_ids: ids(split_ids),
-        compaction_id: None,
+    let scoped = |node: Option<&str>, split_ids: &[&str]| {
+        NewMergeTask::new(scope_of(&uid, node), ids(split_ids))
     };
     let created = metastore
         .create_merge_tasks(
             &uid,
             vec![
-                scoped("src/0/dm/node_a", &["a", "b"]),
-                scoped("src/0/dm/nodeXa", &["c", "d"]),
-                scoped("src/0/dm/node-b", &["e", "f"]),
+                scoped(Some("node_a"), &["a", "b"]),
+                scoped(None, &["c", "d"]),
+                scoped(Some("node-b"), &["e", "f"]),
             ],
             3,
         )
         .await
         .expect("create_merge_tasks");
     assert_eq!(created.len(), 3);
-    let claim_scoped = |node: &'static str, suffix: &'static str| {
+    let claim_scoped = |node: &'static str| {
         let metastore = metastore.clone();
         async move {
             metastore
-                .claim_merge_task(node, LEASE, T0, None, Some(suffix))
+                .claim_merge_task(node, LEASE, T0, None, Some(node))
                 .await
                 .expect("claim_merge_task")
         }
     };
-    let task = claimed(claim_scoped("node-b", "/node-b").await);
+    let task = claimed(claim_scoped("node-b").await);
     assert_eq!(task.task_id, created[2].task_id);
-    assert_eq!(claim_scoped("node-b", "/node-b").await, None);
-    assert_eq!(claim_scoped("node-c", "/node-c").await, None);
-    assert_eq!(
-        claim_scoped("x", "a-much-longer-suffix-than-any-scope/node_a").await,
-        None
-    );
-    // `_` is not a wildcard: only `node_a`'s task matches.
-    let task = claimed(claim_scoped("node_a", "/node_a").await);
+    assert_eq!(claim_scoped("node-b").await, None);
+    assert_eq!(claim_scoped("node-c").await, None);
+    // `_` is not a wildcard, and a cluster-scope task is nobody's own.
+    assert_eq!(claim_scoped("node%").await, None);
+    let task = claimed(claim_scoped("node_a").await);
     assert_eq!(task.task_id, created[0].task_id);
-    assert_eq!(claim_scoped("node_a", "/node_a").await, None);
+    assert_eq!(claim_scoped("node_a").await, None);
     let task = claimed(claim(&metastore, "anyone", T0, None).await);
     assert_eq!(task.task_id, created[1].task_id);
+}
+
+/// Releasing tasks gives up the claimable ones (Pending, or Running with an expired lease)
+/// and frees their splits; running and finished tasks are left alone.
+pub async fn release_merge_tasks_releases_only_claimable_tasks(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d", "e", "f"]).await;
+    let created = create_tasks(
+        &metastore,
+        &uid,
+        &[&["a", "b"], &["c", "d"], &["e", "f"]],
+        3,
+    )
+    .await;
+    // created[0] runs under a live lease, created[1] under a lease that expires at T0,
+    // created[2] stays Pending.
+    let all: Vec<String> = task_ids(&created);
+    let running = claimed(claim(&metastore, "node-2", T0, None).await);
+    assert_eq!(running.task_id, created[0].task_id);
+    let expiring = claimed(claim(&metastore, "node-3", T0 - LEASE as i64, None).await);
+    assert_eq!(expiring.task_id, created[1].task_id);
+    let mut released = metastore
+        .release_merge_tasks(
+            &[all.clone(), vec!["unknown".to_string()]].concat(),
+            "released: scope mode changed",
+            T0,
+        )
+        .await
+        .expect("release");
+    released.sort();
+    let mut expected = vec![created[2].task_id.clone(), expiring.task_id.clone()];
+    expected.sort();
+    assert_eq!(released, expected);
+    for task_id in &expected {
+        let task = stored_task(&metastore, task_id).await;
+        assert_eq!(task.state, MergeTaskState::Failed);
+        assert_eq!(task.error.as_deref(), Some("released: scope mode changed"));
+    }
+    assert_eq!(
+        stored_task(&metastore, &running.task_id).await.state,
+        MergeTaskState::Running
+    );
+    // The released splits can be planned again.
+    let again = create_tasks(
+        &metastore,
+        &uid,
+        &[&["a", "b"], &["c", "d"], &["e", "f"]],
+        3,
+    )
+    .await;
+    assert_eq!(again.len(), 2, "{:?}", inputs(&again));
+}
+
+/// Only splits still Staged are marked: a split published meanwhile is left alone, and a
+/// marked split can no longer be published.
+pub async fn mark_staged_splits_for_deletion_touches_only_staged_splits(
+    metastore: Arc<dyn Metastore>,
+) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    stage(&metastore, &uid, &["stale", "published"]).await;
+    publish(&metastore, &uid, &["published"]).await;
+    let marked = metastore
+        .mark_staged_splits_for_deletion(&uid, &ids(&["stale", "published", "unknown"]))
+        .await
+        .expect("mark staged");
+    assert_eq!(marked, ids(&["stale"]));
+    let states: Vec<(String, SplitState)> = metastore
+        .list_splits(ListSplitsQuery::for_index(uid.clone()))
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|s| (s.split_metadata.split_id, s.split_state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("published".to_string(), SplitState::Published),
+            ("stale".to_string(), SplitState::MarkedForDeletion),
+        ]
+    );
+    // The late publish of the marked upload fails.
+    assert_failed_precondition(
+        metastore
+            .publish_splits(&uid, &ids(&["stale"]), &[], None)
+            .await,
+    );
+}
+
+/// Split counts are grouped by index, state, scope (with the node) and maturity.
+pub async fn split_stats_count_splits_by_state_scope_and_maturity(metastore: Arc<dyn Metastore>) {
+    let index = create(&metastore, "logs").await;
+    let uid = index.index_uid.clone();
+    let mut splits = Vec::new();
+    for (split_id, node, mature) in [
+        ("a", "n1", false),
+        ("b", "n1", false),
+        ("c", "n1", true),
+        ("d", "n2", false),
+    ] {
+        let mut split = split_metadata(&uid, split_id);
+        split.node_id = node.to_string();
+        split.num_docs = 10;
+        split.size_bytes = 100;
+        split.create_timestamp = T0;
+        split.maturity = if mature {
+            SplitMaturity::Mature
+        } else {
+            SplitMaturity::Immature {
+                maturation_period_secs: 3600,
+            }
+        };
+        splits.push(split);
+    }
+    metastore.stage_splits(&uid, splits).await.expect("stage");
+    publish(&metastore, &uid, &["a", "b", "c"]).await;
+    let stats = metastore.split_stats(T0).await.expect("stats");
+    let summary: Vec<(SplitState, Option<String>, bool, u64, u64, u64)> = stats
+        .iter()
+        .map(|s| {
+            assert_eq!(s.scope.index_uid, uid);
+            (
+                s.split_state,
+                s.scope.node_id.clone(),
+                s.mature,
+                s.num_splits,
+                s.size_bytes,
+                s.num_docs,
+            )
+        })
+        .collect();
+    let expected = [
+        (
+            SplitState::Published,
+            Some("n1".to_string()),
+            false,
+            2,
+            200,
+            20,
+        ),
+        (
+            SplitState::Published,
+            Some("n1".to_string()),
+            true,
+            1,
+            100,
+            10,
+        ),
+        (
+            SplitState::Staged,
+            Some("n2".to_string()),
+            false,
+            1,
+            100,
+            10,
+        ),
+    ];
+    for row in &expected {
+        assert!(summary.contains(row), "{row:?} missing from {summary:?}");
+    }
+    assert_eq!(summary.len(), expected.len(), "{summary:?}");
+    // An hour later, every split is mature.
+    let later = metastore.split_stats(T0 + 3600).await.expect("stats");
+    assert!(later.iter().all(|s| s.mature), "{later:?}");
 }
 
 /// A Running task whose lease expired is claimed again (one more attempt); once attempts

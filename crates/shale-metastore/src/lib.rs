@@ -35,7 +35,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shale_config::IndexConfig;
 use shale_types::{
-    CheckpointDelta, IndexUid, PartitionId, SourceCheckpoint, SourceId, Split, SplitId,
+    CheckpointDelta, IndexUid, MergeScope, PartitionId, SourceCheckpoint, SourceId, Split, SplitId,
     SplitMetadata, SplitState,
 };
 use std::collections::BTreeMap;
@@ -162,6 +162,24 @@ impl ListSplitsQuery {
     }
 }
 
+/// Split counts of one group of [`Metastore::split_stats`]: the splits of one index, state,
+/// merge scope (with the node that made them) and maturity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitStats {
+    /// The state of the splits.
+    pub split_state: SplitState,
+    /// Their scope; `node_id` is the node that made them (always set).
+    pub scope: MergeScope,
+    /// Whether they are mature at the time asked.
+    pub mature: bool,
+    /// How many.
+    pub num_splits: u64,
+    /// Their bytes.
+    pub size_bytes: u64,
+    /// Their documents.
+    pub num_docs: u64,
+}
+
 /// The metastore. Every method is atomic. Methods taking an `index_uid` fail with `NotFound`
 /// when that index (incarnation) does not exist.
 #[async_trait]
@@ -222,6 +240,20 @@ pub trait Metastore: Send + Sync + 'static {
         split_ids: &[SplitId],
     ) -> MetastoreResult<()>;
 
+    /// Marks for deletion those of `split_ids` that are still Staged (an upload that was never
+    /// published), and returns them; splits in another state are left alone, so a split
+    /// published meanwhile is never touched. Once marked, a split can no longer be published:
+    /// its object may then be deleted safely.
+    async fn mark_staged_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<Vec<SplitId>>;
+
+    /// Counts of splits grouped by index, state, merge scope (with the producing node) and
+    /// maturity at `now`, computed by the database (for metrics: no split is listed).
+    async fn split_stats(&self, now: i64) -> MetastoreResult<Vec<SplitStats>>;
+
     /// Deletes split rows that are Staged or MarkedForDeletion. Fails with
     /// `FailedPrecondition` (deleting nothing) if one is Published. Unknown ids are ignored.
     /// Merge tasks are left alone, as by [`Metastore::mark_splits_for_deletion`].
@@ -252,17 +284,26 @@ pub trait Metastore: Send + Sync + 'static {
     /// `Running`, owned by `node_id` until `now + lease_secs`, with one more attempt. On the
     /// way, tasks whose inputs are no longer all Published, or that used up `max_attempts`,
     /// are marked `Failed` and skipped. `None` when nothing is claimable. Concurrent claimers
-    /// never get the same task. With `scope_suffix`, only tasks whose scope ends with it are
-    /// considered (`node_local` mode: a node claims only the tasks of its own scopes, which end
-    /// with `/{node_id}`).
+    /// never get the same task. With `scope_node`, only tasks whose scope is that node's
+    /// (`node_local` mode: a node claims only the tasks of its own splits).
     async fn claim_merge_task(
         &self,
         node_id: &str,
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
-        scope_suffix: Option<&str>,
+        scope_node: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>>;
+
+    /// Gives up those of `task_ids` that are claimable (`Pending`, or `Running` with a lease
+    /// expired at `now`): they become `Failed` with `reason`, their splits free to be planned
+    /// again. Returns the ids released; others (running, finished, unknown) are left alone.
+    async fn release_merge_tasks(
+        &self,
+        task_ids: &[String],
+        reason: &str,
+        now: i64,
+    ) -> MetastoreResult<Vec<String>>;
 
     /// Extends the lease of a task `node_id` holds to `now + lease_secs` (even if it expired,
     /// as long as no other node claimed the task since). `FailedPrecondition` if the task is

@@ -12,7 +12,7 @@
 //! Invariant: a split is an input of at most one *live* (`Pending` or `Running`) task.
 
 use serde::{Deserialize, Serialize};
-use shale_types::{IndexUid, SplitId};
+use shale_types::{IndexUid, MergeScope, SplitId};
 
 /// The state of a [`MergeTask`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -72,9 +72,8 @@ pub struct MergeTask {
     pub task_id: String,
     /// The index whose splits are merged.
     pub index_uid: IndexUid,
-    /// Opaque merge-scope key chosen by the planner, e.g.
-    /// `source/partition/doc_mapping_uid[/node]`.
-    pub scope: String,
+    /// The merge scope of the inputs; with a node id in `node_local` mode.
+    pub scope: MergeScope,
     /// The input splits, in the order the merge policy produced them.
     pub split_ids: Vec<SplitId>,
     /// Where the task is in its life cycle.
@@ -95,8 +94,6 @@ pub struct MergeTask {
     pub output_split_ids: Vec<SplitId>,
     /// The last failure, if any.
     pub error: Option<String>,
-    /// The manual compaction request the task belongs to; `None` for automatic merges.
-    pub compaction_id: Option<String>,
     /// Seconds since epoch.
     pub create_timestamp: i64,
     /// Seconds since epoch of the last state or lease change.
@@ -113,22 +110,16 @@ impl MergeTask {
 /// A merge task to create, as planned by a merge policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewMergeTask {
-    /// Opaque merge-scope key chosen by the planner.
-    pub scope: String,
+    /// The merge scope of the inputs.
+    pub scope: MergeScope,
     /// The input splits, in the policy's order; at least one, no duplicates.
     pub split_ids: Vec<SplitId>,
-    /// The manual compaction request the task belongs to; `None` for automatic merges.
-    pub compaction_id: Option<String>,
 }
 
 impl NewMergeTask {
-    /// An automatic merge of `split_ids` in `scope`.
-    pub fn new(scope: impl Into<String>, split_ids: Vec<SplitId>) -> Self {
-        NewMergeTask {
-            scope: scope.into(),
-            split_ids,
-            compaction_id: None,
-        }
+    /// A merge of `split_ids` in `scope`.
+    pub fn new(scope: MergeScope, split_ids: Vec<SplitId>) -> Self {
+        NewMergeTask { scope, split_ids }
     }
 }
 

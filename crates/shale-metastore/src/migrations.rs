@@ -20,6 +20,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "merge tasks",
         include_str!("../migrations/sqlite/0002_merge_tasks.sql"),
     ),
+    (
+        3,
+        "typed merge scope",
+        include_str!("../migrations/sqlite/0003_typed_merge_scope.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -33,6 +38,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         2,
         "merge tasks",
         include_str!("../migrations/postgres/0002_merge_tasks.sql"),
+    ),
+    (
+        3,
+        "typed merge scope",
+        include_str!("../migrations/postgres/0003_typed_merge_scope.sql"),
     ),
 ];
 

@@ -33,7 +33,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use crate::{
     IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
-    MetastoreResult, NewMergeTask,
+    MetastoreResult, NewMergeTask, SplitStats,
 };
 
 /// Split ids bound per statement, well below SQLite's and PostgreSQL's parameter limits.
@@ -808,6 +808,78 @@ where
         write.finish(result).await
     }
 
+    async fn mark_staged_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<Vec<SplitId>> {
+        let now = shale_types::now_unix_secs();
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let states = Self::split_states(&mut write.tx, index_uid, split_ids, true).await?;
+            let staged: Vec<SplitId> = states
+                .into_iter()
+                .filter(|(_, state)| *state == SplitState::Staged)
+                .map(|(split_id, _)| split_id)
+                .collect();
+            Self::set_split_states(
+                &mut write.tx,
+                index_uid,
+                &staged,
+                SplitState::MarkedForDeletion,
+                now,
+            )
+            .await?;
+            Ok(staged)
+        }
+        .await;
+        write.finish(result).await
+    }
+
+    async fn split_stats(&self, now: i64) -> MetastoreResult<Vec<SplitStats>> {
+        let rows = sqlx::query::<DB>(
+            "SELECT index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id, \
+                 CAST(CASE WHEN maturity_timestamp > $1 THEN 0 ELSE 1 END AS BIGINT) AS mature, \
+                 CAST(COUNT(*) AS BIGINT) AS num_splits, \
+                 CAST(SUM(size_bytes) AS BIGINT) AS size_bytes, \
+                 CAST(SUM(num_docs) AS BIGINT) AS num_docs \
+             FROM splits \
+             GROUP BY index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id, \
+                 CASE WHEN maturity_timestamp > $1 THEN 0 ELSE 1 END \
+             ORDER BY index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let index_uid: String = row.try_get("index_uid")?;
+                let state: String = row.try_get("split_state")?;
+                let partition_id: i64 = row.try_get("partition_id")?;
+                let mature: i64 = row.try_get("mature")?;
+                let num_splits: i64 = row.try_get("num_splits")?;
+                let size_bytes: i64 = row.try_get("size_bytes")?;
+                let num_docs: i64 = row.try_get("num_docs")?;
+                Ok(SplitStats {
+                    split_state: SplitState::parse(&state)
+                        .ok_or_else(|| serde_err(format!("unknown split state `{state}`")))?,
+                    scope: shale_types::MergeScope {
+                        node_id: Some(row.try_get("node_id")?),
+                        index_uid: index_uid.parse().map_err(serde_err)?,
+                        source_id: row.try_get("source_id")?,
+                        partition_id: from_db(partition_id),
+                        doc_mapping_uid: row.try_get("doc_mapping_uid")?,
+                    },
+                    mature: mature != 0,
+                    num_splits: from_db(num_splits),
+                    size_bytes: from_db(size_bytes),
+                    num_docs: from_db(num_docs),
+                })
+            })
+            .collect()
+    }
+
     async fn delete_splits(
         &self,
         index_uid: &IndexUid,
@@ -862,10 +934,19 @@ where
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
-        scope_suffix: Option<&str>,
+        scope_node: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>> {
-        self.claim_next_merge_task(node_id, lease_secs, now, index_uid, scope_suffix)
+        self.claim_next_merge_task(node_id, lease_secs, now, index_uid, scope_node)
             .await
+    }
+
+    async fn release_merge_tasks(
+        &self,
+        task_ids: &[String],
+        reason: &str,
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        self.release_tasks(task_ids, reason, now).await
     }
 
     async fn renew_merge_task_lease(

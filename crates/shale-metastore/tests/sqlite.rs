@@ -121,7 +121,7 @@ async fn two_handles_on_one_file_never_claim_one_merge_task_twice() {
         .expect("publish");
     let tasks = split_ids
         .chunks(2)
-        .map(|pair| NewMergeTask::new("scope", pair.to_vec()))
+        .map(|pair| NewMergeTask::new(conformance::scope_of(&uid, None), pair.to_vec()))
         .collect();
     let created = first
         .create_merge_tasks(&uid, tasks, 3)

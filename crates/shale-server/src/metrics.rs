@@ -6,7 +6,6 @@ use std::sync::LazyLock;
 use prometheus::{
     register_gauge, register_int_gauge_vec, Encoder, Gauge, IntGaugeVec, TextEncoder,
 };
-use shale_metastore::ListSplitsQuery;
 use shale_types::SplitState;
 
 use crate::node::Node;
@@ -47,55 +46,41 @@ pub fn register_all() {
     shale_search::register_metrics();
 }
 
-/// Refreshes scrape-time gauges.
+/// Refreshes scrape-time gauges: one aggregate query to the metastore (no split is listed).
 pub async fn refresh(node: &Node) {
     node.router.update_wal_metrics().await;
-    let Ok(indexes) = node.metastore.list_indexes().await else {
-        return;
-    };
     let ingest_bytes = shale_ingest::metrics::SPLIT_BYTES_WRITTEN.get();
     let merge_bytes = shale_compaction::service::metrics::MERGE_BYTES_WRITTEN.get();
     if ingest_bytes > 0 {
         WRITE_AMPLIFICATION.set((ingest_bytes + merge_bytes) as f64 / ingest_bytes as f64);
     }
-    let now = shale_types::now_unix_secs();
+    let Ok(stats) = node
+        .metastore
+        .split_stats(shale_types::now_unix_secs())
+        .await
+    else {
+        return;
+    };
+    let node_local = node.config.compaction.scope == shale_config::ScopeMode::NodeLocal;
     SPLITS_BY_STATE.reset();
     SPLITS_BY_SCOPE.reset();
-    for index in indexes {
-        let Ok(splits) = node
-            .metastore
-            .list_splits(ListSplitsQuery::for_index(index.index_uid.clone()))
-            .await
-        else {
+    for group in stats {
+        let index_id = group.scope.index_uid.index_id.clone();
+        let index_id = index_id.as_str();
+        SPLITS_BY_STATE
+            .with_label_values(&[index_id, group.split_state.as_str()])
+            .add(group.num_splits as i64);
+        if group.split_state != SplitState::Published {
             continue;
-        };
-        for split in splits
-            .iter()
-            .filter(|s| s.split_state == SplitState::Published)
-        {
-            let scope =
-                shale_compaction::service::scope_key(&split.split_metadata.merge_scope(
-                    node.config.compaction.scope == shale_config::ScopeMode::NodeLocal,
-                ));
-            let maturity = if split.split_metadata.is_mature(now) {
-                "mature"
-            } else {
-                "immature"
-            };
-            SPLITS_BY_SCOPE
-                .with_label_values(&[index.index_id(), scope.as_str(), maturity])
-                .inc();
         }
-        for state in [
-            SplitState::Staged,
-            SplitState::Published,
-            SplitState::MarkedForDeletion,
-        ] {
-            let count = splits.iter().filter(|s| s.split_state == state).count();
-            SPLITS_BY_STATE
-                .with_label_values(&[index.index_id(), state.as_str()])
-                .set(count as i64);
+        let mut scope = group.scope;
+        if !node_local {
+            scope.node_id = None;
         }
+        let maturity = if group.mature { "mature" } else { "immature" };
+        SPLITS_BY_SCOPE
+            .with_label_values(&[index_id, scope.to_string().as_str(), maturity])
+            .add(group.num_splits as i64);
     }
 }
 

@@ -6,9 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_compaction::service::{
-    janitor_round, CompactionEnv, CompactionError, CompactionService, JanitorReport,
-};
+use shale_compaction::service::{CompactionEnv, CompactionError, CompactionService, JanitorReport};
 use shale_config::{IndexConfig, NodeConfig, WalPersistPolicy};
 use shale_ingest::{IngestRouter, PersistPolicy, PipelineEnv, Wal};
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
@@ -172,7 +170,12 @@ impl Node {
 
     /// One janitor round now; deleted splits are also forgotten by the search service.
     pub async fn run_janitor(&self) -> Result<JanitorReport, CompactionError> {
-        let report = janitor_round(self.compaction.env(), shale_types::now_unix_secs()).await?;
+        self.run_janitor_at(shale_types::now_unix_secs()).await
+    }
+
+    /// One janitor round as if it were `now` (seconds since epoch).
+    pub async fn run_janitor_at(&self, now: i64) -> Result<JanitorReport, CompactionError> {
+        let report = self.compaction.janitor().round(now).await?;
         for split_id in &report.deleted_split_ids {
             self.search.forget_split(split_id);
         }
@@ -209,10 +212,20 @@ impl Node {
                 continue;
             }
             let storage = self.index_storage(&index)?;
-            let mut ids = Vec::new();
-            for split in staged {
-                storage.delete(&split.split_metadata.object_key()).await?;
-                ids.push(split.split_metadata.split_id);
+            let ids: Vec<String> = staged
+                .into_iter()
+                .map(|split| split.split_metadata.split_id)
+                .collect();
+            // Mark first (only those still Staged): once marked, no late publish can
+            // succeed, so deleting the objects is safe.
+            let ids = self
+                .metastore
+                .mark_staged_splits_for_deletion(&index.index_uid, &ids)
+                .await?;
+            for split_id in &ids {
+                storage
+                    .delete(&shale_types::split_object_key(split_id))
+                    .await?;
             }
             self.metastore.delete_splits(&index.index_uid, &ids).await?;
             info!(index = %index.index_uid, count = ids.len(), "deleted staged splits left by a crash");

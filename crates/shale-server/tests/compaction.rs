@@ -251,13 +251,187 @@ async fn retention_expires_old_splits() {
     node.ingest("retained", &log_docs(0, 10, now - 60, "new"), "force")
         .await;
     assert_eq!(node.count("retained", "*").await, 20);
-    let report = node.node.run_janitor().await.unwrap();
+    // The schedule is honoured: the first round only schedules the next hourly tick.
+    let report = node.node.run_janitor_at(now).await.unwrap();
+    assert_eq!(report.retention_evaluated, 0);
+    assert_eq!(report.expired_by_retention, 0);
+    assert_eq!(node.count("retained", "*").await, 20);
+    // At the tick, retention runs.
+    let tick = now - now.rem_euclid(3600) + 3600;
+    let report = node.node.run_janitor_at(tick).await.unwrap();
+    assert_eq!(report.retention_evaluated, 1);
     assert_eq!(report.expired_by_retention, 1);
     // grace period 0: the expired split's object goes in the same round
     assert_eq!(report.deleted_split_ids.len(), 1);
     assert_eq!(node.count("retained", "*").await, 10);
     assert_eq!(node.count("retained", "service:old").await, 0);
-    let report = node.node.run_janitor().await.unwrap();
+    // Not again before the next tick.
+    let report = node.node.run_janitor_at(tick + 60).await.unwrap();
     assert_eq!(report, Default::default());
+    let report = node.node.run_janitor_at(tick + 3600).await.unwrap();
+    assert_eq!(report.retention_evaluated, 1);
+    assert_eq!(report.expired_by_retention, 0);
     node.stop().await;
+}
+
+/// A stale upload (a Staged split whose publish never came) is first marked for deletion —
+/// after which a late publish fails — and its object is deleted only after the grace period.
+#[tokio::test]
+async fn stale_staged_splits_are_marked_before_their_objects_are_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = fast_compaction(common::config_in(tmp.path()));
+    config.compaction.staged_split_timeout_secs = 600;
+    config.compaction.deletion_grace_period_secs = 60;
+    let node = TestNode::start_with(config).await;
+    node.create_index(LOGS_INDEX).await;
+    node.ingest("logs", &log_docs(0, 5, T0, "api"), "force")
+        .await;
+    let meta = node.node.metastore.index_metadata("logs").await.unwrap();
+    let uid = meta.index_uid.clone();
+    let mut orphan = node
+        .node
+        .metastore
+        .list_splits(shale_metastore::ListSplitsQuery::for_index(uid.clone()))
+        .await
+        .unwrap()[0]
+        .split_metadata
+        .clone();
+    orphan.split_id = shale_types::new_ulid();
+    node.node
+        .metastore
+        .stage_splits(&uid, vec![orphan.clone()])
+        .await
+        .unwrap();
+    let storage = node.node.index_storage(&meta).unwrap();
+    storage
+        .put_bytes(&orphan.object_key(), b"a slow upload".to_vec())
+        .await
+        .unwrap();
+    let now = shale_types::now_unix_secs();
+
+    // Not stale yet.
+    let report = node.node.run_janitor_at(now).await.unwrap();
+    assert_eq!(report.stale_staged_marked, 0);
+    // Stale: marked, object kept for the grace period.
+    let report = node.node.run_janitor_at(now + 601).await.unwrap();
+    assert_eq!(report.stale_staged_marked, 1);
+    assert!(report.deleted_split_ids.is_empty());
+    assert!(storage.exists(&orphan.object_key()).await.unwrap());
+    let (_, resp) = node
+        .get("/api/v1/indexes/logs/splits?split_states=MarkedForDeletion")
+        .await;
+    assert_eq!(resp["splits"][0]["split_id"], orphan.split_id.as_str());
+    // The late publish loses: its split can no longer become visible.
+    let late = node
+        .node
+        .metastore
+        .publish_splits(&uid, std::slice::from_ref(&orphan.split_id), &[], None)
+        .await;
+    assert!(
+        matches!(
+            late,
+            Err(shale_metastore::MetastoreError::FailedPrecondition(_))
+        ),
+        "{late:?}"
+    );
+    // After the grace period: object, then row.
+    let report = node
+        .node
+        .run_janitor_at(shale_types::now_unix_secs() + 61)
+        .await
+        .unwrap();
+    assert_eq!(report.deleted_split_ids, vec![orphan.split_id.clone()]);
+    assert!(!storage.exists(&orphan.object_key()).await.unwrap());
+    assert_eq!(storage.list().await.unwrap().len(), 1);
+    assert_eq!(node.count("logs", "*").await, 5);
+    node.stop().await;
+}
+
+/// Pending merge tasks left by a run in the other scope mode are never stranded: a
+/// `node_local` node releases cluster-scope tasks (no node_local worker would claim them) and
+/// plans its own; a `cluster` node claims a departed node's node-scoped tasks.
+#[tokio::test]
+async fn switching_scope_mode_never_strands_merge_tasks() {
+    use shale_metastore::MergeTaskState;
+    for (first, second) in [
+        (ScopeMode::Cluster, ScopeMode::NodeLocal),
+        (ScopeMode::NodeLocal, ScopeMode::Cluster),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = |node_id: &str, scope: ScopeMode, merges: usize| {
+            let mut config = fast_compaction(common::config_in(tmp.path()));
+            config.node_id = node_id.to_string();
+            config.compaction.scope = scope;
+            config.compaction.max_concurrent_merges = merges;
+            config
+        };
+        // No worker: the planned task stays Pending.
+        let node = TestNode::start_with(config("a", first, 0)).await;
+        node.create_index(&merging_index("logs")).await;
+        node.ingest("logs", &log_docs(0, 50, T0, "api"), "force")
+            .await;
+        node.ingest("logs", &log_docs(50, 50, T0, "api"), "force")
+            .await;
+        let uid = node
+            .node
+            .metastore
+            .index_metadata("logs")
+            .await
+            .unwrap()
+            .index_uid;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pending = loop {
+            let pending = node
+                .node
+                .metastore
+                .list_merge_tasks(Some(&uid), &[MergeTaskState::Pending], None)
+                .await
+                .unwrap();
+            if !pending.is_empty() {
+                break pending;
+            }
+            assert!(Instant::now() < deadline, "no merge planned");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(
+            pending[0].scope.node_id.is_some(),
+            first == ScopeMode::NodeLocal
+        );
+        node.stop().await;
+
+        // The other mode (node_local keeps the node id; cluster comes back as another node).
+        let second_id = if second == ScopeMode::NodeLocal {
+            "a"
+        } else {
+            "b"
+        };
+        let node = TestNode::start_with(config(second_id, second, 1)).await;
+        wait_for_splits(&node, "logs", 1).await;
+        assert_eq!(node.count("logs", "*").await, 100);
+        let tasks = node
+            .node
+            .metastore
+            .list_merge_tasks(Some(&uid), &[], None)
+            .await
+            .unwrap();
+        let old = tasks
+            .iter()
+            .find(|task| task.task_id == pending[0].task_id)
+            .unwrap();
+        if second == ScopeMode::NodeLocal {
+            assert_eq!(old.state, MergeTaskState::Failed);
+            assert_eq!(
+                old.error.as_deref(),
+                Some(shale_compaction::service::RELEASED_FOR_SCOPE_MODE)
+            );
+            assert!(tasks
+                .iter()
+                .any(|task| task.state == MergeTaskState::Succeeded
+                    && task.scope.node_id.as_deref() == Some("a")));
+        } else {
+            assert_eq!(old.state, MergeTaskState::Succeeded);
+            assert_eq!(old.lease_owner.as_deref(), Some("b"));
+        }
+        node.stop().await;
+    }
 }

@@ -120,8 +120,9 @@ impl StorageResolver {
     /// is created if missing.
     pub fn resolve(&self, uri: &str) -> StorageResult<StorageRef> {
         let key = uri.trim_end_matches('/').to_string();
-        if let Some(storage) = self.lock().get(&key) {
-            return Ok(storage.clone());
+        let existing = self.lock().get(&key).cloned();
+        if let Some(storage) = existing {
+            return Ok(storage);
         }
         let storage = self.resolve_uncached(&key)?;
         Ok(self.lock().entry(key).or_insert(storage).clone())
@@ -145,8 +146,9 @@ impl StorageResolver {
             }
             // One client per bucket: children of the bucket's root share it.
             let root_key = format!("s3://{bucket}");
-            let root = match self.lock().get(&root_key) {
-                Some(root) => root.clone(),
+            let existing = self.lock().get(&root_key).cloned();
+            let root = match existing {
+                Some(root) => root,
                 None => {
                     let root: StorageRef = Arc::new(S3Storage::connect(bucket, &self.s3)?);
                     self.lock().entry(root_key).or_insert(root).clone()

@@ -37,9 +37,15 @@ async fn local_put_file_fsyncs_the_file_then_the_directory() {
     // The temporary file's data is synced before it becomes the object.
     let tmp_synced = trace.calls[..rename].iter().any(|call| {
         matches!(call.name.as_str(), "fsync" | "fdatasync")
-            && call.line.contains(&format!("<{}/.0001.split.", index_dir.display()))
+            && call
+                .line
+                .contains(&format!("<{}/.0001.split.", index_dir.display()))
     });
-    assert!(tmp_synced, "file not fsynced before the rename: {:#?}", trace.calls);
+    assert!(
+        tmp_synced,
+        "file not fsynced before the rename: {:#?}",
+        trace.calls
+    );
     // The directory entry is synced after the rename.
     assert!(
         trace.synced_between(&index_dir, rename + 1..trace.calls.len()),

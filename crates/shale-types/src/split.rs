@@ -162,6 +162,21 @@ pub struct Split {
     pub split_metadata: SplitMetadata,
 }
 
+impl std::fmt::Display for MergeScope {
+    /// `source/partition/doc_mapping_uid`, then `@node` in `node_local` mode.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.source_id, self.partition_id, self.doc_mapping_uid
+        )?;
+        if let Some(node_id) = &self.node_id {
+            write!(f, "@{node_id}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The key inside which splits may be merged together.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MergeScope {

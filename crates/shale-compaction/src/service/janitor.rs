@@ -1,11 +1,24 @@
-//! The janitor: deletes the objects (then the rows) of MarkedForDeletion splits once their
-//! grace period is over — so a search that listed them before a merge replaced them still
-//! completes —, deletes Staged splits whose upload was never published, applies each index's
-//! retention (splits whose time range ends before `now - period` are marked for deletion), and
-//! forgets finished merge tasks.
+//! The janitor: garbage collection of split objects and rows, and retention.
+//!
+//! - **Replaced and expired splits** (MarkedForDeletion): once their grace period is over —
+//!   so that a search that listed them before a merge replaced them still completes — their
+//!   objects are deleted, then their rows.
+//! - **Stale uploads** (Staged splits older than the staged timeout: an upload whose publish
+//!   never came): first marked for deletion in the metastore, only if still Staged, so that
+//!   a late publish can no longer succeed; their objects and rows then go the way of every
+//!   marked split, after the grace period. An object is never deleted while its row could
+//!   still be published.
+//! - **Retention**: at each tick of an index's retention `schedule` (the first one after the
+//!   janitor first sees the index, then the next after each evaluation, as Quickwit does),
+//!   Published splits whose time range ends at or before `now - period` are marked for
+//!   deletion.
+//! - Finished merge tasks are forgotten after a day.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use shale_metastore::{ListSplitsQuery, MetastoreError};
-use shale_types::{Split, SplitState};
+use shale_types::{IndexUid, Split, SplitState};
 use tracing::{info, warn};
 
 use super::{CompactionEnv, CompactionError};
@@ -16,82 +29,172 @@ const FINISHED_TASK_RETENTION_SECS: i64 = 24 * 3600;
 /// What a janitor round did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct JanitorReport {
+    /// Indexes whose retention policy was evaluated.
+    pub retention_evaluated: usize,
     /// Splits marked for deletion by retention.
     pub expired_by_retention: usize,
+    /// Stale Staged splits marked for deletion (deleted after the grace period).
+    pub stale_staged_marked: usize,
     /// Splits whose objects and rows were deleted.
     pub deleted_split_ids: Vec<String>,
     /// Finished merge tasks forgotten.
     pub deleted_tasks: usize,
 }
 
-/// One janitor round over every index.
-pub async fn janitor_round(
-    env: &CompactionEnv,
-    now: i64,
-) -> Result<JanitorReport, CompactionError> {
-    let mut report = JanitorReport::default();
-    let grace = env.config.deletion_grace_period_secs as i64;
-    let staged_timeout = env.config.staged_split_timeout_secs as i64;
-    for index in env.metastore.list_indexes().await? {
-        let storage = env
-            .storages
-            .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
+/// The janitor of a node; remembers when each index's retention is next due.
+pub struct Janitor {
+    env: Arc<CompactionEnv>,
+    next_retention: Mutex<HashMap<IndexUid, i64>>,
+}
 
-        if let Some(retention) = &index.index_config.retention {
-            match retention.period_secs() {
-                Ok(period) => {
-                    let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
-                        .with_states(&[SplitState::Published]);
-                    query.time_range_end_lt = Some(now - period as i64);
-                    let expired: Vec<String> = env
-                        .metastore
-                        .list_splits(query)
-                        .await?
-                        .into_iter()
-                        .map(|s| s.split_metadata.split_id)
-                        .collect();
-                    if !expired.is_empty() {
-                        env.metastore
-                            .mark_splits_for_deletion(&index.index_uid, &expired)
-                            .await?;
-                        info!(index = %index.index_uid, count = expired.len(), "retention expired splits");
-                        report.expired_by_retention += expired.len();
-                    }
+impl Janitor {
+    /// A janitor working with `env`.
+    pub fn new(env: Arc<CompactionEnv>) -> Self {
+        Janitor {
+            env,
+            next_retention: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn next_retention(&self) -> std::sync::MutexGuard<'_, HashMap<IndexUid, i64>> {
+        self.next_retention
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the retention of `index_uid` is due at `now`; schedules the next evaluation.
+    fn retention_due(
+        &self,
+        index_uid: &IndexUid,
+        next_after: impl Fn(i64) -> Option<i64>,
+        now: i64,
+    ) -> bool {
+        let mut next = self.next_retention();
+        match next.get(index_uid).copied() {
+            Some(due) if due <= now => {
+                match next_after(now) {
+                    Some(following) => next.insert(index_uid.clone(), following),
+                    None => next.remove(index_uid),
+                };
+                true
+            }
+            Some(_) => false,
+            None => {
+                if let Some(first) = next_after(now) {
+                    next.insert(index_uid.clone(), first);
                 }
-                Err(err) => warn!(index = %index.index_uid, %err, "invalid retention period"),
+                false
             }
         }
+    }
 
-        let mut doomed: Vec<Split> = Vec::new();
-        let mut marked = ListSplitsQuery::for_index(index.index_uid.clone())
-            .with_states(&[SplitState::MarkedForDeletion]);
-        marked.update_timestamp_lte = Some(now - grace);
-        doomed.extend(env.metastore.list_splits(marked).await?);
-        let mut staged =
-            ListSplitsQuery::for_index(index.index_uid.clone()).with_states(&[SplitState::Staged]);
-        staged.update_timestamp_lte = Some(now - staged_timeout);
-        doomed.extend(env.metastore.list_splits(staged).await?);
-        if doomed.is_empty() {
-            continue;
+    /// One round over every index at `now`.
+    pub async fn round(&self, now: i64) -> Result<JanitorReport, CompactionError> {
+        let env = &self.env;
+        let mut report = JanitorReport::default();
+        let grace = env.config.deletion_grace_period_secs as i64;
+        let staged_timeout = env.config.staged_split_timeout_secs as i64;
+        let indexes = env.metastore.list_indexes().await?;
+        self.next_retention()
+            .retain(|uid, _| indexes.iter().any(|index| &index.index_uid == uid));
+        for index in indexes {
+            let storage = env
+                .storages
+                .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
+
+            if let Some(retention) = &index.index_config.retention {
+                match (retention.period_secs(), retention.schedule()) {
+                    (Ok(period), Ok(schedule)) => {
+                        if self.retention_due(&index.index_uid, |t| schedule.next_after(t), now) {
+                            report.retention_evaluated += 1;
+                            let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
+                                .with_states(&[SplitState::Published]);
+                            // Ends at or before `now - period`.
+                            query.time_range_end_lt = Some(now - period as i64 + 1);
+                            let expired: Vec<String> = env
+                                .metastore
+                                .list_splits(query)
+                                .await?
+                                .into_iter()
+                                .map(|s| s.split_metadata.split_id)
+                                .collect();
+                            if !expired.is_empty() {
+                                env.metastore
+                                    .mark_splits_for_deletion(&index.index_uid, &expired)
+                                    .await?;
+                                info!(index = %index.index_uid, count = expired.len(), "retention expired splits");
+                                report.expired_by_retention += expired.len();
+                            }
+                        }
+                    }
+                    (Err(err), _) | (_, Err(err)) => {
+                        warn!(index = %index.index_uid, %err, "invalid retention policy")
+                    }
+                }
+            }
+
+            let mut marked = ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::MarkedForDeletion]);
+            marked.update_timestamp_lte = Some(now - grace);
+            let doomed: Vec<Split> = env.metastore.list_splits(marked).await?;
+            if !doomed.is_empty() {
+                self.delete_splits(&index.index_uid, storage.as_ref(), &doomed, &mut report)
+                    .await?;
+            }
+
+            // Stale uploads: mark first (only if still Staged); they are deleted in a later
+            // round, after the grace period.
+            let mut staged = ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Staged]);
+            staged.update_timestamp_lte = Some(now - staged_timeout);
+            let stale: Vec<String> = env
+                .metastore
+                .list_splits(staged)
+                .await?
+                .into_iter()
+                .map(|s| s.split_metadata.split_id)
+                .collect();
+            if !stale.is_empty() {
+                let marked = env
+                    .metastore
+                    .mark_staged_splits_for_deletion(&index.index_uid, &stale)
+                    .await?;
+                if !marked.is_empty() {
+                    info!(index = %index.index_uid, count = marked.len(), "marked stale staged splits for deletion");
+                }
+                report.stale_staged_marked += marked.len();
+            }
         }
+        report.deleted_tasks = env
+            .metastore
+            .delete_merge_tasks(now - FINISHED_TASK_RETENTION_SECS)
+            .await?;
+        Ok(report)
+    }
+
+    /// Deletes the objects, then the rows, of MarkedForDeletion splits.
+    async fn delete_splits(
+        &self,
+        index_uid: &IndexUid,
+        storage: &dyn shale_storage::Storage,
+        doomed: &[Split],
+        report: &mut JanitorReport,
+    ) -> Result<(), CompactionError> {
+        let env = &self.env;
         let mut deleted = Vec::with_capacity(doomed.len());
-        for split in &doomed {
+        for split in doomed {
             let split_id = &split.split_metadata.split_id;
             match storage.delete(&split.split_metadata.object_key()).await {
                 Ok(()) => deleted.push(split_id.clone()),
                 Err(err) => warn!(%split_id, %err, "cannot delete split object; will retry"),
             }
         }
-        match env
-            .metastore
-            .delete_splits(&index.index_uid, &deleted)
-            .await
-        {
+        match env.metastore.delete_splits(index_uid, &deleted).await {
             Ok(()) => {}
-            // A split was published meanwhile (a staged split's late publish): retry next round.
+            // Marked splits never go back to Published; refuse and retry next round anyway.
             Err(MetastoreError::FailedPrecondition(reason)) => {
                 warn!(%reason, "janitor: split rows changed meanwhile");
-                continue;
+                return Ok(());
             }
             Err(err) => return Err(err.into()),
         }
@@ -99,10 +202,6 @@ pub async fn janitor_round(
             env.cache.remove(split_id).await;
         }
         report.deleted_split_ids.extend(deleted);
+        Ok(())
     }
-    report.deleted_tasks = env
-        .metastore
-        .delete_merge_tasks(now - FINISHED_TASK_RETENTION_SECS)
-        .await?;
-    Ok(report)
 }

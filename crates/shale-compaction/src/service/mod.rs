@@ -15,8 +15,8 @@ use shale_config::CompactionConfig;
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::{IndexStorages, SplitCache};
 
-pub use janitor::{janitor_round, JanitorReport};
-pub use planner::{plan_round, scope_key};
+pub use janitor::{Janitor, JanitorReport};
+pub use planner::{plan_round, RELEASED_FOR_SCOPE_MODE};
 pub use worker::{execute_merge, MergeOutcome};
 
 /// Node services compaction uses.
@@ -70,14 +70,15 @@ pub enum CompactionError {
 /// The running compaction services of a node (planner, workers, janitor loops).
 pub struct CompactionService {
     env: Arc<CompactionEnv>,
+    janitor: Janitor,
     wake_planner: Arc<tokio::sync::Notify>,
     wake_workers: Arc<tokio::sync::Notify>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl CompactionService {
-    /// Starts the planner and worker loops (the janitor is driven by [`janitor_round`], whose
-    /// caller also forgets deleted splits in its search caches).
+    /// Starts the planner and worker loops (the [`Janitor`] is driven by the node, which also
+    /// forgets deleted splits in its search caches).
     pub fn start(env: CompactionEnv) -> CompactionService {
         metrics::register();
         let env = Arc::new(env);
@@ -97,11 +98,17 @@ impl CompactionService {
             )));
         }
         CompactionService {
+            janitor: Janitor::new(env.clone()),
             env,
             wake_planner,
             wake_workers,
             tasks,
         }
+    }
+
+    /// The janitor.
+    pub fn janitor(&self) -> &Janitor {
+        &self.janitor
     }
 
     /// Splits were published: plan again soon.

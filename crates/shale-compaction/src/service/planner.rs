@@ -1,31 +1,26 @@
-//! The merge planner: for each index, groups the Published splits that are not already in a
-//! live merge task by merge scope, asks the index's merge policy, and records the operations
-//! as merge tasks. Concurrent planners on several nodes are safe: the metastore never puts a
-//! split in two live tasks.
+//! The merge planner: for each index, groups the immature Published splits that are not
+//! already in a live merge task by merge scope, asks the index's merge policy, and records the
+//! operations as merge tasks. Concurrent planners on several nodes are safe: the metastore
+//! never puts a split in two live tasks.
+//!
+//! Scope mode changes never strand a task: in `cluster` mode workers claim any task (a task of
+//! one node's splits is a valid cluster merge too); in `node_local` mode workers claim only the
+//! tasks of their own node, so the planner releases the claimable cluster-scope tasks (left by
+//! a run in `cluster` mode), whose splits are then planned again in node scope.
 
 use std::collections::HashSet;
 
 use shale_config::ScopeMode;
 use shale_metastore::{ListSplitsQuery, MergeTaskState, NewMergeTask};
-use shale_types::{MergeScope, SplitMetadata, SplitState};
-use tracing::debug;
+use shale_types::{SplitMetadata, SplitState};
+use tracing::{debug, info};
 
 use super::{CompactionEnv, CompactionError};
 use crate::policy::{index_merge_policy, plan};
 
-/// The key of a merge scope as stored with a task:
-/// `source/partition/doc_mapping_uid[/node]`.
-pub fn scope_key(scope: &MergeScope) -> String {
-    let mut key = format!(
-        "{}/{}/{}",
-        scope.source_id, scope.partition_id, scope.doc_mapping_uid
-    );
-    if let Some(node) = &scope.node_id {
-        key.push('/');
-        key.push_str(node);
-    }
-    key
-}
+/// The reason recorded on tasks released because no node of this scope mode claims them.
+pub const RELEASED_FOR_SCOPE_MODE: &str =
+    "released: cluster-scope task, and this node merges in node_local scope";
 
 /// One planning round over every index; returns the number of merge tasks created.
 pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, CompactionError> {
@@ -33,23 +28,41 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
     let mut created = 0;
     for index in env.metastore.list_indexes().await? {
         let policy = index_merge_policy(&index.index_config.indexing_settings);
-        let busy: HashSet<String> = env
+        let live = env
             .metastore
             .list_merge_tasks(
                 Some(&index.index_uid),
                 &[MergeTaskState::Pending, MergeTaskState::Running],
                 None,
             )
-            .await?
+            .await?;
+        let mut released: HashSet<String> = HashSet::new();
+        if node_local {
+            let stranded: Vec<String> = live
+                .iter()
+                .filter(|task| task.scope.node_id.is_none())
+                .map(|task| task.task_id.clone())
+                .collect();
+            if !stranded.is_empty() {
+                released.extend(
+                    env.metastore
+                        .release_merge_tasks(&stranded, RELEASED_FOR_SCOPE_MODE, now)
+                        .await?,
+                );
+                info!(index = %index.index_uid, released = released.len(), "released cluster-scope merge tasks");
+            }
+        }
+        let busy: HashSet<String> = live
             .into_iter()
+            .filter(|task| !released.contains(&task.task_id))
             .flat_map(|task| task.split_ids)
             .collect();
+        let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
+            .with_states(&[SplitState::Published]);
+        query.immature_at = Some(now);
         let candidates: Vec<SplitMetadata> = env
             .metastore
-            .list_splits(
-                ListSplitsQuery::for_index(index.index_uid.clone())
-                    .with_states(&[SplitState::Published]),
-            )
+            .list_splits(query)
             .await?
             .into_iter()
             .map(|split| split.split_metadata)
@@ -63,12 +76,9 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
         let tasks: Vec<NewMergeTask> = plan(&candidates, policy.as_ref(), node_local, now)
             .into_iter()
             .flat_map(|(scope, operations)| {
-                let key = scope_key(&scope);
-                operations.into_iter().map(move |op| NewMergeTask {
-                    scope: key.clone(),
-                    split_ids: op.split_ids,
-                    compaction_id: None,
-                })
+                operations
+                    .into_iter()
+                    .map(move |op| NewMergeTask::new(scope.clone(), op.split_ids))
             })
             .collect();
         if tasks.is_empty() {

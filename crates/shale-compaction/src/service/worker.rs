@@ -222,12 +222,22 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     }
     .await;
     if let Err(err) = publish {
-        // Discard the output: it never became visible.
-        let _ = storage.delete(&object_key).await;
-        let _ = env
+        // Discard the output once it can no longer be published. If the publish did commit
+        // (an error after the commit), the output is Published and stays.
+        let marked = env
             .metastore
-            .delete_splits(&index.index_uid, std::slice::from_ref(&output.split_id))
+            .mark_staged_splits_for_deletion(
+                &index.index_uid,
+                std::slice::from_ref(&output.split_id),
+            )
             .await;
+        if matches!(&marked, Ok(marked) if marked.contains(&output.split_id)) {
+            let _ = storage.delete(&object_key).await;
+            let _ = env
+                .metastore
+                .delete_splits(&index.index_uid, std::slice::from_ref(&output.split_id))
+                .await;
+        }
         return Err(match err {
             CompactionError::Metastore(MetastoreError::FailedPrecondition(reason)) => {
                 inapplicable(reason)
@@ -256,9 +266,9 @@ pub(crate) async fn worker_loop(
     let permits = Arc::new(tokio::sync::Semaphore::new(
         env.config.max_concurrent_merges.max(1),
     ));
-    // node_local: a node merges only its own splits (scopes ending with its id).
-    let own_scope = (env.config.scope == shale_config::ScopeMode::NodeLocal)
-        .then(|| format!("/{}", env.node_id));
+    // node_local: a node merges only its own splits (tasks scoped to its id).
+    let own_scope =
+        (env.config.scope == shale_config::ScopeMode::NodeLocal).then(|| env.node_id.clone());
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;

@@ -15,16 +15,18 @@
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
-use shale_types::{IndexUid, SplitId, SplitState};
+use shale_types::{IndexUid, MergeScope, SplitId, SplitState};
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
-use super::{placeholders, serde_err, Bind, Dialect, SqlMetastore, IDS_PER_STATEMENT};
+use super::{
+    from_db, placeholders, serde_err, to_db, Bind, Dialect, SqlMetastore, IDS_PER_STATEMENT,
+};
 use crate::{MergeTask, MergeTaskState, MetastoreError, MetastoreResult, NewMergeTask};
 
 /// Columns selected to decode a [`MergeTask`].
-const TASK_COLUMNS: &str = "task_id, index_uid, scope, split_ids, task_state, lease_owner, \
-     lease_expires_at, attempts, max_attempts, output_split_ids, error, compaction_id, \
-     create_timestamp, update_timestamp";
+const TASK_COLUMNS: &str = "task_id, index_uid, scope_source_id, scope_partition_id, \
+     scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, lease_expires_at, \
+     attempts, max_attempts, output_split_ids, error, create_timestamp, update_timestamp";
 
 /// The error recorded on tasks that a claim fails because their inputs changed.
 const INPUTS_NOT_PUBLISHED: &str = "inputs no longer published";
@@ -67,8 +69,15 @@ fn check_owner(task: &MergeTask, node_id: &str) -> MetastoreResult<()> {
     )))
 }
 
-/// `FailedPrecondition` if `split_ids` is empty or has duplicates.
-fn check_new_task(task: &NewMergeTask) -> MetastoreResult<()> {
+/// `FailedPrecondition` if `split_ids` is empty or has duplicates, or the scope is another
+/// index's.
+fn check_new_task(index_uid: &IndexUid, task: &NewMergeTask) -> MetastoreResult<()> {
+    if &task.scope.index_uid != index_uid {
+        return Err(MetastoreError::FailedPrecondition(format!(
+            "merge task of scope `{}` belongs to index `{}`, not `{index_uid}`",
+            task.scope, task.scope.index_uid
+        )));
+    }
     if task.split_ids.is_empty() {
         return Err(MetastoreError::FailedPrecondition(format!(
             "merge task of scope `{}` has no splits",
@@ -106,10 +115,19 @@ where
             serde_json::from_str(&output_split_ids).map_err(serde_err)?;
         let attempts: i64 = row.try_get("attempts")?;
         let max_attempts: i64 = row.try_get("max_attempts")?;
+        let index_uid: IndexUid = index_uid.parse().map_err(serde_err)?;
+        let partition_id: i64 = row.try_get("scope_partition_id")?;
+        let scope = MergeScope {
+            node_id: row.try_get("scope_node_id")?,
+            index_uid: index_uid.clone(),
+            source_id: row.try_get("scope_source_id")?,
+            partition_id: from_db(partition_id),
+            doc_mapping_uid: row.try_get("scope_doc_mapping_uid")?,
+        };
         Ok(MergeTask {
             task_id: row.try_get("task_id")?,
-            index_uid: index_uid.parse().map_err(serde_err)?,
-            scope: row.try_get("scope")?,
+            index_uid,
+            scope,
             split_ids: serde_json::from_str(&split_ids).map_err(serde_err)?,
             state: MergeTaskState::parse(&state)
                 .ok_or_else(|| serde_err(format!("unknown merge task state `{state}`")))?,
@@ -120,7 +138,6 @@ where
             output_split_id: output_split_ids.first().cloned(),
             output_split_ids,
             error: row.try_get("error")?,
-            compaction_id: row.try_get("compaction_id")?,
             create_timestamp: row.try_get("create_timestamp")?,
             update_timestamp: row.try_get("update_timestamp")?,
         })
@@ -170,14 +187,18 @@ where
         let split_ids = serde_json::to_string(&task.split_ids).map_err(serde_err)?;
         let output_split_ids = serde_json::to_string(&task.output_split_ids).map_err(serde_err)?;
         sqlx::query::<DB>(
-            "INSERT INTO merge_tasks (task_id, index_uid, scope, split_ids, task_state, \
-                 lease_owner, lease_expires_at, attempts, max_attempts, output_split_ids, error, \
-                 compaction_id, create_timestamp, update_timestamp) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            "INSERT INTO merge_tasks (task_id, index_uid, scope_source_id, scope_partition_id, \
+                 scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, \
+                 lease_expires_at, attempts, max_attempts, output_split_ids, error, \
+                 create_timestamp, update_timestamp) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         )
         .bind(task.task_id.clone())
         .bind(task.index_uid.to_string())
-        .bind(task.scope.clone())
+        .bind(task.scope.source_id.clone())
+        .bind(to_db(task.scope.partition_id))
+        .bind(task.scope.doc_mapping_uid.clone())
+        .bind(task.scope.node_id.clone())
         .bind(split_ids)
         .bind(task.state.as_str().to_string())
         .bind(task.lease_owner.clone())
@@ -186,7 +207,6 @@ where
         .bind(i64::from(task.max_attempts))
         .bind(output_split_ids)
         .bind(task.error.clone())
-        .bind(task.compaction_id.clone())
         .bind(task.create_timestamp)
         .bind(task.update_timestamp)
         .execute(&mut *conn)
@@ -258,7 +278,7 @@ where
             ));
         }
         for task in &tasks {
-            check_new_task(task)?;
+            check_new_task(index_uid, task)?;
         }
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
@@ -298,7 +318,6 @@ where
                     output_split_id: None,
                     output_split_ids: Vec::new(),
                     error: None,
-                    compaction_id: new_task.compaction_id,
                     create_timestamp: now,
                     update_timestamp: now,
                 };
@@ -319,7 +338,7 @@ where
         lease_secs: u64,
         now: i64,
         index_uid: Option<&IndexUid>,
-        scope_suffix: Option<&str>,
+        scope_node: Option<&str>,
     ) -> MetastoreResult<Option<MergeTask>> {
         let mut filters = String::new();
         let mut next_param = 2;
@@ -327,12 +346,8 @@ where
             filters.push_str(&format!(" AND index_uid = ${next_param}"));
             next_param += 1;
         }
-        if scope_suffix.is_some() {
-            // Suffix match without LIKE (node ids may hold `_` or `%`); same SQL on both backends.
-            filters.push_str(&format!(
-                " AND length(scope) >= length(${next_param}) \
-                 AND substr(scope, length(scope) - length(${next_param}) + 1) = ${next_param}"
-            ));
+        if scope_node.is_some() {
+            filters.push_str(&format!(" AND scope_node_id = ${next_param}"));
         }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM merge_tasks \
@@ -348,8 +363,8 @@ where
                 if let Some(index_uid) = index_uid {
                     query = query.bind(index_uid.to_string());
                 }
-                if let Some(suffix) = scope_suffix {
-                    query = query.bind(suffix.to_string());
+                if let Some(node) = scope_node {
+                    query = query.bind(node.to_string());
                 }
                 let Some(row) = query.fetch_optional(&mut *write.tx).await? else {
                     return Ok(None);
@@ -521,6 +536,40 @@ where
                 Self::fail_locked_task(&mut write.tx, &mut task, error.to_string(), now).await?;
             }
             Ok(task)
+        }
+        .await;
+        write.finish(result).await
+    }
+
+    /// See [`crate::Metastore::release_merge_tasks`].
+    pub(super) async fn release_tasks(
+        &self,
+        task_ids: &[String],
+        reason: &str,
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        let mut sorted: Vec<&String> = task_ids.iter().collect();
+        sorted.sort();
+        sorted.dedup();
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            let mut released = Vec::new();
+            for task_id in sorted {
+                let mut task = match Self::lock_task(&mut write.tx, task_id).await {
+                    Ok(task) => task,
+                    Err(MetastoreError::NotFound { .. }) => continue,
+                    Err(err) => return Err(err),
+                };
+                let claimable = task.state == MergeTaskState::Pending
+                    || (task.state == MergeTaskState::Running
+                        && task.lease_expires_at.is_some_and(|end| end <= now));
+                if !claimable {
+                    continue;
+                }
+                Self::fail_locked_task(&mut write.tx, &mut task, reason.to_string(), now).await?;
+                released.push(task.task_id);
+            }
+            Ok(released)
         }
         .await;
         write.finish(result).await

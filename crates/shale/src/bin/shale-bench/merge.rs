@@ -142,6 +142,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             });
             ids.push(split_id);
         }
+        let scope = metas[0].merge_scope(false);
         metastore.stage_splits(&index.index_uid, metas).await?;
         metastore
             .publish_splits(
@@ -152,15 +153,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )
             .await?;
         metastore
-            .create_merge_tasks(
-                &index.index_uid,
-                vec![NewMergeTask {
-                    scope: "bench".into(),
-                    split_ids: ids,
-                    compaction_id: None,
-                }],
-                1,
-            )
+            .create_merge_tasks(&index.index_uid, vec![NewMergeTask::new(scope, ids)], 1)
             .await?;
         let task = metastore
             .claim_merge_task("bench", 3600, now_unix_secs(), Some(&index.index_uid), None)
