@@ -11,6 +11,9 @@
 //! wal_persist_interval_secs: 5         # for on-delay
 //! max_ingest_body_bytes: 10MiB         # integer or size with unit; default 10 MiB
 //! split_cache_max_bytes: 10GiB         # default 10 GiB
+//! max_in_flight_ingest_bytes: 256MiB   # ingest bodies handled at once; more: 429
+//! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
+//! max_concurrent_searches: 100         # searches at once; more: 429
 //! s3:
 //!   endpoint: http://localhost:9000
 //!   region: us-east-1
@@ -51,6 +54,12 @@ pub const DEFAULT_WAL_PERSIST_INTERVAL_SECS: u64 = 5;
 pub const DEFAULT_MAX_INGEST_BODY_BYTES: u64 = 10 << 20;
 /// Default `split_cache_max_bytes`: 10 GiB.
 pub const DEFAULT_SPLIT_CACHE_MAX_BYTES: u64 = 10 << 30;
+/// Default `max_in_flight_ingest_bytes`: 256 MiB.
+pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
+/// Default `max_wal_memory_bytes`: 2 GiB, Quickwit's `max_queue_memory_usage`.
+pub const DEFAULT_MAX_WAL_MEMORY_BYTES: u64 = 2 << 30;
+/// Default `max_concurrent_searches`.
+pub const DEFAULT_MAX_CONCURRENT_SEARCHES: usize = 100;
 
 /// When the WAL is flushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +134,12 @@ pub struct NodeConfig {
     pub max_ingest_body_bytes: u64,
     /// Size of the local split cache.
     pub split_cache_max_bytes: u64,
+    /// Bytes of ingest requests handled at once; beyond, requests get a 429.
+    pub max_in_flight_ingest_bytes: u64,
+    /// Bytes of WAL records not yet in published splits; beyond, ingest gets a 429.
+    pub max_wal_memory_bytes: u64,
+    /// Searches run at once; beyond, searches get a 429.
+    pub max_concurrent_searches: usize,
     /// Object store settings.
     pub s3: S3Config,
     /// Compaction and garbage collection settings.
@@ -206,6 +221,12 @@ struct NodeConfigFile {
     max_ingest_body_bytes: Option<ByteSize>,
     #[serde(default)]
     split_cache_max_bytes: Option<ByteSize>,
+    #[serde(default)]
+    max_in_flight_ingest_bytes: Option<ByteSize>,
+    #[serde(default)]
+    max_wal_memory_bytes: Option<ByteSize>,
+    #[serde(default)]
+    max_concurrent_searches: Option<usize>,
     #[serde(default)]
     s3: Option<S3Config>,
     #[serde(default)]
@@ -290,6 +311,15 @@ impl NodeConfig {
             split_cache_max_bytes: file
                 .split_cache_max_bytes
                 .map_or(DEFAULT_SPLIT_CACHE_MAX_BYTES, |size| size.0),
+            max_in_flight_ingest_bytes: file
+                .max_in_flight_ingest_bytes
+                .map_or(DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES, |size| size.0),
+            max_wal_memory_bytes: file
+                .max_wal_memory_bytes
+                .map_or(DEFAULT_MAX_WAL_MEMORY_BYTES, |size| size.0),
+            max_concurrent_searches: file
+                .max_concurrent_searches
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_SEARCHES),
             s3: file.s3.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
         };
@@ -362,6 +392,22 @@ impl NodeConfig {
                 "must be at least 1".to_string(),
             ));
         }
+        if self.max_in_flight_ingest_bytes < self.max_ingest_body_bytes {
+            return Err(invalid(
+                "max_in_flight_ingest_bytes",
+                format!(
+                    "must be at least max_ingest_body_bytes ({}), or no request could be \
+                     admitted",
+                    self.max_ingest_body_bytes
+                ),
+            ));
+        }
+        if self.max_concurrent_searches < 1 {
+            return Err(invalid(
+                "max_concurrent_searches",
+                "must be at least 1".to_string(),
+            ));
+        }
         Ok(())
     }
 }
@@ -379,6 +425,9 @@ impl Default for NodeConfig {
             wal_persist_interval_secs: DEFAULT_WAL_PERSIST_INTERVAL_SECS,
             max_ingest_body_bytes: DEFAULT_MAX_INGEST_BODY_BYTES,
             split_cache_max_bytes: DEFAULT_SPLIT_CACHE_MAX_BYTES,
+            max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
+            max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
+            max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,
             s3: S3Config::default(),
             compaction: CompactionConfig::default(),
         }

@@ -9,5 +9,7 @@ pub mod router;
 pub mod wal;
 
 pub use pipeline::{PipelineEnv, PipelineHandle, PipelineParams};
-pub use router::{CommitMode, IngestError, IngestOutcome, IngestRouter};
+pub use router::{
+    CommitMode, InFlightPermit, IngestError, IngestLimits, IngestOutcome, IngestRouter,
+};
 pub use wal::{PersistPolicy, Wal, WalError};

@@ -28,6 +28,8 @@ metric!(PIPELINE_ERRORS: IntCounterVec = register_int_counter_vec!(
     "shale_indexing_errors_total", "Indexing pipeline failures, by stage.", &["stage"]));
 metric!(WAL_MEMORY_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_memory_bytes", "Bytes of not-yet-truncated WAL records held in memory."));
+metric!(WAL_BACKLOG_BYTES: IntGauge = register_int_gauge!(
+    "shale_wal_backlog_bytes", "Bytes of WAL records not yet in published splits (ingest gets a 429 beyond max_wal_memory_bytes)."));
 metric!(WAL_DISK_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_disk_bytes", "Bytes used by WAL files on disk."));
 metric!(WAL_FSYNCS: IntCounter = register_int_counter!(
@@ -47,6 +49,7 @@ pub fn register() {
     LazyLock::force(&PIPELINE_ERRORS);
     LazyLock::force(&WAL_MEMORY_BYTES);
     LazyLock::force(&WAL_DISK_BYTES);
+    LazyLock::force(&WAL_BACKLOG_BYTES);
     LazyLock::force(&WAL_FSYNCS);
     LazyLock::force(&WAL_APPENDS);
     LazyLock::force(&INGEST_REJECTED_REQUESTS);

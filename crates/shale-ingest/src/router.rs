@@ -63,6 +63,36 @@ pub enum IngestError {
     /// The pipeline stopped before the commit completed (documents are in the WAL).
     #[error("indexing pipeline stopped before the documents were published; they are in the WAL and will be published after restart")]
     PipelineStopped,
+    /// A limit of the node is reached; nothing of the request (or bulk item) was accepted.
+    #[error("rate limited: {0}; retry later")]
+    RateLimited(String),
+    /// An unexpected failure before anything was written to the WAL.
+    #[error("internal error, nothing was ingested: {0}")]
+    Internal(String),
+}
+
+/// Limits of the ingest path.
+#[derive(Clone, Copy, Debug)]
+pub struct IngestLimits {
+    /// Bytes of ingest requests being handled at once (bodies read, validated, appended).
+    pub max_in_flight_bytes: u64,
+    /// Bytes of WAL records not yet in published splits (held in memory) before ingest is
+    /// refused until indexing catches up.
+    pub max_wal_memory_bytes: u64,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        IngestLimits {
+            max_in_flight_bytes: 256 << 20,
+            max_wal_memory_bytes: 2 << 30,
+        }
+    }
+}
+
+/// Bytes of an ingest request admitted by [`IngestRouter::admit_bytes`]; released on drop.
+pub struct InFlightPermit {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// What happened to each document of an ingest request.
@@ -90,7 +120,13 @@ pub struct IngestRouter {
     env: PipelineEnv,
     storages: IndexStorages,
     indexes: RwLock<HashMap<String, Arc<ServedIndex>>>,
+    limits: IngestLimits,
+    /// One permit per in-flight byte (in KiB units, so that any limit fits a `u32`).
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Permits of the in-flight semaphore count KiB.
+const IN_FLIGHT_UNIT: u64 = 1024;
 
 /// Queue name of a shard: `{index_uid}/{source_id}/{shard_id}`.
 fn queue_name(index_uid: &IndexUid, shard_id: &str) -> String {
@@ -125,12 +161,49 @@ pub fn pipeline_params(
 
 impl IngestRouter {
     /// A router with no index served yet.
-    pub fn new(env: PipelineEnv, storages: IndexStorages) -> Self {
+    pub fn new(env: PipelineEnv, storages: IndexStorages, limits: IngestLimits) -> Self {
+        let units = (limits.max_in_flight_bytes / IN_FLIGHT_UNIT).max(1);
         IngestRouter {
             env,
             storages,
             indexes: RwLock::new(HashMap::new()),
+            limits,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(units).unwrap_or(usize::MAX >> 4),
+            )),
         }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> IngestLimits {
+        self.limits
+    }
+
+    /// The semaphore of in-flight ingest bytes (one permit per KiB).
+    pub fn in_flight_permits(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.in_flight
+    }
+
+    /// Admits a request of `bytes` (its body size, or the body limit when unknown), or refuses
+    /// it with [`IngestError::RateLimited`] when the node already handles
+    /// `max_in_flight_bytes`.
+    pub fn admit_bytes(&self, bytes: u64) -> Result<InFlightPermit, IngestError> {
+        let units = bytes.div_ceil(IN_FLIGHT_UNIT).max(1);
+        let max_units = (self.limits.max_in_flight_bytes / IN_FLIGHT_UNIT).max(1);
+        let units = u32::try_from(units.min(max_units)).unwrap_or(u32::MAX);
+        self.in_flight
+            .clone()
+            .try_acquire_many_owned(units)
+            .map(|permit| InFlightPermit { _permit: permit })
+            .map_err(|_| {
+                metrics::INGEST_REJECTED_REQUESTS
+                    .with_label_values(&["in_flight_bytes"])
+                    .inc();
+                IngestError::RateLimited(format!(
+                    "too many ingest bytes in flight (max_in_flight_ingest_bytes = {})",
+                    self.limits.max_in_flight_bytes
+                ))
+            })
     }
 
     /// Starts serving every index of the metastore: resumes each shard found in the WAL from
@@ -251,8 +324,22 @@ impl IngestRouter {
             (outcome, valid, parsed)
         })
         .await
-        .map_err(|_| IngestError::PipelineStopped)?;
+        .map_err(|err| {
+            IngestError::Internal(format!("document validation failed unexpectedly: {err}"))
+        })?;
         metrics::DOCS_REJECTED.inc_by(outcome.num_rejected as u64);
+        if !valid.is_empty() {
+            let backlog = self.env.wal.backlog_bytes();
+            if backlog >= self.limits.max_wal_memory_bytes {
+                metrics::INGEST_REJECTED_REQUESTS
+                    .with_label_values(&["wal_memory"])
+                    .inc();
+                return Err(IngestError::RateLimited(format!(
+                    "WAL full: {backlog} bytes are not indexed yet (max_wal_memory_bytes = {})",
+                    self.limits.max_wal_memory_bytes
+                )));
+            }
+        }
         let refs: Vec<&[u8]> = valid.iter().map(|d| d.as_ref()).collect();
         let positions = self.env.wal.append(&served.active_queue, &refs).await?;
         metrics::DOCS_INGESTED.inc_by(valid.len() as u64);
@@ -302,6 +389,7 @@ impl IngestRouter {
     /// Refreshes the WAL size gauges.
     pub async fn update_wal_metrics(&self) {
         metrics::WAL_MEMORY_BYTES.set(self.env.wal.memory_size().await as i64);
+        metrics::WAL_BACKLOG_BYTES.set(self.env.wal.backlog_bytes() as i64);
         metrics::WAL_DISK_BYTES.set(self.env.wal.disk_size().await as i64);
     }
 }

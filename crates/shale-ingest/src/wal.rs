@@ -80,6 +80,8 @@ pub struct Wal {
     sync_state: Mutex<SyncState>,
     /// fsync rounds done.
     sync_rounds: AtomicU64,
+    /// Bytes of the records appended and not yet truncated (the indexing backlog).
+    backlog_bytes: AtomicU64,
 }
 
 impl std::fmt::Debug for Wal {
@@ -101,6 +103,16 @@ fn wal_file_number(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Bytes of the records of `queue` in `range`.
+fn queue_bytes<R>(log: &MultiRecordLog, queue: &str, range: R) -> u64
+where
+    R: std::ops::RangeBounds<u64> + 'static,
+{
+    log.range(queue, range)
+        .map(|records| records.map(|(_, payload)| payload.len() as u64).sum())
+        .unwrap_or(0)
+}
+
 fn wal_file_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("wal-{number:020}"))
 }
@@ -114,7 +126,13 @@ impl Wal {
             .await
             .map_err(io)?;
         let mut next_positions = HashMap::new();
+        let mut backlog: u64 = 0;
         for queue in log.list_queues() {
+            backlog += log
+                .range(queue, ..)
+                .map_err(|_| WalError::MissingQueue(queue.to_string()))?
+                .map(|(_, payload)| payload.len() as u64)
+                .sum::<u64>();
             let next = log
                 .range(queue, ..)
                 .map_err(|_| WalError::MissingQueue(queue.to_string()))?
@@ -138,6 +156,7 @@ impl Wal {
                 known_files: BTreeSet::new(),
             }),
             sync_rounds: AtomicU64::new(0),
+            backlog_bytes: AtomicU64::new(backlog),
         });
         // Make what a previous run flushed but did not sync durable before serving from it.
         wal.sync_all().await?;
@@ -222,6 +241,8 @@ impl Wal {
             .map_err(io)?;
         let last = first + records.len() as u64 - 1;
         inner.next_positions.insert(queue.to_string(), last + 1);
+        let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+        self.backlog_bytes.fetch_add(bytes, Ordering::AcqRel);
         let seq = self.mark_written();
         drop(inner);
         metrics::WAL_APPENDS.inc();
@@ -261,7 +282,9 @@ impl Wal {
     pub async fn truncate(&self, queue: &str, position: u64) -> WalResult<()> {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
+            let dropped = queue_bytes(&inner.log, queue, ..=position);
             inner.log.truncate(queue, position).await.map_err(io)?;
+            self.backlog_bytes.fetch_sub(dropped, Ordering::AcqRel);
             self.mark_written();
         }
         Ok(())
@@ -271,7 +294,9 @@ impl Wal {
     pub async fn delete_queue(&self, queue: &str) -> WalResult<()> {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
+            let dropped = queue_bytes(&inner.log, queue, ..);
             inner.log.delete_queue(queue).await.map_err(io)?;
+            self.backlog_bytes.fetch_sub(dropped, Ordering::AcqRel);
             self.mark_written();
         }
         inner.next_positions.remove(queue);
@@ -353,7 +378,13 @@ impl Wal {
         self.sync_rounds.load(Ordering::Relaxed)
     }
 
-    /// Bytes of records held in memory (not yet truncated).
+    /// Bytes of the records appended and not yet truncated: what indexing has not published
+    /// yet. Lock-free.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.backlog_bytes.load(Ordering::Acquire)
+    }
+
+    /// Bytes mrecordlog holds in memory (records not yet truncated, plus its overhead).
     pub async fn memory_size(&self) -> usize {
         self.inner.lock().await.log.in_memory_size()
     }
@@ -424,6 +455,31 @@ mod tests {
         assert_eq!(wal.read("q", 95, 10, 1 << 20).await.unwrap().len(), 5);
         assert_eq!(wal.read("q", 0, 1000, 8).await.unwrap().len(), 2);
         wal.persist().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn backlog_counts_the_bytes_not_yet_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+                .await
+                .unwrap();
+            assert_eq!(wal.backlog_bytes(), 0);
+            wal.ensure_queue("q", None).await.unwrap();
+            wal.ensure_queue("r", None).await.unwrap();
+            wal.append("q", &[b"aaaa", b"bb", b"c"]).await.unwrap();
+            wal.append("r", &[b"12345"]).await.unwrap();
+            assert_eq!(wal.backlog_bytes(), 12);
+            wal.truncate("q", 1).await.unwrap();
+            assert_eq!(wal.backlog_bytes(), 6);
+        }
+        // Recomputed at open.
+        let wal = Wal::open(dir.path(), PersistPolicy::OnAppend)
+            .await
+            .unwrap();
+        assert_eq!(wal.backlog_bytes(), 6);
+        wal.delete_queue("r").await.unwrap();
+        assert_eq!(wal.backlog_bytes(), 1);
     }
 
     #[tokio::test]

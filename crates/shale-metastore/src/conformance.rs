@@ -974,6 +974,15 @@ pub async fn list_splits_filters_by_time_range(metastore: Arc<dyn Metastore>) {
             expected,
             "time range [{start:?}, {end:?})"
         );
+        // Counting applies the same filters.
+        assert_eq!(
+            metastore
+                .count_splits(query(start, end))
+                .await
+                .expect("count_splits"),
+            expected.len() as u64,
+            "count of time range [{start:?}, {end:?})"
+        );
     }
 }
 

@@ -23,6 +23,8 @@ mod sqlite;
 
 #[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
+pub mod recording;
 
 pub use merge_task::{MergeTask, MergeTaskState, NewMergeTask};
 pub use postgres::PostgresMetastore;
@@ -230,6 +232,9 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// Splits matching `query`, ordered by split id.
     async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>>;
+
+    /// The number of splits matching `query` (none is read).
+    async fn count_splits(&self, query: ListSplitsQuery) -> MetastoreResult<u64>;
 
     /// Marks splits (in any state) for deletion; unknown ids are ignored. Splits already marked
     /// keep their update timestamp (the janitor's grace period is not restarted). Merge tasks

@@ -499,6 +499,62 @@ where
     }
 }
 
+/// The `AND …` filters of a [`ListSplitsQuery`], with their bound values (`$1`, `$2`, …).
+fn split_filters(query: &ListSplitsQuery) -> (String, Vec<Bind>) {
+    let mut sql = String::new();
+    let mut binds: Vec<Bind> = Vec::new();
+    let mut push = |sql: &mut String, clause: &str, bind: Bind| {
+        binds.push(bind);
+        sql.push_str(&clause.replace("$?", &format!("${}", binds.len())));
+    };
+    if let Some(index_uid) = &query.index_uid {
+        push(
+            &mut sql,
+            " AND index_uid = $?",
+            Bind::Text(index_uid.to_string()),
+        );
+    }
+    if !query.split_states.is_empty() {
+        sql.push_str(" AND split_state IN (");
+        for (i, state) in query.split_states.iter().enumerate() {
+            let clause = if i == 0 { "$?" } else { ", $?" };
+            push(&mut sql, clause, Bind::Text(state.as_str().to_string()));
+        }
+        sql.push(')');
+    }
+    if let Some(start) = query.time_range_start {
+        push(
+            &mut sql,
+            " AND (time_range_end IS NULL OR time_range_end >= $?)",
+            Bind::Int(start),
+        );
+    }
+    if let Some(end) = query.time_range_end {
+        push(
+            &mut sql,
+            " AND (time_range_start IS NULL OR time_range_start < $?)",
+            Bind::Int(end),
+        );
+    }
+    if let Some(end_lt) = query.time_range_end_lt {
+        push(&mut sql, " AND time_range_end < $?", Bind::Int(end_lt));
+    }
+    if let Some(lte) = query.update_timestamp_lte {
+        push(&mut sql, " AND update_timestamp <= $?", Bind::Int(lte));
+    }
+    if let Some(partition_id) = query.partition_id {
+        push(
+            &mut sql,
+            " AND partition_id = $?",
+            Bind::Int(to_db(partition_id)),
+        );
+    }
+    if let Some(now) = query.immature_at {
+        push(&mut sql, " AND maturity_timestamp > $?", Bind::Int(now));
+    }
+    (sql, binds)
+}
+
 /// Columns selected to decode a [`Split`].
 const SPLIT_COLUMNS: &str = "split_state, update_timestamp, publish_timestamp, split_metadata_json";
 
@@ -725,62 +781,23 @@ where
     }
 
     async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>> {
-        let mut sql = format!("SELECT {SPLIT_COLUMNS} FROM splits WHERE 1 = 1");
-        let mut binds: Vec<Bind> = Vec::new();
-        let mut push = |sql: &mut String, clause: &str, bind: Bind| {
-            binds.push(bind);
-            sql.push_str(&clause.replace("$?", &format!("${}", binds.len())));
-        };
-        if let Some(index_uid) = &query.index_uid {
-            push(
-                &mut sql,
-                " AND index_uid = $?",
-                Bind::Text(index_uid.to_string()),
-            );
-        }
-        if !query.split_states.is_empty() {
-            sql.push_str(" AND split_state IN (");
-            for (i, state) in query.split_states.iter().enumerate() {
-                let clause = if i == 0 { "$?" } else { ", $?" };
-                push(&mut sql, clause, Bind::Text(state.as_str().to_string()));
-            }
-            sql.push(')');
-        }
-        if let Some(start) = query.time_range_start {
-            push(
-                &mut sql,
-                " AND (time_range_end IS NULL OR time_range_end >= $?)",
-                Bind::Int(start),
-            );
-        }
-        if let Some(end) = query.time_range_end {
-            push(
-                &mut sql,
-                " AND (time_range_start IS NULL OR time_range_start < $?)",
-                Bind::Int(end),
-            );
-        }
-        if let Some(end_lt) = query.time_range_end_lt {
-            push(&mut sql, " AND time_range_end < $?", Bind::Int(end_lt));
-        }
-        if let Some(lte) = query.update_timestamp_lte {
-            push(&mut sql, " AND update_timestamp <= $?", Bind::Int(lte));
-        }
-        if let Some(partition_id) = query.partition_id {
-            push(
-                &mut sql,
-                " AND partition_id = $?",
-                Bind::Int(to_db(partition_id)),
-            );
-        }
-        if let Some(now) = query.immature_at {
-            push(&mut sql, " AND maturity_timestamp > $?", Bind::Int(now));
-        }
-        sql.push_str(" ORDER BY split_id");
+        let (filters, binds) = split_filters(&query);
+        let sql =
+            format!("SELECT {SPLIT_COLUMNS} FROM splits WHERE 1 = 1{filters} ORDER BY split_id");
         let rows = Self::bind_all(sqlx::query::<DB>(AssertSqlSafe(sql)), binds)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(Self::decode_split).collect()
+    }
+
+    async fn count_splits(&self, query: ListSplitsQuery) -> MetastoreResult<u64> {
+        let (filters, binds) = split_filters(&query);
+        let sql = format!("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM splits WHERE 1 = 1{filters}");
+        let row = Self::bind_all(sqlx::query::<DB>(AssertSqlSafe(sql)), binds)
+            .fetch_one(&self.pool)
+            .await?;
+        let count: i64 = row.try_get("n")?;
+        Ok(from_db(count))
     }
 
     async fn mark_splits_for_deletion(

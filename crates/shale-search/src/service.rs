@@ -1,7 +1,7 @@
 //! The search service: root (list, prune, fan out, merge) and leaf (search one split) in one
 //! process. Leaf searches run on the blocking pool, bounded by a semaphore.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
@@ -63,6 +63,55 @@ pub enum SearchError {
     /// The index's storage or mapping cannot be used.
     #[error("{0}")]
     Internal(String),
+    /// The node cannot serve the search now (e.g. its split cache is taken by splits in use);
+    /// retry later.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The node already runs as many searches as it allows; retry later.
+    #[error("too many concurrent searches: this node runs at most {limit} at once (max_concurrent_searches); retry later")]
+    TooManyRequests {
+        /// The node's limit.
+        limit: usize,
+    },
+}
+
+/// Why one split could not be searched.
+#[derive(Debug)]
+struct LeafError {
+    message: String,
+    /// Worth retrying later (the split cache was full).
+    unavailable: bool,
+}
+
+impl<E: std::fmt::Display> From<E> for LeafError {
+    fn from(err: E) -> Self {
+        LeafError {
+            message: err.to_string(),
+            unavailable: false,
+        }
+    }
+}
+
+/// Largest `max_hits` (Quickwit's limit).
+pub const MAX_HITS_LIMIT: usize = 10_000;
+/// Largest `start_offset` (Quickwit's limit).
+pub const MAX_START_OFFSET: usize = 10_000;
+
+/// Rejects requests whose page would be unbounded, with Quickwit's messages.
+fn validate_page(request: &SearchRequest) -> Result<(), SearchError> {
+    if request.max_hits > MAX_HITS_LIMIT {
+        return Err(SearchError::InvalidRequest(format!(
+            "Invalid argument: max value for max_hits is 10_000, but got {}",
+            request.max_hits
+        )));
+    }
+    if request.start_offset > MAX_START_OFFSET {
+        return Err(SearchError::InvalidRequest(format!(
+            "Invalid argument: max value for start_offset is 10_000, but got {}",
+            request.start_offset
+        )));
+    }
+    Ok(())
 }
 
 /// Opened splits kept in memory (bounded), keyed by split id.
@@ -74,14 +123,19 @@ struct OpenSplit {
     _cached: Arc<shale_storage::CachedSplit>,
 }
 
+/// Splits kept open between searches, by split id.
+type OpenSplits = Mutex<HashMap<String, Arc<OpenSplit>>>;
+
 /// The search service of a node.
 pub struct SearchService {
     metastore: Arc<dyn Metastore>,
     storages: IndexStorages,
     cache: Arc<SplitCache>,
     doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
-    open_splits: Mutex<HashMap<String, Arc<OpenSplit>>>,
+    open_splits: Arc<OpenSplits>,
     leaf_permits: Arc<Semaphore>,
+    search_permits: Arc<Semaphore>,
+    max_concurrent_searches: usize,
 }
 
 /// What every split of a request is searched with.
@@ -112,21 +166,52 @@ struct LeafResult {
 }
 
 impl SearchService {
-    /// A search service fetching splits through `cache`.
+    /// A search service fetching splits through `cache`, running at most
+    /// `max_concurrent_searches` searches (more are refused with
+    /// [`SearchError::TooManyRequests`]) and `max_concurrent_leaf_searches` split searches at
+    /// once. Splits it keeps open are released when the cache needs room.
     pub fn new(
         metastore: Arc<dyn Metastore>,
         storages: IndexStorages,
         cache: Arc<SplitCache>,
         max_concurrent_leaf_searches: usize,
+        max_concurrent_searches: usize,
     ) -> Self {
+        let open_splits: Arc<OpenSplits> = Arc::new(Mutex::new(HashMap::new()));
+        let weak = Arc::downgrade(&open_splits);
+        cache.add_pressure_handler(Arc::new(move || {
+            if let Some(open) = weak.upgrade() {
+                // Drop the splits no search is using: their cache pins go with them.
+                open.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|_, split| Arc::strong_count(split) > 1);
+            }
+        }));
+        let max_concurrent_searches = max_concurrent_searches.max(1);
         SearchService {
             metastore,
             storages,
             cache,
             doc_mappers: Mutex::new(HashMap::new()),
-            open_splits: Mutex::new(HashMap::new()),
+            open_splits,
             leaf_permits: Arc::new(Semaphore::new(max_concurrent_leaf_searches.max(1))),
+            search_permits: Arc::new(Semaphore::new(max_concurrent_searches)),
+            max_concurrent_searches,
         }
+    }
+
+    /// The semaphore admitting searches (one permit per search in progress).
+    pub fn search_permits(&self) -> &Arc<Semaphore> {
+        &self.search_permits
+    }
+
+    fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, SearchError> {
+        self.search_permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| SearchError::TooManyRequests {
+                limit: self.max_concurrent_searches,
+            })
     }
 
     /// The split cache.
@@ -141,24 +226,43 @@ impl SearchService {
         request: SearchRequest,
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
+        let _permit = self.admit()?;
         let _timer = SEARCH_LATENCY.start_timer();
         let prepared = self.prepare(index_id, &request).await?;
         let (index, doc_mapper) = (&prepared.index, &prepared.doc_mapper);
 
-        // Root: list and prune before opening anything.
+        // Root: list (only the splits overlapping the time range) and prune before opening
+        // anything.
+        let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
+            .with_states(&[SplitState::Published]);
+        query.time_range_start = request.start_timestamp;
+        query.time_range_end = request.end_timestamp;
+        let time_filtered = query.time_range_start.is_some() || query.time_range_end.is_some();
         let published = self
             .metastore
-            .list_splits(
-                ListSplitsQuery::for_index(index.index_uid.clone())
-                    .with_states(&[SplitState::Published]),
-            )
+            .list_splits(query)
             .await
             .map_err(SearchError::Metastore)?;
+        // Splits the metastore left out by time range count as pruned too.
+        let pruned_by_time = if time_filtered {
+            let total = self
+                .metastore
+                .count_splits(
+                    ListSplitsQuery::for_index(index.index_uid.clone())
+                        .with_states(&[SplitState::Published]),
+                )
+                .await
+                .map_err(SearchError::Metastore)?;
+            (total as usize).saturating_sub(published.len())
+        } else {
+            0
+        };
         let candidates: Vec<SplitMetadata> = published
             .into_iter()
             .map(|s: Split| s.split_metadata)
             .collect();
-        let (splits, num_splits_pruned) = prune(candidates, &request, doc_mapper);
+        let (splits, pruned) = prune(candidates, &request, doc_mapper);
+        let num_splits_pruned = pruned + pruned_by_time;
         self.execute(&prepared, &request, splits, num_splits_pruned, started)
             .await
     }
@@ -172,6 +276,7 @@ impl SearchService {
         splits: Vec<SplitMetadata>,
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
+        let _permit = self.admit()?;
         let prepared = self.prepare(index_id, &request).await?;
         let (splits, num_splits_pruned) = prune(splits, &request, &prepared.doc_mapper);
         self.execute(&prepared, &request, splits, num_splits_pruned, started)
@@ -196,7 +301,7 @@ impl SearchService {
             .storages
             .for_index(index.index_id(), index.index_config.index_uri.as_deref())
             .map_err(|err| SearchError::Internal(err.to_string()))?;
-        let k = request.start_offset + request.max_hits;
+        let k = request.start_offset.saturating_add(request.max_hits);
         let mut leaf_futures = FuturesUnordered::new();
         for (ord, split) in splits.iter().enumerate() {
             let query = query.clone();
@@ -211,25 +316,55 @@ impl SearchService {
         }
         let mut num_hits = 0u64;
         let mut errors = Vec::new();
-        let mut candidates: Vec<LeafHit> = Vec::new();
+        let mut unavailable = false;
+        // The best `k` hits so far, sorted; only the splits holding one of them stay open
+        // (pinned in the cache) until their documents are fetched.
+        let mut top: Vec<LeafHit> = Vec::new();
         let mut searchers: HashMap<usize, Arc<OpenSplit>> = HashMap::new();
         while let Some((ord, result)) = leaf_futures.next().await {
             match result {
                 Ok((open, leaf)) => {
                     num_hits += leaf.count;
-                    candidates.extend(leaf.hits.into_iter().map(|(key, doc)| LeafHit {
-                        key,
-                        split_ord: ord,
-                        doc,
-                    }));
+                    if leaf.hits.is_empty() {
+                        continue;
+                    }
+                    let mut hits: Vec<LeafHit> = leaf
+                        .hits
+                        .into_iter()
+                        .map(|(key, doc)| LeafHit {
+                            key,
+                            split_ord: ord,
+                            doc,
+                        })
+                        .collect();
+                    sort_candidates(&mut hits, sort_by);
+                    top = merge_top(std::mem::take(&mut top), hits, k, sort_by);
                     searchers.insert(ord, open);
+                    let needed: HashSet<usize> = top.iter().map(|hit| hit.split_ord).collect();
+                    searchers.retain(|ord, _| needed.contains(ord));
                 }
-                Err(err) => errors.push(format!("split {}: {err}", splits[ord].split_id)),
+                Err(err) => {
+                    unavailable |= err.unavailable;
+                    errors.push(format!("split {}: {}", splits[ord].split_id, err.message));
+                }
             }
         }
         drop(leaf_futures);
-        sort_candidates(&mut candidates, sort_by);
-        let page: Vec<LeafHit> = candidates
+        // Partial failures are reported with the hits of the other splits; when every split
+        // failed there is no result to give.
+        if !splits.is_empty() && errors.len() == splits.len() {
+            let summary = format!(
+                "search failed on all {} splits: {}",
+                splits.len(),
+                errors[0]
+            );
+            return Err(if unavailable {
+                SearchError::Unavailable(summary)
+            } else {
+                SearchError::Internal(summary)
+            });
+        }
+        let page: Vec<LeafHit> = top
             .into_iter()
             .skip(request.start_offset)
             .take(request.max_hits)
@@ -267,6 +402,7 @@ impl SearchService {
         index_id: &str,
         request: &SearchRequest,
     ) -> Result<Prepared, SearchError> {
+        validate_page(request)?;
         let index = match self.metastore.index_metadata(index_id).await {
             Ok(index) => index,
             Err(MetastoreError::NotFound { .. }) => {
@@ -339,7 +475,7 @@ impl SearchService {
         &self,
         storage: &dyn Storage,
         split: &SplitMetadata,
-    ) -> Result<Arc<OpenSplit>, String> {
+    ) -> Result<Arc<OpenSplit>, LeafError> {
         if let Some(open) = self
             .open_splits
             .lock()
@@ -352,7 +488,10 @@ impl SearchService {
             .cache
             .get_split(storage, &split.split_id, split.size_bytes)
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| LeafError {
+                unavailable: matches!(err, shale_storage::StorageError::CacheFull { .. }),
+                message: err.to_string(),
+            })?;
         let path = cached.split_file();
         let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
             let index = shale_index::open_split(&path).map_err(|err| err.to_string())?;
@@ -360,7 +499,8 @@ impl SearchService {
             Ok(reader.searcher())
         })
         .await
-        .map_err(|err| err.to_string())??;
+        .map_err(LeafError::from)?
+        .map_err(LeafError::from)?;
         let open = Arc::new(OpenSplit {
             searcher,
             _cached: cached,
@@ -380,6 +520,14 @@ impl SearchService {
         Ok(open)
     }
 
+    /// Number of splits kept open between searches.
+    pub fn num_open_splits(&self) -> usize {
+        self.open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
     /// Forgets an open split (its object was deleted).
     pub fn forget_split(&self, split_id: &str) {
         self.open_splits
@@ -395,20 +543,22 @@ impl SearchService {
         query: Arc<dyn Query>,
         sort_by: SortBy,
         k: usize,
-    ) -> Result<(Arc<OpenSplit>, LeafResult), String> {
-        let open = self.open_split(storage, split).await?;
+    ) -> Result<(Arc<OpenSplit>, LeafResult), LeafError> {
+        // The permit bounds downloads as well as searches.
         let _permit = self
             .leaf_permits
             .clone()
             .acquire_owned()
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(LeafError::from)?;
+        let open = self.open_split(storage, split).await?;
         let open_for_task = open.clone();
         let leaf = tokio::task::spawn_blocking(move || {
             run_leaf(&open_for_task.searcher, query.as_ref(), &sort_by, k)
         })
         .await
-        .map_err(|err| err.to_string())??;
+        .map_err(LeafError::from)?
+        .map_err(LeafError::from)?;
         Ok((open, leaf))
     }
 }
@@ -488,44 +638,64 @@ fn run_leaf(
     }
 }
 
+/// Merges two lists sorted by [`sort_candidates`]' order, keeping the first `k`.
+fn merge_top(a: Vec<LeafHit>, b: Vec<LeafHit>, k: usize, sort_by: &SortBy) -> Vec<LeafHit> {
+    let mut merged = Vec::with_capacity(k.min(a.len() + b.len()));
+    let mut a = a.into_iter().peekable();
+    let mut b = b.into_iter().peekable();
+    while merged.len() < k {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => compare_hits(x, y, sort_by) != std::cmp::Ordering::Greater,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_a { a.next() } else { b.next() };
+        merged.extend(next);
+    }
+    merged
+}
+
 /// Orders candidates from all splits: best first; ties broken by split then doc, so pages
 /// are stable.
 fn sort_candidates(candidates: &mut [LeafHit], sort_by: &SortBy) {
+    candidates.sort_by(|a, b| compare_hits(a, b, sort_by));
+}
+
+/// The order of [`sort_candidates`]: best first, then by split, segment and doc.
+fn compare_hits(a: &LeafHit, b: &LeafHit, sort_by: &SortBy) -> std::cmp::Ordering {
     use std::cmp::Ordering;
-    let tie = |a: &LeafHit, b: &LeafHit| {
+    let primary = match (a.key, b.key) {
+        (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+        (SortKey::Value(x), SortKey::Value(y)) => {
+            let desc = matches!(
+                sort_by,
+                SortBy::Field {
+                    order: SortOrder::Desc,
+                    ..
+                }
+            );
+            match (x, y) {
+                (Some(x), Some(y)) => {
+                    if desc {
+                        y.cmp(&x)
+                    } else {
+                        x.cmp(&y)
+                    }
+                }
+                // Documents without a value come last either way.
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => Ordering::Equal,
+            }
+        }
+        _ => Ordering::Equal,
+    };
+    primary.then_with(|| {
         (a.split_ord, a.doc.segment_ord, a.doc.doc_id).cmp(&(
             b.split_ord,
             b.doc.segment_ord,
             b.doc.doc_id,
         ))
-    };
-    candidates.sort_by(|a, b| {
-        let primary = match (a.key, b.key) {
-            (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
-            (SortKey::Value(x), SortKey::Value(y)) => {
-                let desc = matches!(
-                    sort_by,
-                    SortBy::Field {
-                        order: SortOrder::Desc,
-                        ..
-                    }
-                );
-                match (x, y) {
-                    (Some(x), Some(y)) => {
-                        if desc {
-                            y.cmp(&x)
-                        } else {
-                            x.cmp(&y)
-                        }
-                    }
-                    // Documents without a value come last either way.
-                    (Some(_), None) => Ordering::Less,
-                    (None, Some(_)) => Ordering::Greater,
-                    (None, None) => Ordering::Equal,
-                }
-            }
-            _ => Ordering::Equal,
-        };
-        primary.then_with(|| tie(a, b))
-    });
+    })
 }

@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use shale_ingest::IngestError;
 
-use crate::http::{commit_mode, read_body, ApiError, ApiQuery, AppState};
+use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
 
 /// `POST /api/v1/_elastic/_bulk`.
 pub async fn bulk(
@@ -53,6 +53,8 @@ async fn bulk_inner(
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
     let commit = commit_mode(&params, "refresh")?;
+    // Refused as a whole (429) before anything is accepted.
+    let _admitted = admit_ingest(&state, &headers)?;
     let body = read_body(&state, &headers, body).await?;
     let mut lines = body
         .split(|b| *b == b'\n')
@@ -135,16 +137,27 @@ async fn bulk_inner(
                     }
                 }
             }
-            Err(IngestError::IndexNotFound(_)) => {
-                for &i in &positions {
-                    items[i].outcome = Err((
+            // Each index's items get their own status: items of other indexes may already be
+            // accepted, so the request as a whole must not fail (a retry would duplicate them).
+            // Accepted into the WAL (durable, published later) but not yet visible: the items
+            // were created; a 500 would make the client send them again.
+            Err(IngestError::PipelineStopped) => {}
+            Err(err) => {
+                let (status, kind, reason) = match &err {
+                    IngestError::IndexNotFound(_) => (
                         404,
                         "index_not_found_exception",
                         format!("no such index [{index_id}]"),
-                    ));
+                    ),
+                    IngestError::RateLimited(_) => {
+                        (429, "es_rejected_execution_exception", err.to_string())
+                    }
+                    _ => (500, "internal_exception", err.to_string()),
+                };
+                for &i in &positions {
+                    items[i].outcome = Err((status, kind, reason.clone()));
                 }
             }
-            Err(err) => return Err(err.into()),
         }
     }
 

@@ -20,41 +20,61 @@ use shale_types::SplitState;
 
 use crate::node::{Node, NodeError};
 
-/// An API error: a status and a message, rendered `{"message": …}`.
+/// An API error: a status and a message, rendered `{"message": …}` (with a `Retry-After`
+/// header when the client should come back later).
 #[derive(Debug)]
 pub struct ApiError {
     /// HTTP status.
     pub status: StatusCode,
     /// Human-readable cause.
     pub message: String,
+    /// Seconds after which a retry may succeed (429, 503).
+    pub retry_after_secs: Option<u64>,
 }
 
+/// Seconds a client is told to wait when a node limit refused its request.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
 impl ApiError {
+    /// An error with `status`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+    /// A 429 with `Retry-After`.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: message.into(),
+            retry_after_secs: Some(RETRY_AFTER_SECS),
+        }
+    }
     /// A 400.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-        }
+        ApiError::new(StatusCode::BAD_REQUEST, message)
     }
     /// A 404.
     pub fn not_found(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: message.into(),
-        }
+        ApiError::new(StatusCode::NOT_FOUND, message)
     }
-    fn internal(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            message: message.into(),
-        }
+    /// A 500.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "message": self.message }))).into_response()
+        let mut response = (self.status, Json(json!({ "message": self.message }))).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -66,10 +86,7 @@ impl From<MetastoreError> for ApiError {
             MetastoreError::FailedPrecondition(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError {
-            status,
-            message: err.to_string(),
-        }
+        ApiError::new(status, err.to_string())
     }
 }
 
@@ -89,6 +106,7 @@ impl From<IngestError> for ApiError {
     fn from(err: IngestError) -> Self {
         match err {
             IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
+            IngestError::RateLimited(_) => ApiError::too_many_requests(err.to_string()),
             IngestError::Metastore(err) => err.into(),
             other => ApiError::internal(other.to_string()),
         }
@@ -100,6 +118,11 @@ impl From<SearchError> for ApiError {
         match err {
             SearchError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
             SearchError::InvalidRequest(_) => ApiError::bad_request(err.to_string()),
+            SearchError::TooManyRequests { .. } => ApiError::too_many_requests(err.to_string()),
+            SearchError::Unavailable(_) => ApiError {
+                retry_after_secs: Some(RETRY_AFTER_SECS),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
+            },
             other => ApiError::internal(other.to_string()),
         }
     }
@@ -141,8 +164,34 @@ pub struct AppState {
     pub node: Arc<Node>,
 }
 
-/// The REST router.
+/// The REST router, with its middleware.
 pub fn router(node: Arc<Node>) -> Router {
+    with_middleware(routes(node))
+}
+
+/// The middleware every route runs under: a panic while handling a request becomes a JSON
+/// 500 that says so (the connection and the node survive it).
+pub fn with_middleware(router: Router) -> Router {
+    router.layer(tower_http::catch_panic::CatchPanicLayer::custom(
+        panic_response,
+    ))
+}
+
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("no message");
+    tracing::error!(panic = detail, "a request handler panicked");
+    ApiError::internal(format!(
+        "internal error: the server failed while handling this request ({detail}); it is a \
+         bug, please report it"
+    ))
+    .into_response()
+}
+
+fn routes(node: Arc<Node>) -> Router {
     let state = AppState { node };
     Router::new()
         .route("/health/livez", get(|| async { Json(json!(true)) }))
@@ -175,10 +224,10 @@ pub fn router(node: Arc<Node>) -> Router {
 async fn readyz(State(state): State<AppState>) -> Response {
     match state.node.metastore.list_indexes().await {
         Ok(_) => Json(json!(true)).into_response(),
-        Err(err) => ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: format!("metastore unavailable: {err}"),
-        }
+        Err(err) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("metastore unavailable: {err}"),
+        )
         .into_response(),
     }
 }
@@ -304,12 +353,31 @@ async fn compaction_status(
     })))
 }
 
+/// Admits an ingest request into the node's in-flight budget (its `Content-Length`, or the
+/// body limit when unknown), or refuses it with a 429.
+pub fn admit_ingest(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> ApiResult<shale_ingest::InFlightPermit> {
+    let limit = state.node.config.max_ingest_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    Ok(state
+        .node
+        .router
+        .admit_bytes(declared.unwrap_or(limit).min(limit))?)
+}
+
 /// Reads a request body, enforcing the node's limit with a JSON 413.
 pub async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> ApiResult<Bytes> {
     let limit = state.node.config.max_ingest_body_bytes as usize;
-    let too_large = || ApiError {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        message: format!("request body exceeds the limit of {limit} bytes (max_ingest_body_bytes)"),
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds the limit of {limit} bytes (max_ingest_body_bytes)"),
+        )
     };
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
@@ -353,6 +421,7 @@ async fn ingest(
     body: Body,
 ) -> ApiResult<Json<Value>> {
     let commit = commit_mode(&params, "commit")?;
+    let _admitted = admit_ingest(&state, &headers)?;
     let body = read_body(&state, &headers, body).await?;
     let docs = ndjson_docs(&body);
     let num_docs = docs.len();

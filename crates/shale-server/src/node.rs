@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shale_compaction::service::{CompactionEnv, CompactionError, CompactionService, JanitorReport};
 use shale_config::{IndexConfig, NodeConfig, WalPersistPolicy};
-use shale_ingest::{IngestRouter, PersistPolicy, PipelineEnv, Wal};
+use shale_ingest::{IngestLimits, IngestRouter, PersistPolicy, PipelineEnv, Wal};
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_search::SearchService;
 use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
@@ -143,12 +143,20 @@ impl Node {
             on_publish: Some(compaction.planner_notify()),
         };
         let node = Node {
-            router: Arc::new(IngestRouter::new(env, storages.clone())),
+            router: Arc::new(IngestRouter::new(
+                env,
+                storages.clone(),
+                IngestLimits {
+                    max_in_flight_bytes: config.max_in_flight_ingest_bytes,
+                    max_wal_memory_bytes: config.max_wal_memory_bytes,
+                },
+            )),
             search: Arc::new(SearchService::new(
                 metastore.clone(),
                 storages.clone(),
                 cache,
                 std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+                config.max_concurrent_searches,
             )),
             config,
             metastore,

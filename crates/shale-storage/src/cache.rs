@@ -22,6 +22,9 @@ use crate::{io_err, StorageError, StorageResult};
 /// Name of a split's object inside its cache directory (see [`SplitCache::get_split`]).
 pub const SPLIT_FILE_NAME: &str = "split.bundle";
 
+/// How often a waiting fetch asks the pressure handlers again.
+const PRESSURE_RETRY: Duration = Duration::from_millis(50);
+
 /// How long a fetch waits for pinned splits to be released by default.
 pub const DEFAULT_CACHE_WAIT: Duration = Duration::from_secs(10);
 
@@ -346,21 +349,16 @@ impl SplitCache {
                 }
                 return Ok(());
             }
-            if !asked {
+            // Ask the holders of idle pins to let go, then retry at once; afterwards, wait for
+            // a pin to be dropped, asking again now and then (a split may become idle without
+            // dropping a pin, e.g. kept open after its search ended).
+            if !asked && self.ask_for_room() {
                 asked = true;
-                let handlers: Vec<PressureHandler> = self
-                    .pressure
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .clone();
-                if !handlers.is_empty() {
-                    for handler in handlers {
-                        handler();
-                    }
-                    continue;
-                }
+                continue;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            asked = false;
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 let inner = self.shared.lock();
                 return Err(StorageError::CacheFull {
                     split: key.to_string(),
@@ -370,7 +368,22 @@ impl SplitCache {
                     waited: self.wait,
                 });
             }
+            let wake = deadline.min(now + PRESSURE_RETRY);
+            let _ = tokio::time::timeout_at(wake, notified).await;
         }
+    }
+
+    /// Calls the pressure handlers; whether there are any.
+    fn ask_for_room(&self) -> bool {
+        let handlers: Vec<PressureHandler> = self
+            .pressure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        for handler in &handlers {
+            handler();
+        }
+        !handlers.is_empty()
     }
 
     /// The split `{split_id}.split` of `storage` (`size_bytes` long), downloaded on a miss.

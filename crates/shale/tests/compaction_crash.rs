@@ -4,7 +4,7 @@
 //! interrupted tasks are reclaimed when their lease expires; their half-done outputs are
 //! discarded. At the end, every acknowledged document is found exactly once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,7 @@ async fn killing_the_node_mid_merge_loses_and_duplicates_nothing() {
                     let body: String = ids
                         .iter()
                         .map(|id| {
-                            json!({"ts": 1_700_000_000, "doc_id": id, "body": "merge me"})
+                            json!({"ts": 1_700_000_000 + cycle as i64, "doc_id": id, "body": "merge me"})
                                 .to_string()
                                 + "\n"
                         })
@@ -153,21 +153,14 @@ async fn killing_the_node_mid_merge_loses_and_duplicates_nothing() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let acked = acked.lock().unwrap().clone();
-    let resp: Value = client
-        .post(format!("{}/api/v1/merge-crash/search", node.base))
-        .json(&json!({"query": "*", "max_hits": acked.len() + 100_000}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for hit in resp["hits"].as_array().unwrap() {
-        *seen
-            .entry(hit["doc_id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
+    let seen = common::doc_id_counts(
+        &client,
+        &node.base,
+        "merge-crash",
+        1_700_000_000,
+        1_700_000_000 + CYCLES as i64,
+    )
+    .await;
     let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         duplicated.is_empty(),

@@ -76,3 +76,51 @@ indexing_settings:
 {merge_policy_yaml}"
     )
 }
+
+/// How many times each `doc_id` of `index` is found, for documents with `ts` in
+/// `[from_ts, to_ts)`: one query per second of `ts`, paged within Shale's limits (10 000
+/// hits per page, offsets up to 10 000).
+pub async fn doc_id_counts(
+    client: &reqwest::Client,
+    base: &str,
+    index: &str,
+    from_ts: i64,
+    to_ts: i64,
+) -> std::collections::HashMap<String, usize> {
+    use serde_json::{json, Value};
+    let mut seen = std::collections::HashMap::new();
+    for ts in from_ts..to_ts {
+        let mut offset = 0usize;
+        loop {
+            let resp: Value = client
+                .post(format!("{base}/api/v1/{index}/search"))
+                .json(&json!({
+                    "query": "*",
+                    "start_timestamp": ts,
+                    "end_timestamp": ts + 1,
+                    "max_hits": 10_000,
+                    "start_offset": offset,
+                    "sort_by": "ts",
+                }))
+                .send()
+                .await
+                .expect("search")
+                .json()
+                .await
+                .expect("search response");
+            let hits = resp["hits"].as_array().expect("hits");
+            for hit in hits {
+                *seen
+                    .entry(hit["doc_id"].as_str().expect("doc_id").to_string())
+                    .or_default() += 1;
+            }
+            let total = resp["num_hits"].as_u64().expect("num_hits") as usize;
+            offset += hits.len();
+            if hits.is_empty() || offset >= total {
+                break;
+            }
+            assert!(offset <= 10_000, "more than 20 000 documents in one second");
+        }
+    }
+    seen
+}

@@ -1,0 +1,194 @@
+//! A [`Metastore`] wrapper that records the split queries it is asked (`testing` feature), so
+//! tests can check what a component reads from a real backend — e.g. that the merge planner
+//! asks only for immature Published splits, or that search asks only for the splits of its
+//! time range.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use shale_config::IndexConfig;
+use shale_types::{CheckpointDelta, IndexUid, SourceId, Split, SplitId, SplitMetadata};
+
+use crate::{
+    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreResult,
+    NewMergeTask, SplitStats,
+};
+
+/// Delegates to `inner`, recording every [`Metastore::list_splits`] query.
+pub struct RecordingMetastore {
+    inner: Arc<dyn Metastore>,
+    queries: Mutex<Vec<ListSplitsQuery>>,
+}
+
+impl RecordingMetastore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Metastore>) -> Self {
+        RecordingMetastore {
+            inner,
+            queries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The `list_splits` queries asked so far, and forgets them.
+    pub fn take_queries(&self) -> Vec<ListSplitsQuery> {
+        std::mem::take(&mut *self.queries.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[async_trait]
+impl Metastore for RecordingMetastore {
+    async fn create_index(&self, index_config: IndexConfig) -> MetastoreResult<IndexMetadata> {
+        self.inner.create_index(index_config).await
+    }
+    async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata> {
+        self.inner.index_metadata(index_id).await
+    }
+    async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
+        self.inner.list_indexes().await
+    }
+    async fn update_index_config(
+        &self,
+        index_uid: &IndexUid,
+        index_config: IndexConfig,
+    ) -> MetastoreResult<IndexMetadata> {
+        self.inner
+            .update_index_config(index_uid, index_config)
+            .await
+    }
+    async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>> {
+        self.inner.delete_index(index_uid).await
+    }
+    async fn stage_splits(
+        &self,
+        index_uid: &IndexUid,
+        splits: Vec<SplitMetadata>,
+    ) -> MetastoreResult<()> {
+        self.inner.stage_splits(index_uid, splits).await
+    }
+    async fn publish_splits(
+        &self,
+        index_uid: &IndexUid,
+        staged: &[SplitId],
+        replaced: &[SplitId],
+        checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
+    ) -> MetastoreResult<()> {
+        self.inner
+            .publish_splits(index_uid, staged, replaced, checkpoint_delta)
+            .await
+    }
+    async fn list_splits(&self, query: ListSplitsQuery) -> MetastoreResult<Vec<Split>> {
+        self.queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(query.clone());
+        self.inner.list_splits(query).await
+    }
+    async fn count_splits(&self, query: ListSplitsQuery) -> MetastoreResult<u64> {
+        self.inner.count_splits(query).await
+    }
+    async fn mark_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()> {
+        self.inner
+            .mark_splits_for_deletion(index_uid, split_ids)
+            .await
+    }
+    async fn mark_staged_splits_for_deletion(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<Vec<SplitId>> {
+        self.inner
+            .mark_staged_splits_for_deletion(index_uid, split_ids)
+            .await
+    }
+    async fn split_stats(&self, now: i64) -> MetastoreResult<Vec<SplitStats>> {
+        self.inner.split_stats(now).await
+    }
+    async fn delete_splits(
+        &self,
+        index_uid: &IndexUid,
+        split_ids: &[SplitId],
+    ) -> MetastoreResult<()> {
+        self.inner.delete_splits(index_uid, split_ids).await
+    }
+    async fn create_merge_tasks(
+        &self,
+        index_uid: &IndexUid,
+        tasks: Vec<NewMergeTask>,
+        max_attempts: u32,
+    ) -> MetastoreResult<Vec<MergeTask>> {
+        self.inner
+            .create_merge_tasks(index_uid, tasks, max_attempts)
+            .await
+    }
+    async fn claim_merge_task(
+        &self,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+        index_uid: Option<&IndexUid>,
+        scope_node: Option<&str>,
+    ) -> MetastoreResult<Option<MergeTask>> {
+        self.inner
+            .claim_merge_task(node_id, lease_secs, now, index_uid, scope_node)
+            .await
+    }
+    async fn release_merge_tasks(
+        &self,
+        task_ids: &[String],
+        reason: &str,
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        self.inner.release_merge_tasks(task_ids, reason, now).await
+    }
+    async fn renew_merge_task_lease(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        lease_secs: u64,
+        now: i64,
+    ) -> MetastoreResult<()> {
+        self.inner
+            .renew_merge_task_lease(task_id, node_id, lease_secs, now)
+            .await
+    }
+    async fn publish_merge(
+        &self,
+        index_uid: &IndexUid,
+        task_id: &str,
+        node_id: &str,
+        output: &[SplitId],
+        replaced: &[SplitId],
+        now: i64,
+    ) -> MetastoreResult<()> {
+        self.inner
+            .publish_merge(index_uid, task_id, node_id, output, replaced, now)
+            .await
+    }
+    async fn fail_merge_task(
+        &self,
+        task_id: &str,
+        node_id: &str,
+        error: &str,
+        retry: bool,
+        now: i64,
+    ) -> MetastoreResult<MergeTask> {
+        self.inner
+            .fail_merge_task(task_id, node_id, error, retry, now)
+            .await
+    }
+    async fn list_merge_tasks(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[MergeTaskState],
+        limit: Option<usize>,
+    ) -> MetastoreResult<Vec<MergeTask>> {
+        self.inner.list_merge_tasks(index_uid, states, limit).await
+    }
+    async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize> {
+        self.inner.delete_merge_tasks(finished_before).await
+    }
+}
