@@ -16,6 +16,7 @@ mod index_config;
 mod merge_policy;
 mod node_config;
 mod partition;
+mod redact;
 mod units;
 mod validation;
 
@@ -34,6 +35,7 @@ pub use node_config::{
     DEFAULT_SPLIT_CACHE_MAX_BYTES, DEFAULT_WAL_PERSIST_INTERVAL_SECS,
 };
 pub use partition::{PartitionKey, OTHER_PARTITION_ID};
+pub use redact::{redact_uri, scrub, uri_secrets, REDACTED};
 pub use units::{parse_byte_size, parse_duration};
 
 #[cfg(test)]

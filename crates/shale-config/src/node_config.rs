@@ -112,8 +112,9 @@ impl fmt::Debug for S3Config {
     }
 }
 
-/// The configuration of one node, defaults resolved.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// The configuration of one node, defaults resolved. `Debug` and serialization never show a
+/// secret: the metastore URI's password and the S3 secret key are redacted.
+#[derive(Clone, PartialEq, Eq, Serialize)]
 pub struct NodeConfig {
     /// This node's id in the cluster.
     pub node_id: String,
@@ -122,9 +123,11 @@ pub struct NodeConfig {
     /// Local directory for the WAL, the split cache, scratch space and the default SQLite
     /// metastore and file storage.
     pub data_dir: PathBuf,
-    /// `sqlite://…` or `postgres://…`.
+    /// `sqlite://…` or `postgres://…` (serialized with its password redacted).
+    #[serde(serialize_with = "serialize_redacted_uri")]
     pub metastore_uri: String,
     /// Where indexes' splits live by default (`file://…` or `s3://bucket/prefix`).
+    #[serde(serialize_with = "serialize_redacted_uri")]
     pub default_index_root_uri: String,
     /// When the WAL is fsynced.
     pub wal_persist_policy: WalPersistPolicy,
@@ -144,6 +147,55 @@ pub struct NodeConfig {
     pub s3: S3Config,
     /// Compaction and garbage collection settings.
     pub compaction: CompactionConfig,
+}
+
+fn serialize_redacted_uri<S: serde::Serializer>(
+    uri: &str,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&crate::redact_uri(uri))
+}
+
+impl fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("node_id", &self.node_id)
+            .field("listen_address", &self.listen_address)
+            .field("data_dir", &self.data_dir)
+            .field("metastore_uri", &crate::redact_uri(&self.metastore_uri))
+            .field(
+                "default_index_root_uri",
+                &crate::redact_uri(&self.default_index_root_uri),
+            )
+            .field("wal_persist_policy", &self.wal_persist_policy)
+            .field("wal_persist_interval_secs", &self.wal_persist_interval_secs)
+            .field("max_ingest_body_bytes", &self.max_ingest_body_bytes)
+            .field("split_cache_max_bytes", &self.split_cache_max_bytes)
+            .field(
+                "max_in_flight_ingest_bytes",
+                &self.max_in_flight_ingest_bytes,
+            )
+            .field("max_wal_memory_bytes", &self.max_wal_memory_bytes)
+            .field("max_concurrent_searches", &self.max_concurrent_searches)
+            .field("s3", &self.s3)
+            .field("compaction", &self.compaction)
+            .finish()
+    }
+}
+
+impl NodeConfig {
+    /// The config as YAML, secrets redacted (for `shale run --print-config`).
+    pub fn to_redacted_yaml(&self) -> String {
+        let mut value = match serde_json::to_value(self) {
+            Ok(value) => value,
+            Err(err) => return format!("# cannot render the config: {err}\n"),
+        };
+        if self.s3.secret_access_key.is_some() {
+            value["s3"]["secret_access_key"] = serde_json::Value::from(crate::REDACTED);
+        }
+        serde_yaml::to_string(&value)
+            .unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
+    }
 }
 
 /// Which splits may merge together.

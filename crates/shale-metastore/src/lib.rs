@@ -89,17 +89,38 @@ impl From<sqlx::migrate::MigrateError> for MetastoreError {
 
 /// Opens the metastore at `uri`: `postgres://` or `postgresql://` selects PostgreSQL;
 /// `sqlite://…`, `sqlite::memory:` or a plain file path selects SQLite; other schemes are an
-/// error.
+/// error. Error messages never show the URI's password.
 pub async fn open_metastore(uri: &str) -> MetastoreResult<Arc<dyn Metastore>> {
-    if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
-        Ok(Arc::new(PostgresMetastore::connect(uri).await?))
-    } else if uri.starts_with("sqlite:") || !uri.contains("://") {
-        Ok(Arc::new(SqliteMetastore::open(uri).await?))
-    } else {
-        Err(MetastoreError::Db(format!(
-            "unsupported metastore URI `{uri}`: expected postgres://, postgresql://, sqlite:// \
-             or a file path"
-        )))
+    let opened: MetastoreResult<Arc<dyn Metastore>> =
+        if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+            PostgresMetastore::connect(uri)
+                .await
+                .map(|m| Arc::new(m) as Arc<dyn Metastore>)
+        } else if uri.starts_with("sqlite:") || !uri.contains("://") {
+            SqliteMetastore::open(uri)
+                .await
+                .map(|m| Arc::new(m) as Arc<dyn Metastore>)
+        } else {
+            Err(MetastoreError::Db(format!(
+                "unsupported metastore URI `{uri}`: expected postgres://, postgresql://, \
+                 sqlite:// or a file path"
+            )))
+        };
+    opened.map_err(|err| err.scrubbed(uri))
+}
+
+impl MetastoreError {
+    /// The error with `uri` and its secrets redacted from its message.
+    pub fn scrubbed(self, uri: &str) -> MetastoreError {
+        let scrub = |message: String| shale_config::scrub(&message, uri);
+        match self {
+            MetastoreError::Db(message) => MetastoreError::Db(scrub(message)),
+            MetastoreError::Serde(message) => MetastoreError::Serde(scrub(message)),
+            MetastoreError::FailedPrecondition(message) => {
+                MetastoreError::FailedPrecondition(scrub(message))
+            }
+            other => other,
+        }
     }
 }
 

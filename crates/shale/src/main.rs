@@ -69,6 +69,9 @@ struct RunArgs {
     /// WAL persist policy: `on-delay` (default) or `on-append`.
     #[arg(long, env = "SHALE_WAL_PERSIST_POLICY")]
     wal_persist_policy: Option<String>,
+    /// Print the resolved node config (YAML, secrets redacted) and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 /// The node config: file, then environment and flags on top; defaults derived from the data
@@ -119,7 +122,12 @@ fn node_config(args: &RunArgs) -> anyhow::Result<NodeConfig> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = node_config(&args)?;
+    if args.print_config {
+        print!("{}", config.to_redacted_yaml());
+        return Ok(());
+    }
     let listen = config.listen_address.clone();
+    // `NodeConfig`'s Debug redacts secrets.
     tracing::info!(?config, "starting node");
     let node = shale_server::Node::start(config).await?;
     let listener = tokio::net::TcpListener::bind(&listen)
