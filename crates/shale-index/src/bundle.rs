@@ -183,11 +183,6 @@ impl BundleDirectory {
         Self::from_bytes_with_origin(bytes, path)
     }
 
-    /// A directory over a bundle held in memory (e.g. just downloaded).
-    pub fn from_bytes(bytes: OwnedBytes) -> Result<BundleDirectory, IndexError> {
-        Self::from_bytes_with_origin(bytes, Path::new("<memory>"))
-    }
-
     fn from_bytes_with_origin(
         bytes: OwnedBytes,
         origin: &Path,
@@ -290,16 +285,6 @@ impl Directory for BundleDirectory {
 /// Opens the Tantivy index of a split bundle, memory-mapped, without unpacking it.
 pub fn open_split(bundle_path: &Path) -> Result<Index, IndexError> {
     Ok(Index::open(BundleDirectory::open(bundle_path)?)?)
-}
-
-/// Opens the Tantivy index of a bundle held in memory.
-pub fn open_split_from_bytes(bytes: OwnedBytes) -> Result<Index, IndexError> {
-    Ok(Index::open(BundleDirectory::from_bytes(bytes)?)?)
-}
-
-/// Reads a bundle's footer (the split's files and [`SplitStats`]).
-pub fn read_split_footer(bundle_path: &Path) -> Result<BundleFooter, IndexError> {
-    Ok(BundleDirectory::open(bundle_path)?.footer().clone())
 }
 
 /// Writes the files of a bundle into `dest_dir` (created if needed), where

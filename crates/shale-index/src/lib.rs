@@ -32,10 +32,7 @@ mod merge;
 mod query;
 mod split;
 
-pub use bundle::{
-    open_split, open_split_from_bytes, read_split_footer, unpack_split, BundleDirectory,
-    BundleFile, BundleFooter,
-};
+pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
 pub use doc_mapper::{DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SOURCE_FIELD_NAME};
 pub use error::{DocParsingError, IndexError};
 pub use merge::{merge_split_files, merge_splits, merge_splits_to};

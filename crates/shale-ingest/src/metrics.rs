@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_int_counter, register_int_counter_vec, register_int_gauge, IntCounter, IntCounterVec,
-    IntGauge,
+    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 macro_rules! metric {
@@ -26,6 +26,11 @@ metric!(SPLIT_BYTES_WRITTEN: IntCounter = register_int_counter!(
     "shale_indexing_split_bytes_total", "Bytes of split objects uploaded by indexing pipelines."));
 metric!(PIPELINE_ERRORS: IntCounterVec = register_int_counter_vec!(
     "shale_indexing_errors_total", "Indexing pipeline failures, by stage.", &["stage"]));
+metric!(PIPELINE_STAGE_SECONDS: HistogramVec = register_histogram_vec!(
+    "shale_indexing_stage_seconds",
+    "Time spent in each stage of the indexing pipeline (index, finish, upload, publish).",
+    &["stage"],
+    vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]));
 metric!(WAL_MEMORY_BYTES: IntGauge = register_int_gauge!(
     "shale_wal_memory_bytes", "Bytes of not-yet-truncated WAL records held in memory."));
 metric!(WAL_BACKLOG_BYTES: IntGauge = register_int_gauge!(
@@ -47,10 +52,27 @@ pub fn register() {
     LazyLock::force(&SPLITS_PUBLISHED);
     LazyLock::force(&SPLIT_BYTES_WRITTEN);
     LazyLock::force(&PIPELINE_ERRORS);
+    LazyLock::force(&PIPELINE_STAGE_SECONDS);
     LazyLock::force(&WAL_MEMORY_BYTES);
     LazyLock::force(&WAL_DISK_BYTES);
     LazyLock::force(&WAL_BACKLOG_BYTES);
     LazyLock::force(&WAL_FSYNCS);
     LazyLock::force(&WAL_APPENDS);
     LazyLock::force(&INGEST_REJECTED_REQUESTS);
+}
+
+/// Runs one pipeline stage, recording its duration and, on failure, an error of that stage.
+pub(crate) async fn stage<T, E>(
+    name: &'static str,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let timer = PIPELINE_STAGE_SECONDS
+        .with_label_values(&[name])
+        .start_timer();
+    let result = work.await;
+    timer.observe_duration();
+    if result.is_err() {
+        PIPELINE_ERRORS.with_label_values(&[name]).inc();
+    }
+    result
 }

@@ -435,3 +435,23 @@ async fn switching_scope_mode_never_strands_merge_tasks() {
         node.stop().await;
     }
 }
+
+/// Merges whose inputs would take more than half the split cache download them into their
+/// own scratch space instead: a small cache never blocks compaction.
+#[tokio::test]
+async fn merges_bigger_than_the_split_cache_still_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = fast_compaction(common::config_in(tmp.path()));
+    config.split_cache_max_bytes = 4096;
+    let node = TestNode::start_with(config).await;
+    node.create_index(&merging_index("logs")).await;
+    node.ingest("logs", &log_docs(0, 100, T0, "api"), "force")
+        .await;
+    node.ingest("logs", &log_docs(100, 100, T0, "api"), "force")
+        .await;
+    let splits = wait_for_splits(&node, "logs", 1).await;
+    assert_eq!(splits[0]["num_docs"], 200);
+    assert_eq!(splits[0]["num_merge_ops"], 1);
+    assert!(node.node.search.cache().size_bytes() <= 4096);
+    node.stop().await;
+}

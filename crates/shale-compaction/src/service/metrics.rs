@@ -2,7 +2,10 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{register_int_counter, register_int_gauge, IntCounter, IntGauge};
+use prometheus::{
+    register_histogram_vec, register_int_counter, register_int_gauge, HistogramVec, IntCounter,
+    IntGauge,
+};
 
 macro_rules! metric {
     ($name:ident: $ty:ty = $reg:expr) => {
@@ -24,6 +27,26 @@ metric!(MERGE_BYTES_READ: IntCounter = register_int_counter!(
 metric!(MERGE_BYTES_WRITTEN: IntCounter = register_int_counter!(
     "shale_merge_bytes_written_total", "Bytes of split outputs written by merges."));
 
+metric!(MERGE_STAGE_SECONDS: HistogramVec = register_histogram_vec!(
+    "shale_merge_stage_seconds",
+    "Time spent in each stage of a merge (prepare, download, merge, upload, publish).",
+    &["stage"],
+    vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]));
+
+/// Runs one merge stage, recording its duration.
+pub(crate) async fn stage<T>(
+    name: &'static str,
+    work: impl std::future::Future<Output = T>,
+) -> (T, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let result = work.await;
+    let elapsed = started.elapsed();
+    MERGE_STAGE_SECONDS
+        .with_label_values(&[name])
+        .observe(elapsed.as_secs_f64());
+    (result, elapsed)
+}
+
 /// Registers every compaction metric.
 pub fn register() {
     LazyLock::force(&MERGES_PENDING);
@@ -32,4 +55,5 @@ pub fn register() {
     LazyLock::force(&MERGES_FAILED);
     LazyLock::force(&MERGE_BYTES_READ);
     LazyLock::force(&MERGE_BYTES_WRITTEN);
+    LazyLock::force(&MERGE_STAGE_SECONDS);
 }

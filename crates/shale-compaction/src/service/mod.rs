@@ -48,9 +48,6 @@ pub enum CompactionError {
     /// Merging failed.
     #[error("merge: {0}")]
     Index(#[from] shale_index::IndexError),
-    /// The index's merge policy config is invalid.
-    #[error("merge policy: {0}")]
-    Policy(String),
     /// A merge's inputs are gone or replaced: the task cannot succeed.
     #[error("merge task {task_id} cannot be applied: {reason}")]
     Inapplicable {

@@ -1,19 +1,30 @@
-//! The merge worker: executes one claimed merge task. Downloads the inputs through the split
-//! cache, merges them with Tantivy, uploads the output, then publishes it in ONE metastore
-//! transaction that marks the inputs MarkedForDeletion only if every input is still Published
-//! and this node still owns the task. If that transaction refuses, the output is discarded:
-//! no document is ever lost or duplicated by a merge. The task's lease is renewed while the
-//! merge runs.
+//! The merge worker: executes one claimed merge task, in named stages (each timed in
+//! `shale_merge_stage_seconds`), mirroring the indexing pipeline:
+//!
+//! 1. **prepare**: the task's inputs must all still be Published splits of the same index
+//!    incarnation;
+//! 2. **download**: the inputs, through the split cache (which pins them while merging), or
+//!    straight into scratch space when they would take more than half the cache;
+//! 3. **merge**: Tantivy merges them into one split bundle; its doc count is checked;
+//! 4. **upload**: the output is staged in the metastore and uploaded (durably);
+//! 5. **publish**: ONE metastore transaction publishes the output and marks the inputs
+//!    MarkedForDeletion, only if every input is still Published and this node still owns the
+//!    task. If it refuses, the output is discarded once it can no longer be published: no
+//!    document is ever lost or duplicated by a merge.
+//!
+//! The task's lease is renewed while the merge runs.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shale_index::DocMapper;
-use shale_metastore::{ListSplitsQuery, MergeTask, MetastoreError};
-use shale_types::{new_ulid, now_unix_secs, SplitMetadata};
+use shale_index::{BuiltSplit, DocMapper};
+use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTask, MetastoreError};
+use shale_storage::{CachedSplit, StorageRef};
+use shale_types::{new_ulid, now_unix_secs, SplitMetadata, SplitState};
 use tracing::{info, warn};
 
-use super::metrics;
+use super::metrics::{self, stage};
 use super::{CompactionEnv, CompactionError};
 use crate::policy::index_merge_policy;
 
@@ -102,8 +113,22 @@ fn spawn_lease_renewal(env: &CompactionEnv, task: &MergeTask) -> tokio::task::Jo
     })
 }
 
-async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome, CompactionError> {
-    let started = Instant::now();
+/// The inputs of a task, checked (prepare stage).
+struct Prepared {
+    index: IndexMetadata,
+    inputs: Vec<SplitMetadata>,
+    doc_mapper: DocMapper,
+    storage: StorageRef,
+}
+
+/// Downloaded inputs: cache pins, or files in the merge's own scratch directory.
+struct Downloaded {
+    paths: Vec<PathBuf>,
+    _pins: Vec<Arc<CachedSplit>>,
+    bytes_read: u64,
+}
+
+async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, CompactionError> {
     let inapplicable = |reason: String| CompactionError::Inapplicable {
         task_id: task.task_id.clone(),
         reason,
@@ -115,12 +140,15 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     if index.index_uid != task.index_uid {
         return Err(inapplicable("the index was deleted".to_string()));
     }
+    let mut query =
+        ListSplitsQuery::for_index(index.index_uid.clone()).with_states(&[SplitState::Published]);
+    // Inputs are immature when planned; a split that matured since is still an input.
+    query.partition_id = Some(task.scope.partition_id);
     let published: std::collections::HashMap<String, SplitMetadata> = env
         .metastore
-        .list_splits(ListSplitsQuery::for_index(index.index_uid.clone()))
+        .list_splits(query)
         .await?
         .into_iter()
-        .filter(|s| s.split_state == shale_types::SplitState::Published)
         .map(|s| (s.split_metadata.split_id.clone(), s.split_metadata))
         .collect();
     let mut inputs = Vec::with_capacity(task.split_ids.len());
@@ -139,44 +167,109 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     }
     let config = &index.index_config;
     let doc_mapper = DocMapper::new(&config.doc_mapping, &config.search_settings)?;
-    let policy = index_merge_policy(&config.indexing_settings);
     let storage = env
         .storages
         .for_index(index.index_id(), config.index_uri.as_deref())?;
-
-    // Download (through the cache; the handles pin the files while we merge).
-    let download_started = Instant::now();
-    let mut handles = Vec::with_capacity(inputs.len());
-    let mut bytes_read = 0;
-    for split in &inputs {
-        handles.push(
-            env.cache
-                .get_split(storage.as_ref(), &split.split_id, split.size_bytes)
-                .await?,
-        );
-        bytes_read += split.size_bytes;
-    }
-    let paths: Vec<std::path::PathBuf> = handles.iter().map(|h| h.split_file()).collect();
-    let download = download_started.elapsed();
-    let merge_started = Instant::now();
-    std::fs::create_dir_all(&env.scratch_dir)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("merge-")
-        .tempdir_in(&env.scratch_dir)?;
-    let output_dir = scratch.path().join("output");
-    let built = tokio::task::spawn_blocking(move || {
-        shale_index::merge_split_files(&doc_mapper, &paths, &output_dir)
+    Ok(Prepared {
+        index,
+        inputs,
+        doc_mapper,
+        storage,
     })
-    .await??;
-    drop(handles);
-    let merge = merge_started.elapsed();
+}
 
-    let first = &inputs[0];
-    let num_merge_ops = inputs.iter().map(|s| s.num_merge_ops).max().unwrap_or(0) + 1;
-    let now = now_unix_secs();
-    let output = SplitMetadata {
+async fn download(
+    env: &CompactionEnv,
+    prepared: &Prepared,
+    scratch: &std::path::Path,
+) -> Result<Downloaded, CompactionError> {
+    let bytes_read: u64 = prepared.inputs.iter().map(|s| s.size_bytes).sum();
+    let mut paths = Vec::with_capacity(prepared.inputs.len());
+    let mut pins = Vec::new();
+    if bytes_read <= env.cache.max_bytes() / 2 {
+        for split in &prepared.inputs {
+            let pin = env
+                .cache
+                .get_split(prepared.storage.as_ref(), &split.split_id, split.size_bytes)
+                .await?;
+            paths.push(pin.split_file());
+            pins.push(pin);
+        }
+    } else {
+        // Too big for the cache: the merge keeps its own copies, deleted with its scratch.
+        let dir = scratch.join("inputs");
+        std::fs::create_dir_all(&dir)?;
+        for split in &prepared.inputs {
+            let path = dir.join(split.object_key());
+            prepared
+                .storage
+                .get_to_file(&split.object_key(), &path)
+                .await?;
+            paths.push(path);
+        }
+    }
+    Ok(Downloaded {
+        paths,
+        _pins: pins,
+        bytes_read,
+    })
+}
+
+async fn merge(
+    prepared: Prepared,
+    downloaded: &Downloaded,
+    scratch: &std::path::Path,
+    task: &MergeTask,
+) -> Result<(Prepared, BuiltSplit), CompactionError> {
+    let paths = downloaded.paths.clone();
+    let output_dir = scratch.join("output");
+    let Prepared {
+        index,
+        inputs,
+        doc_mapper,
+        storage,
+    } = prepared;
+    let (doc_mapper, built) = tokio::task::spawn_blocking(move || {
+        let built = shale_index::merge_split_files(&doc_mapper, &paths, &output_dir);
+        (doc_mapper, built)
+    })
+    .await?;
+    let built = built?;
+    let expected_docs: u64 = inputs.iter().map(|s| s.num_docs).sum();
+    if built.num_docs != expected_docs {
+        return Err(CompactionError::Inapplicable {
+            task_id: task.task_id.clone(),
+            reason: format!(
+                "merge produced {} documents from inputs holding {expected_docs}",
+                built.num_docs
+            ),
+        });
+    }
+    Ok((
+        Prepared {
+            index,
+            inputs,
+            doc_mapper,
+            storage,
+        },
+        built,
+    ))
+}
+
+/// The output's metadata: scope of the inputs, maturity by the index's merge policy.
+fn output_metadata(env: &CompactionEnv, prepared: &Prepared, built: &BuiltSplit) -> SplitMetadata {
+    let first = &prepared.inputs[0];
+    let num_merge_ops = prepared
+        .inputs
+        .iter()
+        .map(|s| s.num_merge_ops)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let policy = index_merge_policy(&prepared.index.index_config.indexing_settings);
+    SplitMetadata {
         split_id: new_ulid(),
-        index_uid: index.index_uid.clone(),
+        index_uid: prepared.index.index_uid.clone(),
         source_id: first.source_id.clone(),
         node_id: env.node_id.clone(),
         partition_id: first.partition_id,
@@ -186,73 +279,109 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         uncompressed_docs_size_bytes: built.uncompressed_docs_size_bytes,
         time_range: built.time_range,
         tags: built.tags.clone(),
-        create_timestamp: now,
+        create_timestamp: now_unix_secs(),
         maturity: policy.split_maturity(built.num_docs, num_merge_ops),
         num_merge_ops,
-        delete_opstamp: inputs.iter().map(|s| s.delete_opstamp).min().unwrap_or(0),
+        delete_opstamp: prepared
+            .inputs
+            .iter()
+            .map(|s| s.delete_opstamp)
+            .min()
+            .unwrap_or(0),
         footer_offsets: built.footer_offsets,
-    };
-    let expected_docs: u64 = inputs.iter().map(|s| s.num_docs).sum();
-    if output.num_docs != expected_docs {
-        return Err(CompactionError::Policy(format!(
-            "merge produced {} documents from inputs holding {expected_docs}",
-            output.num_docs
-        )));
     }
+}
 
-    let upload_started = Instant::now();
+async fn upload(
+    env: &CompactionEnv,
+    prepared: &Prepared,
+    output: &SplitMetadata,
+    built: &BuiltSplit,
+) -> Result<(), CompactionError> {
     env.metastore
-        .stage_splits(&index.index_uid, vec![output.clone()])
+        .stage_splits(&prepared.index.index_uid, vec![output.clone()])
         .await?;
-    let object_key = output.object_key();
-    let publish = async {
-        storage.put_file(&object_key, &built.path).await?;
-        let replaced: Vec<String> = inputs.iter().map(|s| s.split_id.clone()).collect();
-        env.metastore
-            .publish_merge(
-                &index.index_uid,
-                &task.task_id,
-                &env.node_id,
-                std::slice::from_ref(&output.split_id),
-                &replaced,
-                now_unix_secs(),
-            )
-            .await
-            .map_err(CompactionError::from)
-    }
-    .await;
-    if let Err(err) = publish {
-        // Discard the output once it can no longer be published. If the publish did commit
-        // (an error after the commit), the output is Published and stays.
-        let marked = env
+    prepared
+        .storage
+        .put_file(&output.object_key(), &built.path)
+        .await?;
+    Ok(())
+}
+
+async fn publish(
+    env: &CompactionEnv,
+    prepared: &Prepared,
+    output: &SplitMetadata,
+    task: &MergeTask,
+) -> Result<(), CompactionError> {
+    let index_uid = &prepared.index.index_uid;
+    let replaced: Vec<String> = prepared.inputs.iter().map(|s| s.split_id.clone()).collect();
+    let published = env
+        .metastore
+        .publish_merge(
+            index_uid,
+            &task.task_id,
+            &env.node_id,
+            std::slice::from_ref(&output.split_id),
+            &replaced,
+            now_unix_secs(),
+        )
+        .await;
+    let Err(err) = published else {
+        return Ok(());
+    };
+    // Discard the output once it can no longer be published. If the publish did commit (an
+    // error after the commit), the output is Published and stays.
+    let marked = env
+        .metastore
+        .mark_staged_splits_for_deletion(index_uid, std::slice::from_ref(&output.split_id))
+        .await;
+    if matches!(&marked, Ok(marked) if marked.contains(&output.split_id)) {
+        let _ = prepared.storage.delete(&output.object_key()).await;
+        let _ = env
             .metastore
-            .mark_staged_splits_for_deletion(
-                &index.index_uid,
-                std::slice::from_ref(&output.split_id),
-            )
+            .delete_splits(index_uid, std::slice::from_ref(&output.split_id))
             .await;
-        if matches!(&marked, Ok(marked) if marked.contains(&output.split_id)) {
-            let _ = storage.delete(&object_key).await;
-            let _ = env
-                .metastore
-                .delete_splits(&index.index_uid, std::slice::from_ref(&output.split_id))
-                .await;
-        }
-        return Err(match err {
-            CompactionError::Metastore(MetastoreError::FailedPrecondition(reason)) => {
-                inapplicable(reason)
-            }
-            other => other,
-        });
     }
+    Err(match err {
+        MetastoreError::FailedPrecondition(reason) => CompactionError::Inapplicable {
+            task_id: task.task_id.clone(),
+            reason,
+        },
+        other => other.into(),
+    })
+}
+
+/// The stages, one after the other.
+async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome, CompactionError> {
+    let started = Instant::now();
+    let (prepared, _) = stage("prepare", prepare(env, task)).await;
+    let prepared = prepared?;
+    std::fs::create_dir_all(&env.scratch_dir)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("merge-")
+        .tempdir_in(&env.scratch_dir)?;
+    let (downloaded, download_time) =
+        stage("download", download(env, &prepared, scratch.path())).await;
+    let downloaded = downloaded?;
+    let (merged, merge_time) =
+        stage("merge", merge(prepared, &downloaded, scratch.path(), task)).await;
+    let (prepared, built) = merged?;
+    let bytes_read = downloaded.bytes_read;
+    drop(downloaded);
+    let output = output_metadata(env, &prepared, &built);
+    let (uploaded, upload_time) = stage("upload", upload(env, &prepared, &output, &built)).await;
+    uploaded?;
+    let (published, publish_time) = stage("publish", publish(env, &prepared, &output, task)).await;
+    published?;
     Ok(MergeOutcome {
         bytes_written: output.size_bytes,
         output,
         bytes_read,
         elapsed: started.elapsed(),
-        download,
-        merge,
-        upload_publish: upload_started.elapsed(),
+        download: download_time,
+        merge: merge_time,
+        upload_publish: upload_time + publish_time,
     })
 }
 

@@ -1,30 +1,38 @@
-//! The indexing pipeline of one shard: it drains the shard's WAL queue into splits.
+//! The indexing pipeline of one shard: it drains the shard's WAL queue into splits, through
+//! three named stages (each timed in `shale_indexing_stage_seconds`, failures counted in
+//! `shale_indexing_errors_total` by stage):
 //!
-//! WAL records → `DocMapper::parse_doc` → one `SplitBuilder` per partition → on commit timeout,
-//! doc target or forced commit: finish the splits → stage them → upload `{split_id}.split` →
-//! publish them with the checkpoint delta `(checkpoint, last position]` in ONE metastore
-//! transaction → truncate the WAL. A failure anywhere drops the in-memory batch and rebuilds
-//! it from the WAL after the stored checkpoint, so a document is published exactly once.
+//! 1. [`indexer`]: WAL records → `DocMapper::parse_doc` (skipped when the router handed the
+//!    parsed documents over) → one `SplitBuilder` per partition; on commit timeout, doc
+//!    target or forced commit the batch is cut and finished into split bundles;
+//! 2. [`uploader`]: split metadata → stage in the metastore → upload `{split_id}.split`;
+//! 3. [`publisher`]: publish the splits with the checkpoint delta `(checkpoint, last
+//!    position]` in ONE metastore transaction → truncate the WAL.
+//!
+//! A failure anywhere drops the in-memory batch and rebuilds it from the WAL after the stored
+//! checkpoint, so a document is published exactly once.
 
-use std::collections::BTreeMap;
+mod indexer;
+mod publisher;
+mod uploader;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_config::OTHER_PARTITION_ID;
-use shale_index::{BuiltSplit, DocMapper, ParsedDoc, SplitBuilder};
+use shale_index::{DocMapper, ParsedDoc};
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::StorageRef;
-use shale_types::{
-    new_ulid, now_unix_secs, CheckpointDelta, IndexUid, PartitionId, SplitMetadata,
-    INGEST_API_SOURCE_ID,
-};
+use shale_types::{IndexUid, INGEST_API_SOURCE_ID};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{debug, error};
 
-use crate::metrics;
+use crate::metrics::stage;
 use crate::wal::Wal;
+use indexer::{Batch, Indexer, Record};
+use publisher::Publisher;
+use uploader::Uploader;
 
 /// Records read from the WAL per step.
 const READ_BATCH_RECORDS: usize = 8_192;
@@ -154,13 +162,36 @@ pub fn spawn_pipeline(
     let pipeline = Pipeline {
         preparsed_rx,
         pending_preparsed: None,
-        env,
-        params,
-        queue,
-        checkpoint,
+        wal: env.wal.clone(),
+        queue: queue.clone(),
         new_records: new_records.clone(),
         force_commit: force_commit.clone(),
-        published_tx,
+        indexer: Indexer {
+            doc_mapper: params.doc_mapper.clone(),
+            scratch_dir: env.scratch_dir.clone(),
+            commit_timeout: params.commit_timeout,
+            max_num_partitions: params.max_num_partitions,
+            writer_heap_bytes: env.writer_heap_bytes,
+            writer_threads: env.writer_threads,
+        },
+        uploader: Uploader {
+            node_id: env.node_id.clone(),
+            index_uid: params.index_uid.clone(),
+            doc_mapping_uid: params.doc_mapper.doc_mapping().doc_mapping_uid.clone(),
+            merge_policy: params.merge_policy.clone(),
+            split_num_docs_target: params.split_num_docs_target,
+            metastore: env.metastore.clone(),
+            storage: params.storage.clone(),
+        },
+        publisher: Publisher {
+            index_uid: params.index_uid.clone(),
+            queue,
+            metastore: env.metastore.clone(),
+            wal: env.wal.clone(),
+            checkpoint,
+            published_tx,
+            on_publish: env.on_publish.clone(),
+        },
     };
     let task = tokio::spawn(pipeline.run());
     PipelineHandle {
@@ -172,35 +203,22 @@ pub fn spawn_pipeline(
     }
 }
 
-/// A document to index: parsed at ingest, or raw bytes read back from the WAL.
-enum Record {
-    Parsed(ParsedDoc),
-    Raw(Vec<u8>),
-}
-
-/// Splits being built: one builder per partition.
-struct Batch {
-    builders: BTreeMap<PartitionId, SplitBuilder>,
-    num_docs: u64,
-    last_position: u64,
-    deadline: Instant,
-    scratch: tempfile::TempDir,
-}
-
+/// The pipeline's state between steps: its three stages and the hand-off from the router.
 struct Pipeline {
     preparsed_rx: mpsc::Receiver<PreParsed>,
     pending_preparsed: Option<PreParsed>,
-    env: PipelineEnv,
-    params: PipelineParams,
+    wal: Arc<Wal>,
     queue: String,
-    checkpoint: Option<u64>,
     new_records: Arc<Notify>,
     force_commit: Arc<Notify>,
-    published_tx: watch::Sender<Option<u64>>,
+    indexer: Indexer,
+    uploader: Uploader,
+    publisher: Publisher,
 }
 
+/// Why a pipeline step failed (the pipeline then rebuilds its batch from the WAL).
 #[derive(Debug, thiserror::Error)]
-enum StepError {
+pub(crate) enum StepError {
     #[error("{0}")]
     Wal(#[from] crate::wal::WalError),
     #[error("{0}")]
@@ -226,15 +244,12 @@ impl Pipeline {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                     // Re-read the checkpoint: a publish may have succeeded before the error.
-                    if let Ok(meta) = self
-                        .env
-                        .metastore
-                        .index_metadata(&self.params.index_uid.index_id)
-                        .await
-                    {
-                        self.checkpoint =
+                    let index_id = &self.publisher.index_uid.index_id;
+                    if let Ok(meta) = self.publisher.metastore.index_metadata(index_id).await {
+                        let checkpoint =
                             meta.checkpoint(INGEST_API_SOURCE_ID).position(&self.queue);
-                        self.published_tx.send_replace(self.checkpoint);
+                        self.publisher.checkpoint = checkpoint;
+                        self.publisher.published_tx.send_replace(checkpoint);
                     }
                 }
             }
@@ -242,7 +257,7 @@ impl Pipeline {
     }
 
     async fn run_until_error(&mut self) -> Result<(), StepError> {
-        let mut next_read = self.checkpoint.map(|c| c + 1).unwrap_or(0);
+        let mut next_read = self.publisher.checkpoint.map(|c| c + 1).unwrap_or(0);
         let mut batch: Option<Batch> = None;
         let mut force = false;
         loop {
@@ -251,12 +266,12 @@ impl Pipeline {
                 next_read = last + 1;
                 let current = match batch.take() {
                     Some(batch) => batch,
-                    None => self.new_batch()?,
+                    None => self.indexer.new_batch()?,
                 };
-                let filled = self.add_records(current, records).await?;
+                let filled = stage("index", self.indexer.add(current, records)).await?;
                 // Cut on the doc target, or on the commit timeout even while a backlog is
                 // being drained.
-                let due = filled.num_docs >= self.params.split_num_docs_target
+                let due = filled.num_docs >= self.uploader.split_num_docs_target
                     || Instant::now() >= filled.deadline;
                 batch = Some(filled);
                 if due {
@@ -308,7 +323,6 @@ impl Pipeline {
             let gap = (batch.first_position - from) as usize;
             self.pending_preparsed = Some(batch);
             let records = self
-                .env
                 .wal
                 .read(
                     &self.queue,
@@ -323,7 +337,6 @@ impl Pipeline {
                 .collect());
         }
         let records = self
-            .env
             .wal
             .read(&self.queue, from, READ_BATCH_RECORDS, READ_BATCH_BYTES)
             .await?;
@@ -333,179 +346,18 @@ impl Pipeline {
             .collect())
     }
 
-    fn new_batch(&self) -> Result<Batch, StepError> {
-        std::fs::create_dir_all(&self.env.scratch_dir)?;
-        Ok(Batch {
-            builders: BTreeMap::new(),
-            num_docs: 0,
-            last_position: 0,
-            deadline: Instant::now() + self.params.commit_timeout,
-            scratch: tempfile::Builder::new()
-                .prefix("batch-")
-                .tempdir_in(&self.env.scratch_dir)?,
-        })
-    }
-
-    /// Parses records and adds them to the batch's builders, off the async runtime.
-    async fn add_records(
-        &self,
-        mut batch: Batch,
-        records: Vec<(u64, Record)>,
-    ) -> Result<Batch, StepError> {
-        let doc_mapper = self.params.doc_mapper.clone();
-        let max_partitions = self.params.max_num_partitions.max(1) as usize;
-        let heap = self.env.writer_heap_bytes;
-        let threads = self.env.writer_threads;
-        let has_partitions = doc_mapper.partition_key().is_some();
-        tokio::task::spawn_blocking(move || -> Result<Batch, StepError> {
-            for (position, record) in records {
-                batch.last_position = position;
-                let doc = match record {
-                    Record::Parsed(doc) => doc,
-                    Record::Raw(payload) => match doc_mapper.parse_doc(&payload) {
-                        Ok(doc) => doc,
-                        Err(err) => {
-                            // Validated at ingest: only a mapping change can make this happen.
-                            warn!(%err, position, "dropping a WAL record that no longer parses");
-                            continue;
-                        }
-                    },
-                };
-                let mut partition = doc.partition_id;
-                if !batch.builders.contains_key(&partition)
-                    && batch.builders.len() >= max_partitions
-                {
-                    partition = OTHER_PARTITION_ID;
-                }
-                let builder = match batch.builders.entry(partition) {
-                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::btree_map::Entry::Vacant(e) => {
-                        let dir = batch.scratch.path().join(format!("p{partition}"));
-                        std::fs::create_dir_all(&dir)?;
-                        let heap = if has_partitions { heap / 4 } else { heap };
-                        e.insert(SplitBuilder::with_threads(
-                            doc_mapper.clone(),
-                            &dir,
-                            heap.max(15_000_000),
-                            threads,
-                        )?)
-                    }
-                };
-                builder.add(doc)?;
-                batch.num_docs += 1;
-            }
-            Ok(batch)
-        })
-        .await?
-    }
-
-    /// Finishes, uploads and publishes the batch with its checkpoint delta, then truncates.
+    /// Cuts the batch: finish → upload → publish.
     async fn commit(&mut self, batch: Option<Batch>) -> Result<(), StepError> {
         let Some(batch) = batch else { return Ok(()) };
-        let last_position = batch.last_position;
-        let Batch {
-            builders, scratch, ..
-        } = batch;
-        let commit_started = std::time::Instant::now();
-        let built: Vec<(PartitionId, BuiltSplit)> = tokio::task::spawn_blocking(move || {
-            builders
-                .into_iter()
-                .map(|(partition, builder)| Ok((partition, builder.finish()?)))
-                .collect::<Result<Vec<_>, shale_index::IndexError>>()
-        })
-        .await??;
-        let finish_ms = commit_started.elapsed().as_millis() as u64;
-
-        let now = now_unix_secs();
-        let doc_mapping_uid = self.params.doc_mapper.doc_mapping().doc_mapping_uid.clone();
-        let splits: Vec<(SplitMetadata, PathBuf)> = built
-            .into_iter()
-            .filter(|(_, split)| split.num_docs > 0)
-            .map(|(partition_id, split)| {
-                let maturity = self.params.merge_policy.split_maturity(
-                    self.params.split_num_docs_target,
-                    split.num_docs,
-                    0,
-                );
-                let meta = SplitMetadata {
-                    split_id: new_ulid(),
-                    index_uid: self.params.index_uid.clone(),
-                    source_id: INGEST_API_SOURCE_ID.to_string(),
-                    node_id: self.env.node_id.clone(),
-                    partition_id,
-                    doc_mapping_uid: doc_mapping_uid.clone(),
-                    num_docs: split.num_docs,
-                    size_bytes: split.size_bytes,
-                    uncompressed_docs_size_bytes: split.uncompressed_docs_size_bytes,
-                    time_range: split.time_range,
-                    tags: split.tags.clone(),
-                    create_timestamp: now,
-                    maturity,
-                    num_merge_ops: 0,
-                    delete_opstamp: 0,
-                    footer_offsets: split.footer_offsets,
-                };
-                (meta, split.path)
-            })
-            .collect();
-
-        let index_uid = &self.params.index_uid;
-        let metastore = &self.env.metastore;
-        if !splits.is_empty() {
-            let metas: Vec<SplitMetadata> = splits.iter().map(|(m, _)| m.clone()).collect();
-            metastore
-                .stage_splits(index_uid, metas)
-                .await
-                .inspect_err(|_| {
-                    metrics::PIPELINE_ERRORS.with_label_values(&["stage"]).inc();
-                })?;
-            for (meta, path) in &splits {
-                let bytes = self
-                    .params
-                    .storage
-                    .put_file(&meta.object_key(), path)
-                    .await
-                    .inspect_err(|_| {
-                        metrics::PIPELINE_ERRORS
-                            .with_label_values(&["upload"])
-                            .inc();
-                    })?;
-                metrics::SPLIT_BYTES_WRITTEN.inc_by(bytes);
-            }
-        }
-        let split_ids: Vec<String> = splits.iter().map(|(m, _)| m.split_id.clone()).collect();
-        let delta = CheckpointDelta::single(self.queue.clone(), self.checkpoint, last_position);
-        metastore
-            .publish_splits(
-                index_uid,
-                &split_ids,
-                &[],
-                Some((INGEST_API_SOURCE_ID.to_string(), delta)),
-            )
-            .await
-            .inspect_err(|_| {
-                metrics::PIPELINE_ERRORS
-                    .with_label_values(&["publish"])
-                    .inc();
-            })?;
-        metrics::SPLITS_PUBLISHED.inc_by(split_ids.len() as u64);
-        info!(
-            index = %index_uid,
+        let started = std::time::Instant::now();
+        let finished = stage("finish", self.indexer.finish(batch)).await?;
+        let uploaded = stage("upload", self.uploader.upload(finished)).await?;
+        stage("publish", self.publisher.publish(uploaded)).await?;
+        debug!(
             queue = %self.queue,
-            splits = split_ids.len(),
-            num_docs = splits.iter().map(|(m, _)| m.num_docs).sum::<u64>(),
-            last_position,
-            finish_ms,
-            total_ms = commit_started.elapsed().as_millis() as u64,
-            "published splits"
+            total_ms = started.elapsed().as_millis() as u64,
+            "batch committed"
         );
-        self.checkpoint = Some(last_position);
-        self.published_tx.send_replace(self.checkpoint);
-        if let (Some(listener), false) = (&self.env.on_publish, split_ids.is_empty()) {
-            listener.notify_one();
-        }
-        self.env.wal.truncate(&self.queue, last_position).await?;
-        drop(scratch);
         Ok(())
     }
 }
