@@ -7,17 +7,14 @@ use shale_compaction::service::{plan_round, CompactionEnv};
 use shale_config::{CompactionConfig, IndexConfig};
 use shale_metastore::conformance::split_metadata;
 use shale_metastore::recording::RecordingMetastore;
-use shale_metastore::{MergeTaskState, Metastore, SqliteMetastore};
+use shale_metastore::{MergeTaskState, Metastore};
 use shale_storage::{IndexStorages, SplitCache, StorageResolver};
 use shale_types::{SplitMaturity, SplitState};
 
 #[tokio::test]
 async fn the_planner_asks_only_for_immature_published_splits() {
     let tmp = tempfile::tempdir().unwrap();
-    let sqlite = SqliteMetastore::open(tmp.path().join("m.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let recording = Arc::new(RecordingMetastore::new(Arc::new(sqlite)));
+    let recording = RecordingMetastore::sqlite_in(tmp.path()).await.unwrap();
     let metastore: Arc<dyn Metastore> = recording.clone();
     let config = IndexConfig::parse(
         b"index_id: logs\ndoc_mapping: {}\nindexing_settings:\n  merge_policy:\n    type: stable_log\n    merge_factor: 2\n",

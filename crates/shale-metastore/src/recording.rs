@@ -29,6 +29,13 @@ impl RecordingMetastore {
         }
     }
 
+    /// A recording metastore over a fresh SQLite file `metastore.db` in `dir`.
+    pub async fn sqlite_in(dir: &std::path::Path) -> MetastoreResult<Arc<RecordingMetastore>> {
+        let path = dir.join("metastore.db");
+        let sqlite = crate::SqliteMetastore::open(&path.display().to_string()).await?;
+        Ok(Arc::new(RecordingMetastore::new(Arc::new(sqlite))))
+    }
+
     /// The `list_splits` queries asked so far, and forgets them.
     pub fn take_queries(&self) -> Vec<ListSplitsQuery> {
         std::mem::take(&mut *self.queries.lock().unwrap_or_else(|p| p.into_inner()))

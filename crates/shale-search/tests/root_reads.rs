@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use shale_config::IndexConfig;
 use shale_metastore::recording::RecordingMetastore;
-use shale_metastore::{Metastore, SqliteMetastore};
+use shale_metastore::Metastore;
 use shale_search::{SearchRequest, SearchService};
 use shale_storage::{IndexStorages, SplitCache, StorageResolver};
 use shale_types::SplitState;
@@ -13,10 +13,7 @@ use shale_types::SplitState;
 #[tokio::test]
 async fn search_lists_only_the_splits_of_its_time_range() {
     let tmp = tempfile::tempdir().unwrap();
-    let sqlite = SqliteMetastore::open(tmp.path().join("m.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let recording = Arc::new(RecordingMetastore::new(Arc::new(sqlite)));
+    let recording = RecordingMetastore::sqlite_in(tmp.path()).await.unwrap();
     let metastore: Arc<dyn Metastore> = recording.clone();
     let config = IndexConfig::parse(
         b"index_id: logs\ndoc_mapping:\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n    - {name: body, type: text}\n  timestamp_field: ts\nsearch_settings:\n  default_search_fields: [body]\n",

@@ -34,6 +34,36 @@ async fn index_lifecycle_and_config_errors() {
         "{body}"
     );
 
+    // merge policy: an unknown type, a bad parameter or a bad retention schedule is a 400
+    // naming the field, and nothing is created
+    for (bad, field) in [
+        (
+            "indexing_settings:\n  merge_policy:\n    type: fancy\n",
+            "indexing_settings.merge_policy.type",
+        ),
+        (
+            "indexing_settings:\n  merge_policy:\n    type: limit_merge\n    max_merge_ops: -1\n",
+            "indexing_settings.merge_policy.max_merge_ops",
+        ),
+        (
+            "retention:\n  period: 30 days\n  schedule: sometimes\n",
+            "retention.schedule",
+        ),
+    ] {
+        let config = LOGS_INDEX
+            .replace("index_id: logs", "index_id: policy-test")
+            .replace("indexing_settings:\n  commit_timeout_secs: 1\n", "")
+            + bad;
+        let (status, body) = node.post("/api/v1/indexes", config).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(field),
+            "{bad}: {body}"
+        );
+    }
+    let (status, _) = node.get("/api/v1/indexes/policy-test").await;
+    assert_eq!(status, 404);
+
     // JSON config accepted too
     let json_config = json!({
         "version": "0.8",
@@ -403,32 +433,10 @@ async fn partition_key_splits_documents_and_caps_partitions() {
 async fn staged_splits_left_by_a_crash_are_cleaned_at_start() {
     let tmp = tempfile::tempdir().unwrap();
     let node = TestNode::start_with(common::config_in(tmp.path())).await;
-    let index = node.create_index(LOGS_INDEX).await;
+    node.create_index(LOGS_INDEX).await;
     node.ingest("logs", &log_docs(0, 5, T0, "api"), "force")
         .await;
-    let index_uid: shale_types::IndexUid = index["index_uid"].as_str().unwrap().parse().unwrap();
-    let mut orphan: shale_types::SplitMetadata = node
-        .node
-        .metastore
-        .list_splits(shale_metastore::ListSplitsQuery::for_index(
-            index_uid.clone(),
-        ))
-        .await
-        .unwrap()[0]
-        .split_metadata
-        .clone();
-    orphan.split_id = shale_types::new_ulid();
-    node.node
-        .metastore
-        .stage_splits(&index_uid, vec![orphan.clone()])
-        .await
-        .unwrap();
-    let meta = node.node.metastore.index_metadata("logs").await.unwrap();
-    let storage = node.node.index_storage(&meta).unwrap();
-    storage
-        .put_bytes(&orphan.object_key(), b"partial upload".to_vec())
-        .await
-        .unwrap();
+    let (orphan, storage) = common::stage_orphan(&node, "logs", b"partial upload").await;
     node.stop().await;
 
     let node = TestNode::start_with(common::config_in(tmp.path())).await;

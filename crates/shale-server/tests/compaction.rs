@@ -286,27 +286,14 @@ async fn stale_staged_splits_are_marked_before_their_objects_are_deleted() {
     node.create_index(LOGS_INDEX).await;
     node.ingest("logs", &log_docs(0, 5, T0, "api"), "force")
         .await;
-    let meta = node.node.metastore.index_metadata("logs").await.unwrap();
-    let uid = meta.index_uid.clone();
-    let mut orphan = node
+    let (orphan, storage) = common::stage_orphan(&node, "logs", b"a slow upload").await;
+    let uid = node
         .node
         .metastore
-        .list_splits(shale_metastore::ListSplitsQuery::for_index(uid.clone()))
+        .index_metadata("logs")
         .await
-        .unwrap()[0]
-        .split_metadata
-        .clone();
-    orphan.split_id = shale_types::new_ulid();
-    node.node
-        .metastore
-        .stage_splits(&uid, vec![orphan.clone()])
-        .await
-        .unwrap();
-    let storage = node.node.index_storage(&meta).unwrap();
-    storage
-        .put_bytes(&orphan.object_key(), b"a slow upload".to_vec())
-        .await
-        .unwrap();
+        .unwrap()
+        .index_uid;
     let now = shale_types::now_unix_secs();
 
     // Not stale yet.
@@ -453,5 +440,43 @@ async fn merges_bigger_than_the_split_cache_still_run() {
     assert_eq!(splits[0]["num_docs"], 200);
     assert_eq!(splits[0]["num_merge_ops"], 1);
     assert!(node.node.search.cache().size_bytes() <= 4096);
+    node.stop().await;
+}
+
+/// Ingest, planner and workers share one maturity rule: with `limit_merge` and
+/// `max_merge_ops: 0` no split may ever be merged, so fresh splits are born mature.
+#[tokio::test]
+async fn fresh_splits_get_their_maturity_from_the_typed_policy() {
+    let node = TestNode::start().await;
+    for (index_id, policy, expected) in [
+        (
+            "never-merged",
+            "  merge_policy:\n    type: limit_merge\n    max_merge_ops: 0\n",
+            json!({"type": "mature"}),
+        ),
+        (
+            "merged-later",
+            "  merge_policy:\n    type: limit_merge\n    max_merge_ops: 2\n    maturation_period: 1h\n",
+            json!({"type": "immature", "maturation_period_secs": 3600}),
+        ),
+        (
+            "no-merge",
+            "  merge_policy:\n    type: no_merge\n",
+            json!({"type": "mature"}),
+        ),
+    ] {
+        let config = LOGS_INDEX
+            .replace("index_id: logs", &format!("index_id: {index_id}"))
+            .replace(
+                "  commit_timeout_secs: 1\n",
+                &format!("  commit_timeout_secs: 1\n{policy}"),
+            );
+        node.create_index(&config).await;
+        node.ingest(index_id, &log_docs(0, 10, T0, "api"), "force")
+            .await;
+        let splits = published(&node, index_id).await;
+        assert_eq!(splits.len(), 1);
+        assert_eq!(splits[0]["maturity"], expected, "{index_id}");
+    }
     node.stop().await;
 }

@@ -34,10 +34,13 @@ impl S3Storage {
         let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
         if let Some(endpoint) = &options.endpoint {
             builder = builder.with_endpoint(endpoint);
-            if endpoint.starts_with("http://") {
-                builder = builder.with_allow_http(true);
-            }
         }
+        // A plain `http://` endpoint (MinIO, moto) is allowed by naming it.
+        let http_endpoint = options
+            .endpoint
+            .as_deref()
+            .is_some_and(|endpoint| endpoint.starts_with("http://"));
+        builder = builder.with_allow_http(options.allow_http.unwrap_or(false) || http_endpoint);
         let region = options
             .region
             .clone()
@@ -50,9 +53,6 @@ impl S3Storage {
         }
         if let Some(secret) = &options.secret_access_key {
             builder = builder.with_secret_access_key(secret);
-        }
-        if let Some(allow_http) = options.allow_http {
-            builder = builder.with_allow_http(allow_http);
         }
         let path_style = options
             .force_path_style

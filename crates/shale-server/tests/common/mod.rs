@@ -205,3 +205,35 @@ pub fn log_docs(start: usize, n: usize, ts0: i64, service: &str) -> String {
     }
     out
 }
+
+/// Stages a copy (new id) of the first split of `index_id` and uploads `object` as its object,
+/// as an upload whose publish never came would leave them. Returns the staged split's
+/// metadata and the index's storage.
+pub async fn stage_orphan(
+    node: &TestNode,
+    index_id: &str,
+    object: &[u8],
+) -> (shale_types::SplitMetadata, shale_storage::StorageRef) {
+    let meta = node.node.metastore.index_metadata(index_id).await.unwrap();
+    let uid = meta.index_uid.clone();
+    let mut orphan = node
+        .node
+        .metastore
+        .list_splits(shale_metastore::ListSplitsQuery::for_index(uid.clone()))
+        .await
+        .unwrap()[0]
+        .split_metadata
+        .clone();
+    orphan.split_id = shale_types::new_ulid();
+    node.node
+        .metastore
+        .stage_splits(&uid, vec![orphan.clone()])
+        .await
+        .unwrap();
+    let storage = node.node.index_storage(&meta).unwrap();
+    storage
+        .put_bytes(&orphan.object_key(), object.to_vec())
+        .await
+        .unwrap();
+    (orphan, storage)
+}
