@@ -25,8 +25,8 @@ use shale_types::{
 use tokio::sync::Barrier;
 
 use crate::{
-    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
-    NewMergeTask,
+    Fence, IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
+    NewMergeTask, NodeIdentity, NodeRecord, ShardKey, ShardState, LEADER_LEASE,
 };
 
 /// A metastore under test, and whatever must live as long as it (e.g. its temp directory).
@@ -102,6 +102,12 @@ macro_rules! metastore_conformance_tests {
             list_merge_tasks_filters_and_orders_newest_first,
             delete_merge_tasks_deletes_finished_tasks_only,
             delete_index_deletes_its_merge_tasks,
+            nodes_register_with_growing_generations_and_heartbeat,
+            leader_lease_has_one_holder_and_a_growing_fencing_token,
+            concurrent_lease_candidates_elect_one,
+            fenced_writes_are_refused_once_the_fence_is_gone,
+            shards_open_close_and_delete,
+            merge_tasks_of_dead_workers_are_requeued,
         );
     };
     (@cases $setup:path; $($case:ident),* $(,)?) => {
@@ -2426,4 +2432,333 @@ pub async fn delete_index_deletes_its_merge_tasks(metastore: Arc<dyn Metastore>)
     let recreated = index_with_published(&metastore, "logs", &["a", "b"]).await;
     let again = create_tasks(&metastore, &recreated, &[&["a", "b"]], 3).await;
     assert_eq!(inputs(&again), [ids(&["a", "b"])]);
+}
+
+// ----- cluster -----
+
+const CLUSTER: &str = "test-cluster";
+const MS0: i64 = 1_700_000_000_000;
+
+fn roles() -> Vec<String> {
+    vec!["indexer".to_string(), "searcher".to_string()]
+}
+
+async fn register(metastore: &Arc<dyn Metastore>, node_id: &str, now_ms: i64) -> NodeRecord {
+    metastore
+        .register_node(
+            CLUSTER,
+            node_id,
+            &format!("{node_id}:7280"),
+            &roles(),
+            now_ms,
+        )
+        .await
+        .expect("register_node")
+}
+
+fn assert_fenced<T: std::fmt::Debug>(result: Result<T, MetastoreError>) {
+    match result {
+        Err(MetastoreError::FailedPrecondition(message)) if message.starts_with("fenced") => {}
+        other => panic!("expected a fenced FailedPrecondition, got {other:?}"),
+    }
+}
+
+/// A registration returns a new generation each time; heartbeats of an older generation (a
+/// zombie) are refused; liveness follows the last heartbeat; old nodes can be forgotten.
+pub async fn nodes_register_with_growing_generations_and_heartbeat(metastore: Arc<dyn Metastore>) {
+    let first = register(&metastore, "n1", MS0).await;
+    assert_eq!(first.generation, 1);
+    assert_eq!(first.roles, roles());
+    assert_eq!(first.advertise_address, "n1:7280");
+    register(&metastore, "n2", MS0).await;
+    let second = register(&metastore, "n1", MS0 + 10).await;
+    assert_eq!(second.generation, 2);
+    metastore
+        .heartbeat_node(
+            CLUSTER,
+            &second.identity(),
+            serde_json::json!({"running_merges": 1}),
+            MS0 + 1000,
+        )
+        .await
+        .expect("heartbeat");
+    assert_fenced(
+        metastore
+            .heartbeat_node(
+                CLUSTER,
+                &first.identity(),
+                serde_json::json!({}),
+                MS0 + 1000,
+            )
+            .await,
+    );
+    assert_fenced(
+        metastore
+            .heartbeat_node(
+                CLUSTER,
+                &NodeIdentity {
+                    node_id: "ghost".to_string(),
+                    generation: 1,
+                },
+                serde_json::json!({}),
+                MS0,
+            )
+            .await,
+    );
+    let nodes = metastore.list_nodes(CLUSTER).await.expect("list_nodes");
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[0].node_id, "n1");
+    assert_eq!(nodes[0].generation, 2);
+    assert_eq!(nodes[0].last_heartbeat_ms, MS0 + 1000);
+    assert_eq!(nodes[0].info["running_merges"], 1);
+    assert!(nodes[0].is_live(MS0 + 5999, 5000));
+    assert!(!nodes[0].is_live(MS0 + 6000, 5000));
+    assert!(!nodes[1].is_live(MS0 + 5000, 5000));
+    assert!(metastore
+        .list_nodes("other-cluster")
+        .await
+        .expect("list")
+        .is_empty());
+    assert_eq!(
+        metastore
+            .forget_nodes(CLUSTER, MS0 + 500)
+            .await
+            .expect("forget"),
+        1
+    );
+    let nodes = metastore.list_nodes(CLUSTER).await.expect("list_nodes");
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].node_id, "n1");
+}
+
+/// One holder at a time; renewing keeps the token; a takeover after expiry grows it; only a
+/// node's current generation may hold the lease; a released lease is free at once.
+pub async fn leader_lease_has_one_holder_and_a_growing_fencing_token(
+    metastore: Arc<dyn Metastore>,
+) {
+    let a = register(&metastore, "a", MS0).await.identity();
+    let b = register(&metastore, "b", MS0).await.identity();
+    let acquire = |holder: NodeIdentity, now_ms: i64| {
+        let metastore = metastore.clone();
+        async move {
+            metastore
+                .acquire_lease(CLUSTER, LEADER_LEASE, &holder, 3000, now_ms)
+                .await
+                .expect("acquire_lease")
+        }
+    };
+    let lease = acquire(a.clone(), MS0).await.expect("a leads");
+    assert_eq!((lease.fencing_token, lease.expires_at_ms), (1, MS0 + 3000));
+    assert_eq!(acquire(b.clone(), MS0 + 2999).await, None);
+    let renewed = acquire(a.clone(), MS0 + 2000).await.expect("a renews");
+    assert_eq!(
+        (renewed.fencing_token, renewed.expires_at_ms),
+        (1, MS0 + 5000)
+    );
+    let taken = acquire(b.clone(), MS0 + 5000).await.expect("b takes over");
+    assert_eq!(taken.fencing_token, 2);
+    assert_eq!(acquire(a.clone(), MS0 + 5001).await, None);
+    let stored = metastore
+        .get_lease(CLUSTER, LEADER_LEASE)
+        .await
+        .expect("get_lease")
+        .expect("a lease");
+    assert_eq!(stored.holder, b);
+    // A superseded generation cannot take it.
+    let b2 = register(&metastore, "b", MS0 + 6000).await.identity();
+    assert_fenced(
+        metastore
+            .acquire_lease(CLUSTER, LEADER_LEASE, &b, 3000, MS0 + 9000)
+            .await,
+    );
+    // Released: free at once, for the next holder with a new token.
+    metastore
+        .release_lease(CLUSTER, LEADER_LEASE, &b)
+        .await
+        .expect("release");
+    let after = acquire(b2, MS0 + 6001).await.expect("b2 leads");
+    assert_eq!(after.fencing_token, 3);
+}
+
+/// Concurrent candidates: exactly one gets the lease.
+pub async fn concurrent_lease_candidates_elect_one(metastore: Arc<dyn Metastore>) {
+    const CANDIDATES: usize = 6;
+    let mut identities = Vec::new();
+    for i in 0..CANDIDATES {
+        identities.push(register(&metastore, &format!("n{i}"), MS0).await.identity());
+    }
+    let barrier = Arc::new(Barrier::new(CANDIDATES));
+    let tasks: Vec<_> = identities
+        .into_iter()
+        .map(|identity| {
+            let (metastore, barrier) = (metastore.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                metastore
+                    .acquire_lease(CLUSTER, LEADER_LEASE, &identity, 3000, MS0 + 1)
+                    .await
+                    .expect("acquire_lease")
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        if task.await.expect("task").is_some() {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+/// A fenced handle writes while its fence holds, and is refused — changing nothing — once a
+/// new leader took over or the node was registered again.
+pub async fn fenced_writes_are_refused_once_the_fence_is_gone(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d"]).await;
+    let now = shale_types::now_unix_secs() * 1000;
+    let leader = register(&metastore, "leader", now).await.identity();
+    let lease = metastore
+        .acquire_lease(CLUSTER, LEADER_LEASE, &leader, 60_000, now)
+        .await
+        .expect("acquire")
+        .expect("leads");
+    let as_leader = metastore.with_fence(Fence::Leader {
+        cluster_id: CLUSTER.to_string(),
+        holder: leader.clone(),
+        fencing_token: lease.fencing_token,
+    });
+    let created = as_leader
+        .create_merge_tasks(&uid, vec![new_task(&uid, &["a", "b"])], 3)
+        .await
+        .expect("fenced create while leading");
+    assert_eq!(created.len(), 1);
+    // Reads are not fenced.
+    assert_eq!(as_leader.list_nodes(CLUSTER).await.expect("list").len(), 1);
+
+    // A new leader takes over (the old lease is released, as after a pause past its expiry).
+    metastore
+        .release_lease(CLUSTER, LEADER_LEASE, &leader)
+        .await
+        .expect("release");
+    let other = register(&metastore, "other", now).await.identity();
+    metastore
+        .acquire_lease(CLUSTER, LEADER_LEASE, &other, 60_000, now)
+        .await
+        .expect("acquire")
+        .expect("other leads");
+    assert_fenced(
+        as_leader
+            .create_merge_tasks(&uid, vec![new_task(&uid, &["c", "d"])], 3)
+            .await,
+    );
+    assert_fenced(as_leader.mark_splits_for_deletion(&uid, &ids(&["c"])).await);
+    assert_eq!(all_tasks(&metastore).await.len(), 1);
+    assert_eq!(
+        splits_of(&metastore, &uid)
+            .await
+            .iter()
+            .filter(|s| s.split_state == SplitState::Published)
+            .count(),
+        4
+    );
+
+    // A node fence: the node's writes stop once it is registered again.
+    let node = register(&metastore, "indexer", now).await.identity();
+    let as_node = metastore.with_fence(Fence::Node {
+        cluster_id: CLUSTER.to_string(),
+        identity: node.clone(),
+    });
+    as_node
+        .stage_splits(&uid, vec![split_metadata(&uid, "e")])
+        .await
+        .expect("stage while current");
+    register(&metastore, "indexer", now + 1).await;
+    assert_fenced(as_node.publish_splits(&uid, &ids(&["e"]), &[], None).await);
+    assert_eq!(
+        splits_of(&metastore, &uid)
+            .await
+            .iter()
+            .find(|s| s.split_metadata.split_id == "e")
+            .map(|s| s.split_state),
+        Some(SplitState::Staged)
+    );
+}
+
+/// Shards are opened on a node, listed per index, closed, then deleted.
+pub async fn shards_open_close_and_delete(metastore: Arc<dyn Metastore>) {
+    let logs = create(&metastore, "logs").await.index_uid;
+    let other = create(&metastore, "other").await.index_uid;
+    let key = |uid: &IndexUid, shard_id: &str| ShardKey {
+        index_uid: uid.clone(),
+        source_id: "_ingest-api-source".to_string(),
+        shard_id: shard_id.to_string(),
+    };
+    let opened = metastore
+        .open_shards(vec![
+            (key(&logs, "s1"), "n1".to_string()),
+            (key(&logs, "s2"), "n2".to_string()),
+            (key(&other, "s3"), "n1".to_string()),
+        ])
+        .await
+        .expect("open_shards");
+    assert_eq!(opened.len(), 3);
+    assert!(opened.iter().all(|s| s.state == ShardState::Open));
+    assert_eq!(
+        key(&logs, "s1").queue_name(),
+        format!("{logs}/_ingest-api-source/s1")
+    );
+    let of_logs = metastore.list_shards(Some(&logs)).await.expect("list");
+    assert_eq!(of_logs.len(), 2);
+    assert_eq!(of_logs[1].node_id, "n2");
+    assert_eq!(metastore.list_shards(None).await.expect("list").len(), 3);
+    metastore
+        .close_shards(&[key(&logs, "s2"), key(&logs, "unknown")])
+        .await
+        .expect("close");
+    let of_logs = metastore.list_shards(Some(&logs)).await.expect("list");
+    assert_eq!(of_logs[0].state, ShardState::Open);
+    assert_eq!(of_logs[1].state, ShardState::Closed);
+    metastore
+        .delete_shards(&[key(&logs, "s2")])
+        .await
+        .expect("delete");
+    assert_eq!(
+        metastore
+            .list_shards(Some(&logs))
+            .await
+            .expect("list")
+            .len(),
+        1
+    );
+    assert_not_found(
+        metastore
+            .open_shards(vec![(key(&IndexUid::new("nope"), "s"), "n1".to_string())])
+            .await,
+    );
+    // Deleting an index deletes its shards.
+    metastore.delete_index(&other).await.expect("delete_index");
+    assert_eq!(metastore.list_shards(None).await.expect("list").len(), 1);
+}
+
+/// The Running tasks of a dead incarnation go back to Pending at once, for another worker.
+pub async fn merge_tasks_of_dead_workers_are_requeued(metastore: Arc<dyn Metastore>) {
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d"]).await;
+    create_tasks(&metastore, &uid, &[&["a", "b"], &["c", "d"]], 3).await;
+    let dead = claimed(claim(&metastore, "dead#1", T0, None).await);
+    let alive = claimed(claim(&metastore, "alive#1", T0, None).await);
+    let requeued = metastore
+        .requeue_merge_tasks(&["dead#1".to_string(), "nobody#3".to_string()], T0 + 1)
+        .await
+        .expect("requeue");
+    assert_eq!(requeued, vec![dead.task_id.clone()]);
+    let task = stored_task(&metastore, &dead.task_id).await;
+    assert_eq!(task.state, MergeTaskState::Pending);
+    assert_eq!(task.lease_owner, None);
+    assert!(task.error.as_deref().unwrap_or("").contains("dead#1"));
+    assert_eq!(
+        stored_task(&metastore, &alive.task_id).await.state,
+        MergeTaskState::Running
+    );
+    // Another worker takes it at once, long before the dead worker's lease would expire.
+    let retaken = claimed(claim(&metastore, "alive#1", T0 + 2, None).await);
+    assert_eq!(retaken.task_id, dead.task_id);
 }

@@ -15,6 +15,7 @@
 //! - The `testing` feature exposes the `conformance` module: the test suite every backend
 //!   passes, run against both backends by `tests/sqlite.rs` and `tests/postgres.rs`.
 
+mod cluster;
 mod merge_task;
 mod migrations;
 mod postgres;
@@ -26,6 +27,9 @@ pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod recording;
 
+pub use cluster::{
+    Fence, Lease, NodeIdentity, NodeRecord, Shard, ShardKey, ShardState, LEADER_LEASE,
+};
 pub use merge_task::{MergeTask, MergeTaskState, NewMergeTask};
 pub use postgres::PostgresMetastore;
 pub use sql::{Dialect, SqlMetastore};
@@ -383,4 +387,89 @@ pub trait Metastore: Send + Sync + 'static {
     /// Deletes `Succeeded` and `Failed` tasks last updated before `finished_before`
     /// (seconds); returns how many were deleted.
     async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize>;
+
+    /// Puts the `Running` tasks held by `lease_owners` (incarnations declared dead) back to
+    /// `Pending` at once, without waiting for their leases to expire; returns their ids.
+    async fn requeue_merge_tasks(
+        &self,
+        lease_owners: &[String],
+        now: i64,
+    ) -> MetastoreResult<Vec<String>>;
+
+    // ----- fences -----
+
+    /// The same metastore, through a handle whose every write transaction first checks
+    /// `fence` and refuses (`FailedPrecondition`, message starting with `fenced:`), changing
+    /// nothing, when it no longer holds: a leader that lost its lease, or a node generation
+    /// superseded by a restart, can no longer write.
+    fn with_fence(&self, fence: Fence) -> Arc<dyn Metastore>;
+
+    // ----- cluster -----
+
+    /// Registers a node (a new incarnation if it was registered before: its generation grows,
+    /// fencing the old one out) with a first heartbeat at `now_ms`.
+    async fn register_node(
+        &self,
+        cluster_id: &str,
+        node_id: &str,
+        advertise_address: &str,
+        roles: &[String],
+        now_ms: i64,
+    ) -> MetastoreResult<NodeRecord>;
+
+    /// Records a heartbeat of `identity` with what it reports about itself.
+    /// `FailedPrecondition` (`fenced: …`) when the node was registered again since (a zombie)
+    /// or is unknown.
+    async fn heartbeat_node(
+        &self,
+        cluster_id: &str,
+        identity: &NodeIdentity,
+        info: serde_json::Value,
+        now_ms: i64,
+    ) -> MetastoreResult<()>;
+
+    /// The nodes of the cluster (live or not), by id.
+    async fn list_nodes(&self, cluster_id: &str) -> MetastoreResult<Vec<NodeRecord>>;
+
+    /// Forgets the nodes whose last heartbeat is before `heartbeat_before_ms`; returns how many.
+    async fn forget_nodes(
+        &self,
+        cluster_id: &str,
+        heartbeat_before_ms: i64,
+    ) -> MetastoreResult<usize>;
+
+    /// Takes (or renews) the lease `name` for `holder` until `now_ms + ttl_ms`, if it is free,
+    /// expired, or already `holder`'s; `None` when another holder has it. The fencing token
+    /// grows whenever the holder changes. Only the current generation of a node may hold it.
+    async fn acquire_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+        ttl_ms: u64,
+        now_ms: i64,
+    ) -> MetastoreResult<Option<Lease>>;
+
+    /// Gives the lease up at once if `holder` has it (graceful shutdown).
+    async fn release_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+    ) -> MetastoreResult<()>;
+
+    /// The lease `name`, whoever holds it (expired or not).
+    async fn get_lease(&self, cluster_id: &str, name: &str) -> MetastoreResult<Option<Lease>>;
+
+    /// The shards of `index_uid` (of every index if `None`).
+    async fn list_shards(&self, index_uid: Option<&IndexUid>) -> MetastoreResult<Vec<Shard>>;
+
+    /// Opens shards, each on the given node. `NotFound` for an unknown index.
+    async fn open_shards(&self, shards: Vec<(ShardKey, String)>) -> MetastoreResult<Vec<Shard>>;
+
+    /// Closes shards (no more documents are routed to them); unknown ones are ignored.
+    async fn close_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()>;
+
+    /// Deletes shards (their node published everything they held); unknown ones are ignored.
+    async fn delete_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()>;
 }

@@ -25,6 +25,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "typed merge scope",
         include_str!("../migrations/sqlite/0003_typed_merge_scope.sql"),
     ),
+    (
+        4,
+        "cluster",
+        include_str!("../migrations/sqlite/0004_cluster.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -43,6 +48,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         3,
         "typed merge scope",
         include_str!("../migrations/postgres/0003_typed_merge_scope.sql"),
+    ),
+    (
+        4,
+        "cluster",
+        include_str!("../migrations/postgres/0004_cluster.sql"),
     ),
 ];
 

@@ -24,6 +24,7 @@ pub type PostgresMetastore = SqlMetastore<Postgres>;
 
 impl Dialect for Postgres {
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_SHARE: &'static str = " FOR SHARE";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FOR_UPDATE_SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
 

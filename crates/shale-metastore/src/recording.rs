@@ -10,8 +10,8 @@ use shale_config::IndexConfig;
 use shale_types::{CheckpointDelta, IndexUid, SourceId, Split, SplitId, SplitMetadata};
 
 use crate::{
-    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreResult,
-    NewMergeTask, SplitStats,
+    Fence, IndexMetadata, Lease, ListSplitsQuery, MergeTask, MergeTaskState, Metastore,
+    MetastoreResult, NewMergeTask, NodeIdentity, NodeRecord, Shard, ShardKey, SplitStats,
 };
 
 /// Delegates to `inner`, recording every [`Metastore::list_splits`] query.
@@ -197,5 +197,85 @@ impl Metastore for RecordingMetastore {
     }
     async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize> {
         self.inner.delete_merge_tasks(finished_before).await
+    }
+    async fn requeue_merge_tasks(
+        &self,
+        lease_owners: &[String],
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        self.inner.requeue_merge_tasks(lease_owners, now).await
+    }
+    fn with_fence(&self, fence: Fence) -> Arc<dyn Metastore> {
+        self.inner.with_fence(fence)
+    }
+    async fn register_node(
+        &self,
+        cluster_id: &str,
+        node_id: &str,
+        advertise_address: &str,
+        roles: &[String],
+        now_ms: i64,
+    ) -> MetastoreResult<NodeRecord> {
+        self.inner
+            .register_node(cluster_id, node_id, advertise_address, roles, now_ms)
+            .await
+    }
+    async fn heartbeat_node(
+        &self,
+        cluster_id: &str,
+        identity: &NodeIdentity,
+        info: serde_json::Value,
+        now_ms: i64,
+    ) -> MetastoreResult<()> {
+        self.inner
+            .heartbeat_node(cluster_id, identity, info, now_ms)
+            .await
+    }
+    async fn list_nodes(&self, cluster_id: &str) -> MetastoreResult<Vec<NodeRecord>> {
+        self.inner.list_nodes(cluster_id).await
+    }
+    async fn forget_nodes(
+        &self,
+        cluster_id: &str,
+        heartbeat_before_ms: i64,
+    ) -> MetastoreResult<usize> {
+        self.inner
+            .forget_nodes(cluster_id, heartbeat_before_ms)
+            .await
+    }
+    async fn acquire_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+        ttl_ms: u64,
+        now_ms: i64,
+    ) -> MetastoreResult<Option<Lease>> {
+        self.inner
+            .acquire_lease(cluster_id, name, holder, ttl_ms, now_ms)
+            .await
+    }
+    async fn release_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+    ) -> MetastoreResult<()> {
+        self.inner.release_lease(cluster_id, name, holder).await
+    }
+    async fn get_lease(&self, cluster_id: &str, name: &str) -> MetastoreResult<Option<Lease>> {
+        self.inner.get_lease(cluster_id, name).await
+    }
+    async fn list_shards(&self, index_uid: Option<&IndexUid>) -> MetastoreResult<Vec<Shard>> {
+        self.inner.list_shards(index_uid).await
+    }
+    async fn open_shards(&self, shards: Vec<(ShardKey, String)>) -> MetastoreResult<Vec<Shard>> {
+        self.inner.open_shards(shards).await
+    }
+    async fn close_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()> {
+        self.inner.close_shards(keys).await
+    }
+    async fn delete_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()> {
+        self.inner.delete_shards(keys).await
     }
 }

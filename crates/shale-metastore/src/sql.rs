@@ -17,6 +17,7 @@
 //! ordering only below 2^63.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use shale_config::IndexConfig;
@@ -32,13 +33,15 @@ use sqlx::{
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::{
-    IndexMetadata, ListSplitsQuery, MergeTask, MergeTaskState, Metastore, MetastoreError,
-    MetastoreResult, NewMergeTask, SplitStats,
+    Fence, IndexMetadata, Lease, ListSplitsQuery, MergeTask, MergeTaskState, Metastore,
+    MetastoreError, MetastoreResult, NewMergeTask, NodeIdentity, NodeRecord, Shard, ShardKey,
+    SplitStats,
 };
 
 /// Split ids bound per statement, well below SQLite's and PostgreSQL's parameter limits.
 const IDS_PER_STATEMENT: usize = 500;
 
+mod cluster;
 mod merge_tasks;
 
 mod sealed {
@@ -51,6 +54,9 @@ mod sealed {
 pub trait Dialect: Database + sealed::Sealed {
     /// Statement opening a write transaction.
     const BEGIN_WRITE: &'static str;
+    /// Suffix of a `SELECT` that keeps the selected rows from changing until commit, without
+    /// blocking other readers (empty when the transaction holds the single write lock).
+    const FOR_SHARE: &'static str;
     /// Suffix of a `SELECT` that locks the selected rows until commit (empty when the
     /// transaction already holds the database's single write lock).
     const FOR_UPDATE: &'static str;
@@ -66,7 +72,19 @@ pub trait Dialect: Database + sealed::Sealed {
 pub struct SqlMetastore<DB: Dialect> {
     pool: Pool<DB>,
     /// Serializes this process's write transactions (SQLite only).
-    write_lock: Option<Mutex<()>>,
+    write_lock: Option<Arc<Mutex<()>>>,
+    /// Checked by every write transaction of this handle (see [`Metastore::with_fence`]).
+    fence: Option<Fence>,
+}
+
+impl<DB: Dialect> Clone for SqlMetastore<DB> {
+    fn clone(&self) -> Self {
+        SqlMetastore {
+            pool: self.pool.clone(),
+            write_lock: self.write_lock.clone(),
+            fence: self.fence.clone(),
+        }
+    }
 }
 
 impl<DB: Dialect> std::fmt::Debug for SqlMetastore<DB> {
@@ -162,7 +180,8 @@ where
     pub(crate) fn from_pool(pool: Pool<DB>, serialize_writes: bool) -> Self {
         SqlMetastore {
             pool,
-            write_lock: serialize_writes.then(|| Mutex::new(())),
+            write_lock: serialize_writes.then(|| Arc::new(Mutex::new(()))),
+            fence: None,
         }
     }
 
@@ -177,7 +196,13 @@ where
             None => None,
         };
         let tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
-        Ok(WriteTx { tx, _guard: guard })
+        let mut write = WriteTx { tx, _guard: guard };
+        if let Some(fence) = &self.fence {
+            if let Err(err) = Self::check_fence(&mut write.tx, fence).await {
+                return write.finish(Err(err)).await;
+            }
+        }
+        Ok(write)
     }
 
     fn bind_all<'q>(
@@ -1011,5 +1036,92 @@ where
 
     async fn delete_merge_tasks(&self, finished_before: i64) -> MetastoreResult<usize> {
         self.delete_finished_merge_tasks(finished_before).await
+    }
+
+    async fn requeue_merge_tasks(
+        &self,
+        lease_owners: &[String],
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        self.requeue_tasks_of(lease_owners, now).await
+    }
+
+    fn with_fence(&self, fence: Fence) -> Arc<dyn Metastore> {
+        Arc::new(self.fenced(fence))
+    }
+
+    async fn register_node(
+        &self,
+        cluster_id: &str,
+        node_id: &str,
+        advertise_address: &str,
+        roles: &[String],
+        now_ms: i64,
+    ) -> MetastoreResult<NodeRecord> {
+        self.register(cluster_id, node_id, advertise_address, roles, now_ms)
+            .await
+    }
+
+    async fn heartbeat_node(
+        &self,
+        cluster_id: &str,
+        identity: &NodeIdentity,
+        info: serde_json::Value,
+        now_ms: i64,
+    ) -> MetastoreResult<()> {
+        self.heartbeat(cluster_id, identity, &info, now_ms).await
+    }
+
+    async fn list_nodes(&self, cluster_id: &str) -> MetastoreResult<Vec<NodeRecord>> {
+        self.select_nodes(cluster_id).await
+    }
+
+    async fn forget_nodes(
+        &self,
+        cluster_id: &str,
+        heartbeat_before_ms: i64,
+    ) -> MetastoreResult<usize> {
+        self.delete_nodes(cluster_id, heartbeat_before_ms).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+        ttl_ms: u64,
+        now_ms: i64,
+    ) -> MetastoreResult<Option<Lease>> {
+        self.try_acquire_lease(cluster_id, name, holder, ttl_ms, now_ms)
+            .await
+    }
+
+    async fn release_lease(
+        &self,
+        cluster_id: &str,
+        name: &str,
+        holder: &NodeIdentity,
+    ) -> MetastoreResult<()> {
+        self.give_up_lease(cluster_id, name, holder).await
+    }
+
+    async fn get_lease(&self, cluster_id: &str, name: &str) -> MetastoreResult<Option<Lease>> {
+        self.select_lease(cluster_id, name).await
+    }
+
+    async fn list_shards(&self, index_uid: Option<&IndexUid>) -> MetastoreResult<Vec<Shard>> {
+        self.select_shards(index_uid).await
+    }
+
+    async fn open_shards(&self, shards: Vec<(ShardKey, String)>) -> MetastoreResult<Vec<Shard>> {
+        self.insert_shards(&shards).await
+    }
+
+    async fn close_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()> {
+        self.update_or_delete_shards(keys, false).await
+    }
+
+    async fn delete_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()> {
+        self.update_or_delete_shards(keys, true).await
     }
 }

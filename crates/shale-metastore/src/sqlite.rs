@@ -30,6 +30,7 @@ pub type SqliteMetastore = SqlMetastore<Sqlite>;
 
 impl Dialect for Sqlite {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const FOR_SHARE: &'static str = "";
     const FOR_UPDATE: &'static str = "";
     const FOR_UPDATE_SKIP_LOCKED: &'static str = "";
 

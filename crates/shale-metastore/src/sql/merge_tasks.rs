@@ -575,6 +575,49 @@ where
         write.finish(result).await
     }
 
+    /// See [`crate::Metastore::requeue_merge_tasks`].
+    pub(super) async fn requeue_tasks_of(
+        &self,
+        lease_owners: &[String],
+        now: i64,
+    ) -> MetastoreResult<Vec<String>> {
+        if lease_owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            let sql = format!(
+                "SELECT task_id, lease_owner FROM merge_tasks WHERE task_state = 'Running' \
+                 AND lease_owner IN ({}) ORDER BY task_id{}",
+                placeholders(1, lease_owners.len()),
+                DB::FOR_UPDATE
+            );
+            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
+            for owner in lease_owners {
+                query = query.bind(owner.clone());
+            }
+            let mut requeued = Vec::new();
+            for row in query.fetch_all(&mut *write.tx).await? {
+                let task_id: String = row.try_get("task_id")?;
+                let owner: String = row.try_get("lease_owner")?;
+                sqlx::query::<DB>(
+                    "UPDATE merge_tasks SET task_state = 'Pending', lease_owner = NULL, \
+                         lease_expires_at = NULL, error = $2, update_timestamp = $3 \
+                     WHERE task_id = $1",
+                )
+                .bind(task_id.clone())
+                .bind(format!("requeued: its worker {owner} was declared dead"))
+                .bind(now)
+                .execute(&mut *write.tx)
+                .await?;
+                requeued.push(task_id);
+            }
+            Ok(requeued)
+        }
+        .await;
+        write.finish(result).await
+    }
+
     /// See [`crate::Metastore::list_merge_tasks`].
     pub(super) async fn select_merge_tasks(
         &self,
