@@ -46,13 +46,14 @@ async fn the_planner_asks_only_for_immature_published_splits() {
     );
     let env = CompactionEnv {
         node_id: "node-1".to_string(),
+        worker_id: "node-1#1".to_string(),
         metastore: metastore.clone(),
         storages,
         cache: Arc::new(SplitCache::open(&tmp.path().join("cache"), 1 << 20).unwrap()),
         scratch_dir: tmp.path().join("merging"),
         config: CompactionConfig::default(),
     };
-    assert_eq!(plan_round(&env, now).await.unwrap(), 1);
+    assert_eq!(plan_round(&env, &metastore, now).await.unwrap(), 1);
     let queries = recording.take_queries();
     assert_eq!(queries.len(), 1, "{queries:?}");
     assert_eq!(queries[0].index_uid.as_ref(), Some(&uid));

@@ -2,7 +2,10 @@
 //!
 //! ```yaml
 //! version: 0.1                         # accepted and ignored
+//! cluster_id: prod                     # default: shale-default-cluster
 //! node_id: indexer-1                   # default: the host name, else `node-1`
+//! advertise_address: 10.0.0.7:7280     # how other nodes reach this one; default: listen_address
+//! roles: [indexer, searcher, compactor] # default: all three
 //! listen_address: 0.0.0.0:7280         # default: 127.0.0.1:7280
 //! data_dir: /var/lib/shale             # default: ./shale-data
 //! metastore_uri: postgres://…          # default: sqlite://{data_dir}/metastore.db
@@ -21,6 +24,11 @@
 //!   secret_access_key: …
 //!   force_path_style: true
 //!   allow_http: true
+//! cluster:
+//!   heartbeat_interval_ms: 1000        # heartbeats (and refreshes of the cluster view)
+//!   dead_after_ms: 5000                # no heartbeat for this long: dead for everyone
+//!   leader_lease_ms: 4000              # the leader's lease, renewed every heartbeat
+//!   cluster_secret: …                  # if set, internal calls must present it (else 401)
 //! compaction:
 //!   scope: cluster                     # or node_local (Quickwit's behaviour)
 //!   max_concurrent_merges: 1
@@ -60,6 +68,100 @@ pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MAX_WAL_MEMORY_BYTES: u64 = 2 << 30;
 /// Default `max_concurrent_searches`.
 pub const DEFAULT_MAX_CONCURRENT_SEARCHES: usize = 100;
+/// Default `cluster_id`.
+pub const DEFAULT_CLUSTER_ID: &str = "shale-default-cluster";
+
+/// A role a node plays in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Hosts shards: WAL and indexing pipelines.
+    Indexer,
+    /// Searches splits for the roots of searches.
+    Searcher,
+    /// Runs merges.
+    Compactor,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 3] = [Role::Indexer, Role::Searcher, Role::Compactor];
+
+    /// The role's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Indexer => "indexer",
+            Role::Searcher => "searcher",
+            Role::Compactor => "compactor",
+        }
+    }
+
+    /// Parses a comma-separated list (`indexer,searcher`); errors name the unknown role.
+    pub fn parse_list(text: &str) -> Result<Vec<Role>, ConfigError> {
+        let mut roles = Vec::new();
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let role = Role::ALL
+                .into_iter()
+                .find(|role| role.as_str() == name)
+                .ok_or_else(|| ConfigError::Invalid {
+                    field: "roles".to_string(),
+                    message: format!("unknown role `{name}` (indexer, searcher or compactor)"),
+                })?;
+            if !roles.contains(&role) {
+                roles.push(role);
+            }
+        }
+        Ok(roles)
+    }
+}
+
+/// Membership and control-plane settings.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Milliseconds between heartbeats (and refreshes of the cluster view).
+    pub heartbeat_interval_ms: u64,
+    /// A node with no heartbeat for this long is dead for everyone.
+    pub dead_after_ms: u64,
+    /// Length of the leader lease, renewed at every heartbeat.
+    pub leader_lease_ms: u64,
+    /// Ingest rate one shard is expected to take; the leader opens more shards of an index
+    /// (up to one per live indexer) when its rate exceeds this per open shard.
+    pub shard_throughput_bytes_per_sec: u64,
+    /// Shared secret of the internal API; never serialized.
+    #[serde(skip_serializing)]
+    pub cluster_secret: Option<String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            heartbeat_interval_ms: 1000,
+            dead_after_ms: 5000,
+            leader_lease_ms: 4000,
+            shard_throughput_bytes_per_sec: 5 << 20,
+            cluster_secret: None,
+        }
+    }
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("dead_after_ms", &self.dead_after_ms)
+            .field("leader_lease_ms", &self.leader_lease_ms)
+            .field(
+                "shard_throughput_bytes_per_sec",
+                &self.shard_throughput_bytes_per_sec,
+            )
+            .field(
+                "cluster_secret",
+                &self.cluster_secret.as_ref().map(|_| crate::REDACTED),
+            )
+            .finish()
+    }
+}
 
 /// When the WAL is flushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,8 +218,15 @@ impl fmt::Debug for S3Config {
 /// secret: the metastore URI's password and the S3 secret key are redacted.
 #[derive(Clone, PartialEq, Eq, Serialize)]
 pub struct NodeConfig {
+    /// The cluster this node belongs to (nodes sharing a metastore may form several).
+    pub cluster_id: String,
     /// This node's id in the cluster.
     pub node_id: String,
+    /// `host:port` other nodes reach this node's API at; `None`: derived from
+    /// `listen_address` (see [`NodeConfig::advertise_address`]).
+    pub advertise_address: Option<String>,
+    /// What the node does.
+    pub roles: Vec<Role>,
     /// `host:port` the REST API listens on.
     pub listen_address: String,
     /// Local directory for the WAL, the split cache, scratch space and the default SQLite
@@ -145,6 +254,8 @@ pub struct NodeConfig {
     pub max_concurrent_searches: usize,
     /// Object store settings.
     pub s3: S3Config,
+    /// Membership and control-plane settings.
+    pub cluster: ClusterConfig,
     /// Compaction and garbage collection settings.
     pub compaction: CompactionConfig,
 }
@@ -159,7 +270,10 @@ fn serialize_redacted_uri<S: serde::Serializer>(
 impl fmt::Debug for NodeConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeConfig")
+            .field("cluster_id", &self.cluster_id)
             .field("node_id", &self.node_id)
+            .field("advertise_address", &self.advertise_address)
+            .field("roles", &self.roles)
             .field("listen_address", &self.listen_address)
             .field("data_dir", &self.data_dir)
             .field("metastore_uri", &crate::redact_uri(&self.metastore_uri))
@@ -178,6 +292,7 @@ impl fmt::Debug for NodeConfig {
             .field("max_wal_memory_bytes", &self.max_wal_memory_bytes)
             .field("max_concurrent_searches", &self.max_concurrent_searches)
             .field("s3", &self.s3)
+            .field("cluster", &self.cluster)
             .field("compaction", &self.compaction)
             .finish()
     }
@@ -192,6 +307,9 @@ impl NodeConfig {
         };
         if self.s3.secret_access_key.is_some() {
             value["s3"]["secret_access_key"] = serde_json::Value::from(crate::REDACTED);
+        }
+        if self.cluster.cluster_secret.is_some() {
+            value["cluster"]["cluster_secret"] = serde_json::Value::from(crate::REDACTED);
         }
         serde_yaml::to_string(&value)
             .unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
@@ -256,7 +374,13 @@ struct NodeConfigFile {
     #[allow(dead_code)]
     version: Option<serde_json::Value>,
     #[serde(default)]
+    cluster_id: Option<String>,
+    #[serde(default)]
     node_id: Option<String>,
+    #[serde(default)]
+    advertise_address: Option<String>,
+    #[serde(default)]
+    roles: Option<Vec<Role>>,
     #[serde(default)]
     listen_address: Option<String>,
     #[serde(default)]
@@ -281,6 +405,8 @@ struct NodeConfigFile {
     max_concurrent_searches: Option<usize>,
     #[serde(default)]
     s3: Option<S3Config>,
+    #[serde(default)]
+    cluster: Option<ClusterConfig>,
     #[serde(default)]
     compaction: Option<CompactionConfig>,
 }
@@ -326,6 +452,20 @@ fn default_node_id() -> String {
     hostname().unwrap_or_else(|| "node-1".to_string())
 }
 
+/// The address other nodes reach a node listening on `listen_address` at: the same, with
+/// the host name instead of an unspecified host (`0.0.0.0`, `[::]`).
+pub fn default_advertise_address(listen_address: &str) -> String {
+    match listen_address.rsplit_once(':') {
+        Some(("0.0.0.0" | "[::]" | "::" | "", port)) => {
+            format!(
+                "{}:{port}",
+                hostname().unwrap_or_else(|| "127.0.0.1".to_string())
+            )
+        }
+        _ => listen_address.to_string(),
+    }
+}
+
 fn display_dir(dir: &Path) -> String {
     dir.display().to_string().trim_end_matches('/').to_string()
 }
@@ -341,11 +481,17 @@ impl NodeConfig {
         let data_dir = file
             .data_dir
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let listen_address = file
+            .listen_address
+            .unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.to_string());
         let config = NodeConfig {
+            cluster_id: file
+                .cluster_id
+                .unwrap_or_else(|| DEFAULT_CLUSTER_ID.to_string()),
             node_id: file.node_id.unwrap_or_else(default_node_id),
-            listen_address: file
-                .listen_address
-                .unwrap_or_else(|| DEFAULT_LISTEN_ADDRESS.to_string()),
+            advertise_address: file.advertise_address,
+            roles: file.roles.unwrap_or_else(|| Role::ALL.to_vec()),
+            listen_address,
             metastore_uri: file
                 .metastore_uri
                 .unwrap_or_else(|| Self::default_metastore_uri(&data_dir)),
@@ -373,6 +519,7 @@ impl NodeConfig {
                 .max_concurrent_searches
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_SEARCHES),
             s3: file.s3.unwrap_or_default(),
+            cluster: file.cluster.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
         };
         config.validate()?;
@@ -400,6 +547,14 @@ impl NodeConfig {
         format!("file://{}/indexes", display_dir(data_dir))
     }
 
+    /// The address other nodes reach this node at: `advertise_address`, else derived from
+    /// `listen_address`.
+    pub fn advertise_address(&self) -> String {
+        self.advertise_address
+            .clone()
+            .unwrap_or_else(|| default_advertise_address(&self.listen_address))
+    }
+
     /// Alias of `default_index_root_uri`.
     pub fn storage_uri(&self) -> &str {
         &self.default_index_root_uri
@@ -414,6 +569,36 @@ impl NodeConfig {
         if self.node_id.trim().is_empty() {
             return Err(invalid("node_id", "must not be empty".to_string()));
         }
+        if self.cluster_id.trim().is_empty() {
+            return Err(invalid("cluster_id", "must not be empty".to_string()));
+        }
+        if self.roles.is_empty() {
+            return Err(invalid(
+                "roles",
+                "at least one of indexer, searcher, compactor".to_string(),
+            ));
+        }
+        let cluster = &self.cluster;
+        if cluster.heartbeat_interval_ms < 10 {
+            return Err(invalid(
+                "cluster.heartbeat_interval_ms",
+                "must be at least 10".to_string(),
+            ));
+        }
+        if cluster.dead_after_ms <= cluster.heartbeat_interval_ms {
+            return Err(invalid(
+                "cluster.dead_after_ms",
+                "must be longer than heartbeat_interval_ms".to_string(),
+            ));
+        }
+        if cluster.leader_lease_ms <= cluster.heartbeat_interval_ms {
+            return Err(invalid(
+                "cluster.leader_lease_ms",
+                "must be longer than heartbeat_interval_ms (the lease is renewed at every \
+                 heartbeat)"
+                    .to_string(),
+            ));
+        }
         let port_ok = self
             .listen_address
             .rsplit_once(':')
@@ -425,6 +610,16 @@ impl NodeConfig {
                     "`{}` is not `host:port` (e.g. `127.0.0.1:7280`)",
                     self.listen_address
                 ),
+            ));
+        }
+        let advertise_address = self.advertise_address();
+        let advertise_ok = advertise_address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !advertise_ok {
+            return Err(invalid(
+                "advertise_address",
+                format!("`{advertise_address}` is not `host:port` (e.g. `10.0.0.7:7280`)"),
             ));
         }
         if self.data_dir.as_os_str().is_empty() {
@@ -468,7 +663,10 @@ impl Default for NodeConfig {
     fn default() -> Self {
         let data_dir = PathBuf::from(DEFAULT_DATA_DIR);
         NodeConfig {
+            cluster_id: DEFAULT_CLUSTER_ID.to_string(),
             node_id: default_node_id(),
+            advertise_address: None,
+            roles: Role::ALL.to_vec(),
             listen_address: DEFAULT_LISTEN_ADDRESS.to_string(),
             metastore_uri: Self::default_metastore_uri(&data_dir),
             default_index_root_uri: Self::default_storage_uri(&data_dir),
@@ -481,6 +679,7 @@ impl Default for NodeConfig {
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,
             s3: S3Config::default(),
+            cluster: ClusterConfig::default(),
             compaction: CompactionConfig::default(),
         }
     }

@@ -2564,20 +2564,23 @@ pub async fn leader_lease_has_one_holder_and_a_growing_fencing_token(
         .expect("get_lease")
         .expect("a lease");
     assert_eq!(stored.holder, b);
-    // A superseded generation cannot take it.
+    // A new generation of the holder takes over at once (the old one is fenced out), and a
+    // superseded generation cannot take it.
     let b2 = register(&metastore, "b", MS0 + 6000).await.identity();
+    let restarted = acquire(b2.clone(), MS0 + 6001).await.expect("b2 leads");
+    assert_eq!(restarted.fencing_token, 3);
     assert_fenced(
         metastore
-            .acquire_lease(CLUSTER, LEADER_LEASE, &b, 3000, MS0 + 9000)
+            .acquire_lease(CLUSTER, LEADER_LEASE, &b, 3000, MS0 + 6002)
             .await,
     );
     // Released: free at once, for the next holder with a new token.
     metastore
-        .release_lease(CLUSTER, LEADER_LEASE, &b)
+        .release_lease(CLUSTER, LEADER_LEASE, &b2)
         .await
         .expect("release");
-    let after = acquire(b2, MS0 + 6001).await.expect("b2 leads");
-    assert_eq!(after.fencing_token, 3);
+    let after = acquire(a, MS0 + 6003).await.expect("a leads again");
+    assert_eq!(after.fencing_token, 4);
 }
 
 /// Concurrent candidates: exactly one gets the lease.

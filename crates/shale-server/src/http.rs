@@ -197,6 +197,7 @@ fn routes(node: Arc<Node>) -> Router {
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/api/v1/cluster", get(cluster_state))
         .route("/api/v1/indexes", post(create_index).get(list_indexes))
         .route(
             "/api/v1/indexes/{index_id}",
@@ -238,6 +239,61 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(err) => ApiError::internal(err).into_response(),
     }
+}
+
+/// `GET /api/v1/cluster`: members (live and dead), the leader, shards and running merges per
+/// node, as this node sees them.
+async fn cluster_state(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let node = &state.node;
+    let view = node.membership.view();
+    let shards = node.metastore.list_shards(None).await?;
+    let running = node
+        .metastore
+        .list_merge_tasks(None, &[shale_metastore::MergeTaskState::Running], None)
+        .await?;
+    let leader = view.leader_node().map(|n| n.node_id.clone());
+    let render = |record: &shale_metastore::NodeRecord| {
+        let identity = record.identity().to_string();
+        let node_shards: Vec<Value> = shards
+            .iter()
+            .filter(|shard| shard.node_id == record.node_id)
+            .map(|shard| {
+                json!({
+                    "index_uid": shard.key.index_uid,
+                    "source_id": shard.key.source_id,
+                    "shard_id": shard.key.shard_id,
+                    "shard_state": shard.state,
+                })
+            })
+            .collect();
+        let merges = running
+            .iter()
+            .filter(|task| task.lease_owner.as_deref() == Some(identity.as_str()))
+            .count();
+        json!({
+            "node_id": record.node_id,
+            "generation": record.generation,
+            "advertise_address": record.advertise_address,
+            "roles": record.roles,
+            "is_leader": leader.as_deref() == Some(record.node_id.as_str()),
+            "last_heartbeat_ms": record.last_heartbeat_ms,
+            "heartbeat_age_ms": view.observed_at_ms - record.last_heartbeat_ms,
+            "shards": node_shards,
+            "running_merges": merges,
+        })
+    };
+    Ok(Json(json!({
+        "cluster_id": view.cluster_id,
+        "self_node_id": view.self_identity.node_id,
+        "self_generation": view.self_identity.generation,
+        "leader": view.leader_node().map(|n| json!({
+            "node_id": n.node_id,
+            "generation": n.generation,
+            "fencing_token": view.leader.as_ref().map(|l| l.fencing_token),
+        })),
+        "live_nodes": view.live_nodes().map(render).collect::<Vec<_>>(),
+        "dead_nodes": view.dead_nodes().map(render).collect::<Vec<_>>(),
+    })))
 }
 
 async fn create_index(State(state): State<AppState>, body: Bytes) -> ApiResult<Json<Value>> {

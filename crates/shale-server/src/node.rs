@@ -6,8 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shale_cluster::control::control_round;
+use shale_cluster::{ClusterError, Membership};
+use shale_compaction::service::LeaderHandle;
 use shale_compaction::service::{CompactionEnv, CompactionError, CompactionService, JanitorReport};
-use shale_config::{IndexConfig, NodeConfig, WalPersistPolicy};
+use shale_config::{IndexConfig, NodeConfig, Role, WalPersistPolicy};
 use shale_ingest::{IngestLimits, IngestRouter, PersistPolicy, PipelineEnv, Wal};
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_search::SearchService;
@@ -30,6 +33,9 @@ pub enum NodeError {
     /// Ingest router failed to start.
     #[error("ingest: {0}")]
     Ingest(#[from] shale_ingest::IngestError),
+    /// Joining the cluster failed.
+    #[error("{0}")]
+    Cluster(#[from] ClusterError),
     /// Local directories.
     #[error("data dir {path}: {source}")]
     Io {
@@ -56,6 +62,8 @@ pub struct Node {
     pub wal: Arc<Wal>,
     /// Merge planner and workers.
     pub compaction: CompactionService,
+    /// This node's membership in its cluster (a cluster of one by default).
+    pub membership: Arc<Membership>,
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -63,8 +71,9 @@ async fn janitor_loop(node: std::sync::Weak<Node>) {
     loop {
         let interval = match node.upgrade() {
             Some(node) => {
-                if let Err(err) = node.run_janitor().await {
-                    warn!(%err, "janitor round failed");
+                match node.run_janitor().await {
+                    Ok(_) | Err(CompactionError::NotLeader) => {}
+                    Err(err) => warn!(%err, "janitor round failed"),
                 }
                 node.config.compaction.janitor_interval_secs.max(1)
             }
@@ -72,6 +81,47 @@ async fn janitor_loop(node: std::sync::Weak<Node>) {
         };
         tokio::time::sleep(Duration::from_secs(interval)).await;
     }
+}
+
+/// The leader's control rounds (dead workers' merges, shards), one per heartbeat.
+async fn control_loop(node: std::sync::Weak<Node>) {
+    loop {
+        let interval = match node.upgrade() {
+            Some(node) => {
+                if let Some(leadership) = node.membership.leadership() {
+                    let view = node.membership.view();
+                    if let Err(err) = control_round(
+                        leadership.metastore.as_ref(),
+                        &view,
+                        node.config.cluster.shard_throughput_bytes_per_sec as f64,
+                    )
+                    .await
+                    {
+                        warn!(%err, "control round failed");
+                    }
+                }
+                node.config.cluster.heartbeat_interval_ms
+            }
+            None => return,
+        };
+        tokio::time::sleep(Duration::from_millis(interval)).await;
+    }
+}
+
+/// The leader's fenced metastore handle, republished as this node gains or loses the lease.
+fn leader_handle(membership: &Arc<Membership>) -> LeaderHandle {
+    let mut leadership = membership.subscribe_leadership();
+    let initial = leadership.borrow().as_ref().map(|l| l.metastore.clone());
+    let (tx, rx) = tokio::sync::watch::channel(initial);
+    tokio::spawn(async move {
+        while leadership.changed().await.is_ok() {
+            let handle = leadership.borrow().as_ref().map(|l| l.metastore.clone());
+            if tx.send(handle).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 fn ensure_dir(path: &Path) -> Result<(), NodeError> {
@@ -125,17 +175,33 @@ impl Node {
         if merge_scratch.exists() {
             let _ = std::fs::remove_dir_all(&merge_scratch);
         }
-        let compaction = CompactionService::start(CompactionEnv {
-            node_id: config.node_id.clone(),
-            metastore: metastore.clone(),
-            storages: storages.clone(),
-            cache: cache.clone(),
-            scratch_dir: merge_scratch,
-            config: config.compaction.clone(),
-        });
+        let membership = Membership::join(
+            metastore.clone(),
+            &config.cluster_id,
+            &config.node_id,
+            &config.advertise_address(),
+            &config.roles,
+            config.cluster.clone(),
+        )
+        .await?;
+        // This incarnation's writes are refused once a newer one registers.
+        let node_metastore = membership.node_metastore();
+        let compaction = CompactionService::start(
+            CompactionEnv {
+                node_id: config.node_id.clone(),
+                worker_id: membership.identity().to_string(),
+                metastore: node_metastore.clone(),
+                storages: storages.clone(),
+                cache: cache.clone(),
+                scratch_dir: merge_scratch,
+                config: config.compaction.clone(),
+            },
+            leader_handle(&membership),
+            config.roles.contains(&Role::Compactor),
+        );
         let env = PipelineEnv {
             node_id: config.node_id.clone(),
-            metastore: metastore.clone(),
+            metastore: node_metastore,
             wal: wal.clone(),
             scratch_dir,
             writer_heap_bytes: 128 * 1024 * 1024,
@@ -163,16 +229,34 @@ impl Node {
             storages,
             wal,
             compaction,
+            membership: membership.clone(),
             background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
         node.router.start().await?;
         let node = Arc::new(node);
+        let heartbeat = membership.start();
         let janitor = tokio::spawn(janitor_loop(Arc::downgrade(&node)));
+        let control = tokio::spawn(control_loop(Arc::downgrade(&node)));
+        let zombie_guard = {
+            let node = Arc::downgrade(&node);
+            let mut superseded = membership.subscribe_superseded();
+            tokio::spawn(async move {
+                while superseded.changed().await.is_ok() {
+                    if *superseded.borrow() {
+                        if let Some(node) = node.upgrade() {
+                            warn!("a newer incarnation of this node registered: stopping its work");
+                            node.stop_background().await;
+                        }
+                        return;
+                    }
+                }
+            })
+        };
         if let Ok(mut background) = node.background.lock() {
-            background.push(janitor);
+            background.extend([heartbeat, janitor, control, zombie_guard]);
         }
-        info!(node_id = %node.config.node_id, "node started");
+        info!(identity = %membership.identity(), cluster_id = %node.config.cluster_id, "node started");
         Ok(node)
     }
 
@@ -181,17 +265,37 @@ impl Node {
         self.run_janitor_at(shale_types::now_unix_secs()).await
     }
 
-    /// One janitor round as if it were `now` (seconds since epoch).
+    /// One janitor round as if it were `now` (seconds since epoch); only the leader runs it.
     pub async fn run_janitor_at(&self, now: i64) -> Result<JanitorReport, CompactionError> {
-        let report = self.compaction.janitor().round(now).await?;
+        let leadership = self
+            .membership
+            .leadership()
+            .ok_or(CompactionError::NotLeader)?;
+        let report = self
+            .compaction
+            .janitor()
+            .round(&leadership.metastore, now)
+            .await?;
         for split_id in &report.deleted_split_ids {
             self.search.forget_split(split_id);
         }
         Ok(report)
     }
 
-    /// Stops the node's background work (pipelines, compaction, janitor).
+    /// Stops the node's background work (pipelines, compaction, janitor, membership) and
+    /// gives up the leader lease, so that another node takes over at once.
     pub async fn shutdown(&self) {
+        self.stop_background().await;
+        self.membership.leave().await;
+    }
+
+    /// Stops everything at once, as a crash would: no lease is given up, no heartbeat is
+    /// sent any more (the others see this node die after `dead_after_ms`).
+    pub async fn halt(&self) {
+        self.stop_background().await;
+    }
+
+    async fn stop_background(&self) {
         for uid in self.router.served_indexes().await {
             self.router.stop_index(&uid.index_id).await;
         }

@@ -417,7 +417,7 @@ async fn switching_scope_mode_never_strands_merge_tasks() {
                     && task.scope.node_id.as_deref() == Some("a")));
         } else {
             assert_eq!(old.state, MergeTaskState::Succeeded);
-            assert_eq!(old.lease_owner.as_deref(), Some("b"));
+            assert_eq!(old.lease_owner.as_deref(), Some("b#1"));
         }
         node.stop().await;
     }

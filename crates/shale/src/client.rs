@@ -131,6 +131,58 @@ pub enum CompactionCommand {
     },
 }
 
+/// `shale cluster …`.
+#[derive(clap::Subcommand)]
+pub enum ClusterCommand {
+    /// The cluster's nodes as the node at the endpoint sees them: live and dead, roles,
+    /// address, leader, shards and running merges.
+    Members {
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+}
+
+/// Prints the cluster members as a table.
+pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
+    let client = http()?;
+    let ClusterCommand::Members { endpoint } = cmd;
+    let state = call(client.get(endpoint.url("/api/v1/cluster"))).await?;
+    println!(
+        "cluster {} (seen from {})",
+        state["cluster_id"].as_str().unwrap_or("?"),
+        state["self_node_id"].as_str().unwrap_or("?")
+    );
+    println!(
+        "{:<20} {:>4} {:<6} {:<7} {:<28} {:<26} {:>6} {:>6} {:>9}",
+        "NODE", "GEN", "STATE", "LEADER", "ADDRESS", "ROLES", "SHARDS", "MERGES", "HEARTBEAT"
+    );
+    for (key, label) in [("live_nodes", "live"), ("dead_nodes", "dead")] {
+        for node in state[key].as_array().cloned().unwrap_or_default() {
+            let roles: Vec<&str> = node["roles"]
+                .as_array()
+                .map(|roles| roles.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let open_shards = node["shards"]
+                .as_array()
+                .map(|shards| shards.iter().filter(|s| s["shard_state"] == "Open").count())
+                .unwrap_or(0);
+            println!(
+                "{:<20} {:>4} {:<6} {:<7} {:<28} {:<26} {:>6} {:>6} {:>7}ms",
+                node["node_id"].as_str().unwrap_or("?"),
+                node["generation"],
+                label,
+                if node["is_leader"] == true { "yes" } else { "" },
+                node["advertise_address"].as_str().unwrap_or("?"),
+                roles.join(","),
+                open_shards,
+                node["running_merges"],
+                node["heartbeat_age_ms"],
+            );
+        }
+    }
+    Ok(())
+}
+
 fn http() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(Duration::from_secs(600))

@@ -40,6 +40,9 @@ enum Command {
     /// Inspect compaction.
     #[command(subcommand)]
     Compaction(client::CompactionCommand),
+    /// Inspect the cluster.
+    #[command(subcommand)]
+    Cluster(client::ClusterCommand),
     /// Dry-run a merge policy over splits from a file or a live index.
     Plan(plan::PlanArgs),
     /// Simulate a cluster's splits over time under a merge policy and scope mode.
@@ -66,6 +69,18 @@ struct RunArgs {
     /// This node's id.
     #[arg(long, env = "SHALE_NODE_ID")]
     node_id: Option<String>,
+    /// The cluster this node joins (nodes sharing a metastore and a cluster id form a cluster).
+    #[arg(long, env = "SHALE_CLUSTER_ID")]
+    cluster_id: Option<String>,
+    /// `host:port` other nodes reach this node at (default: the listen address).
+    #[arg(long, env = "SHALE_ADVERTISE")]
+    advertise: Option<String>,
+    /// Roles: a comma-separated list of `indexer`, `searcher`, `compactor` (default: all).
+    #[arg(long, env = "SHALE_ROLES")]
+    roles: Option<String>,
+    /// Shared secret of the internal API between nodes (default: none).
+    #[arg(long, env = "SHALE_CLUSTER_SECRET", hide_env_values = true)]
+    cluster_secret: Option<String>,
     /// WAL persist policy: `on-delay` (default) or `on-append`.
     #[arg(long, env = "SHALE_WAL_PERSIST_POLICY")]
     wal_persist_policy: Option<String>,
@@ -109,6 +124,18 @@ fn node_config(args: &RunArgs) -> anyhow::Result<NodeConfig> {
     if let Some(node_id) = &args.node_id {
         config.node_id = node_id.clone();
     }
+    if let Some(cluster_id) = &args.cluster_id {
+        config.cluster_id = cluster_id.clone();
+    }
+    if let Some(advertise) = &args.advertise {
+        config.advertise_address = Some(advertise.clone());
+    }
+    if let Some(roles) = &args.roles {
+        config.roles = shale_config::Role::parse_list(roles)?;
+    }
+    if let Some(secret) = &args.cluster_secret {
+        config.cluster.cluster_secret = Some(secret.clone());
+    }
     if let Some(policy) = &args.wal_persist_policy {
         config.wal_persist_policy = match policy.as_str() {
             "on-delay" => shale_config::WalPersistPolicy::OnDelay,
@@ -134,7 +161,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     eprintln!("shale node listening on http://{listen}");
-    let shutdown = async {
+    let mut superseded = node.membership.subscribe_superseded();
+    let shutdown = async move {
+        let zombie = async move {
+            while superseded.changed().await.is_ok() {
+                if *superseded.borrow() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await
+        };
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
@@ -144,12 +180,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}
+                _ = zombie => {}
             }
         }
         #[cfg(not(unix))]
         let _ = ctrl_c.await;
     };
     shale_server::serve(node.clone(), listener, shutdown).await?;
+    if node.membership.is_superseded() {
+        node.shutdown().await;
+        anyhow::bail!(
+            "a newer incarnation of node `{}` registered in the cluster: this one stopped",
+            node.config.node_id
+        );
+    }
     tracing::info!("shutting down");
     node.shutdown().await;
     // Make everything acknowledged durable before exiting.
@@ -182,6 +226,7 @@ fn main() -> std::process::ExitCode {
             Command::Search(args) => client::search(args).await,
             Command::Splits(cmd) => client::splits(cmd).await,
             Command::Compaction(cmd) => client::compaction(cmd).await,
+            Command::Cluster(cmd) => client::cluster(cmd).await,
             Command::Plan(args) => plan::run(args).await,
             Command::Simulate(args) => simulate::run(args).await,
         }

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use shale_metastore::{ListSplitsQuery, MetastoreError};
+use shale_metastore::{ListSplitsQuery, Metastore, MetastoreError};
 use shale_types::{IndexUid, Split, SplitState};
 use tracing::{info, warn};
 
@@ -88,13 +88,17 @@ impl Janitor {
         }
     }
 
-    /// One round over every index at `now`.
-    pub async fn round(&self, now: i64) -> Result<JanitorReport, CompactionError> {
+    /// One round over every index at `now`, through `metastore` (the leader's fenced handle).
+    pub async fn round(
+        &self,
+        metastore: &Arc<dyn Metastore>,
+        now: i64,
+    ) -> Result<JanitorReport, CompactionError> {
         let env = &self.env;
         let mut report = JanitorReport::default();
         let grace = env.config.deletion_grace_period_secs as i64;
         let staged_timeout = env.config.staged_split_timeout_secs as i64;
-        let indexes = env.metastore.list_indexes().await?;
+        let indexes = metastore.list_indexes().await?;
         self.next_retention()
             .retain(|uid, _| indexes.iter().any(|index| &index.index_uid == uid));
         for index in indexes {
@@ -111,15 +115,14 @@ impl Janitor {
                                 .with_states(&[SplitState::Published]);
                             // Ends at or before `now - period`.
                             query.time_range_end_lt = Some(now - period as i64 + 1);
-                            let expired: Vec<String> = env
-                                .metastore
+                            let expired: Vec<String> = metastore
                                 .list_splits(query)
                                 .await?
                                 .into_iter()
                                 .map(|s| s.split_metadata.split_id)
                                 .collect();
                             if !expired.is_empty() {
-                                env.metastore
+                                metastore
                                     .mark_splits_for_deletion(&index.index_uid, &expired)
                                     .await?;
                                 info!(index = %index.index_uid, count = expired.len(), "retention expired splits");
@@ -136,10 +139,16 @@ impl Janitor {
             let mut marked = ListSplitsQuery::for_index(index.index_uid.clone())
                 .with_states(&[SplitState::MarkedForDeletion]);
             marked.update_timestamp_lte = Some(now - grace);
-            let doomed: Vec<Split> = env.metastore.list_splits(marked).await?;
+            let doomed: Vec<Split> = metastore.list_splits(marked).await?;
             if !doomed.is_empty() {
-                self.delete_splits(&index.index_uid, storage.as_ref(), &doomed, &mut report)
-                    .await?;
+                self.delete_splits(
+                    metastore,
+                    &index.index_uid,
+                    storage.as_ref(),
+                    &doomed,
+                    &mut report,
+                )
+                .await?;
             }
 
             // Stale uploads: mark first (only if still Staged); they are deleted in a later
@@ -147,16 +156,14 @@ impl Janitor {
             let mut staged = ListSplitsQuery::for_index(index.index_uid.clone())
                 .with_states(&[SplitState::Staged]);
             staged.update_timestamp_lte = Some(now - staged_timeout);
-            let stale: Vec<String> = env
-                .metastore
+            let stale: Vec<String> = metastore
                 .list_splits(staged)
                 .await?
                 .into_iter()
                 .map(|s| s.split_metadata.split_id)
                 .collect();
             if !stale.is_empty() {
-                let marked = env
-                    .metastore
+                let marked = metastore
                     .mark_staged_splits_for_deletion(&index.index_uid, &stale)
                     .await?;
                 if !marked.is_empty() {
@@ -165,8 +172,7 @@ impl Janitor {
                 report.stale_staged_marked += marked.len();
             }
         }
-        report.deleted_tasks = env
-            .metastore
+        report.deleted_tasks = metastore
             .delete_merge_tasks(now - FINISHED_TASK_RETENTION_SECS)
             .await?;
         Ok(report)
@@ -175,6 +181,7 @@ impl Janitor {
     /// Deletes the objects, then the rows, of MarkedForDeletion splits.
     async fn delete_splits(
         &self,
+        metastore: &Arc<dyn Metastore>,
         index_uid: &IndexUid,
         storage: &dyn shale_storage::Storage,
         doomed: &[Split],
@@ -189,7 +196,7 @@ impl Janitor {
                 Err(err) => warn!(%split_id, %err, "cannot delete split object; will retry"),
             }
         }
-        match env.metastore.delete_splits(index_uid, &deleted).await {
+        match metastore.delete_splits(index_uid, &deleted).await {
             Ok(()) => {}
             // Marked splits never go back to Published; refuse and retry next round anyway.
             Err(MetastoreError::FailedPrecondition(reason)) => {

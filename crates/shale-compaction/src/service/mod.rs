@@ -22,9 +22,13 @@ pub use worker::{execute_merge, MergeOutcome};
 /// Node services compaction uses.
 #[derive(Clone)]
 pub struct CompactionEnv {
-    /// This node's id (split metadata, task leases).
+    /// This node's id (merged splits' metadata, `node_local` scopes).
     pub node_id: String,
-    /// The metastore, where tasks live.
+    /// This incarnation of the node (`node_id#generation`): the owner of the merge tasks it
+    /// claims, so that a zombie of an older generation cannot publish them.
+    pub worker_id: String,
+    /// The metastore, where tasks live (the workers' handle; planning and the janitor use the
+    /// leader's fenced handle).
     pub metastore: Arc<dyn Metastore>,
     /// Where each index's splits live.
     pub storages: IndexStorages,
@@ -62,7 +66,13 @@ pub enum CompactionError {
     /// A blocking task panicked or was cancelled.
     #[error("merge task aborted: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// Planning and the janitor run on the leader only.
+    #[error("this node is not the cluster's leader")]
+    NotLeader,
 }
+
+/// The leader's fenced metastore handle while this node leads, `None` otherwise.
+pub type LeaderHandle = tokio::sync::watch::Receiver<Option<Arc<dyn Metastore>>>;
 
 /// The running compaction services of a node (planner, workers, janitor loops).
 pub struct CompactionService {
@@ -74,9 +84,10 @@ pub struct CompactionService {
 }
 
 impl CompactionService {
-    /// Starts the planner and worker loops (the [`Janitor`] is driven by the node, which also
+    /// Starts the planner loop (it plans only while `leader` holds a handle, through it) and,
+    /// when `run_merges`, the worker loop (the [`Janitor`] is driven by the node, which also
     /// forgets deleted splits in its search caches).
-    pub fn start(env: CompactionEnv) -> CompactionService {
+    pub fn start(env: CompactionEnv, leader: LeaderHandle, run_merges: bool) -> CompactionService {
         metrics::register();
         let env = Arc::new(env);
         let wake_planner = Arc::new(tokio::sync::Notify::new());
@@ -84,10 +95,11 @@ impl CompactionService {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(planner_loop(
             env.clone(),
+            leader,
             wake_planner.clone(),
             wake_workers.clone(),
         )));
-        if env.config.max_concurrent_merges > 0 {
+        if run_merges && env.config.max_concurrent_merges > 0 {
             tasks.push(tokio::spawn(worker::worker_loop(
                 env.clone(),
                 wake_workers.clone(),
@@ -146,15 +158,19 @@ impl Drop for CompactionService {
 
 async fn planner_loop(
     env: Arc<CompactionEnv>,
+    leader: LeaderHandle,
     wake: Arc<tokio::sync::Notify>,
     wake_workers: Arc<tokio::sync::Notify>,
 ) {
     let interval = std::time::Duration::from_secs(env.config.planner_interval_secs.max(1));
     loop {
-        match plan_round(&env, shale_types::now_unix_secs()).await {
-            Ok(created) if created > 0 => wake_workers.notify_one(),
-            Ok(_) => {}
-            Err(err) => tracing::warn!(%err, "merge planning round failed"),
+        let leader_metastore = leader.borrow().clone();
+        if let Some(metastore) = leader_metastore {
+            match plan_round(&env, &metastore, shale_types::now_unix_secs()).await {
+                Ok(created) if created > 0 => wake_workers.notify_one(),
+                Ok(_) => {}
+                Err(err) => tracing::warn!(%err, "merge planning round failed"),
+            }
         }
         if let Ok(pending) = env
             .metastore

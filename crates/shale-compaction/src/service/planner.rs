@@ -9,9 +9,10 @@
 //! a run in `cluster` mode), whose splits are then planned again in node scope.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use shale_config::ScopeMode;
-use shale_metastore::{ListSplitsQuery, MergeTaskState, NewMergeTask};
+use shale_metastore::{ListSplitsQuery, MergeTaskState, Metastore, NewMergeTask};
 use shale_types::{SplitMetadata, SplitState};
 use tracing::{debug, info};
 
@@ -22,14 +23,18 @@ use crate::policy::{index_merge_policy, plan};
 pub const RELEASED_FOR_SCOPE_MODE: &str =
     "released: cluster-scope task, and this node merges in node_local scope";
 
-/// One planning round over every index; returns the number of merge tasks created.
-pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, CompactionError> {
+/// One planning round over every index, through `metastore` (the leader's fenced handle);
+/// returns the number of merge tasks created.
+pub async fn plan_round(
+    env: &CompactionEnv,
+    metastore: &Arc<dyn Metastore>,
+    now: i64,
+) -> Result<usize, CompactionError> {
     let node_local = env.config.scope == ScopeMode::NodeLocal;
     let mut created = 0;
-    for index in env.metastore.list_indexes().await? {
+    for index in metastore.list_indexes().await? {
         let policy = index_merge_policy(&index.index_config.indexing_settings);
-        let live = env
-            .metastore
+        let live = metastore
             .list_merge_tasks(
                 Some(&index.index_uid),
                 &[MergeTaskState::Pending, MergeTaskState::Running],
@@ -45,7 +50,7 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
                 .collect();
             if !stranded.is_empty() {
                 released.extend(
-                    env.metastore
+                    metastore
                         .release_merge_tasks(&stranded, RELEASED_FOR_SCOPE_MODE, now)
                         .await?,
                 );
@@ -60,8 +65,7 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
         let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
             .with_states(&[SplitState::Published]);
         query.immature_at = Some(now);
-        let candidates: Vec<SplitMetadata> = env
-            .metastore
+        let candidates: Vec<SplitMetadata> = metastore
             .list_splits(query)
             .await?
             .into_iter()
@@ -84,8 +88,7 @@ pub async fn plan_round(env: &CompactionEnv, now: i64) -> Result<usize, Compacti
         if tasks.is_empty() {
             continue;
         }
-        let new_tasks = env
-            .metastore
+        let new_tasks = metastore
             .create_merge_tasks(&index.index_uid, tasks, env.config.merge_max_attempts)
             .await?;
         debug!(index = %index.index_uid, tasks = new_tasks.len(), "planned merges");

@@ -80,7 +80,7 @@ pub async fn execute_merge(
                 .metastore
                 .fail_merge_task(
                     &task.task_id,
-                    &env.node_id,
+                    &env.worker_id,
                     &err.to_string(),
                     retry,
                     now_unix_secs(),
@@ -96,7 +96,7 @@ pub async fn execute_merge(
 
 fn spawn_lease_renewal(env: &CompactionEnv, task: &MergeTask) -> tokio::task::JoinHandle<()> {
     let metastore = env.metastore.clone();
-    let node_id = env.node_id.clone();
+    let node_id = env.worker_id.clone();
     let task_id = task.task_id.clone();
     let lease = env.config.merge_lease_secs.max(3);
     tokio::spawn(async move {
@@ -321,7 +321,7 @@ async fn publish(
         .publish_merge(
             index_uid,
             &task.task_id,
-            &env.node_id,
+            &env.worker_id,
             std::slice::from_ref(&output.split_id),
             &replaced,
             now_unix_secs(),
@@ -405,7 +405,7 @@ pub(crate) async fn worker_loop(
         let claimed = env
             .metastore
             .claim_merge_task(
-                &env.node_id,
+                &env.worker_id,
                 env.config.merge_lease_secs,
                 now_unix_secs(),
                 None,

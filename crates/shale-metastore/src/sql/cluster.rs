@@ -316,10 +316,12 @@ where
             let expires_at_ms = now_ms.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
             let token = match row {
                 None => {
-                    sqlx::query::<DB>(
+                    // Concurrent candidates may all see no row: the first insert wins.
+                    let inserted = sqlx::query::<DB>(
                         "INSERT INTO leases (cluster_id, name, holder_node_id, \
                              holder_generation, fencing_token, expires_at_ms) \
-                         VALUES ($1, $2, $3, $4, 1, $5)",
+                         VALUES ($1, $2, $3, $4, 1, $5) \
+                         ON CONFLICT (cluster_id, name) DO NOTHING",
                     )
                     .bind(cluster_id.to_string())
                     .bind(name.to_string())
@@ -328,6 +330,9 @@ where
                     .bind(expires_at_ms)
                     .execute(&mut *write.tx)
                     .await?;
+                    if DB::rows_affected(&inserted) == 0 {
+                        return Ok(None);
+                    }
                     1
                 }
                 Some(row) => {
@@ -337,7 +342,10 @@ where
                     let expires: i64 = row.try_get("expires_at_ms")?;
                     let same_holder = holder_node_id == holder.node_id
                         && from_db(holder_generation) == holder.generation;
-                    if !same_holder && expires > now_ms {
+                    // An older generation of the same node is gone (fenced out): take over.
+                    let superseded_holder = holder_node_id == holder.node_id
+                        && from_db(holder_generation) < holder.generation;
+                    if !same_holder && !superseded_holder && expires > now_ms {
                         return Ok(None);
                     }
                     let token = if same_holder && expires > now_ms {

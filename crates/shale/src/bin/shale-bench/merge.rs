@@ -99,6 +99,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cache = Arc::new(SplitCache::open(&data.join("cache"), 64 << 30)?);
     let env = CompactionEnv {
         node_id: "bench".into(),
+        worker_id: "bench#1".into(),
         metastore: metastore.clone(),
         storages: storages.clone(),
         cache: cache.clone(),
@@ -156,7 +157,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .create_merge_tasks(&index.index_uid, vec![NewMergeTask::new(scope, ids)], 1)
             .await?;
         let task = metastore
-            .claim_merge_task("bench", 3600, now_unix_secs(), Some(&index.index_uid), None)
+            .claim_merge_task(
+                "bench#1",
+                3600,
+                now_unix_secs(),
+                Some(&index.index_uid),
+                None,
+            )
             .await?
             .ok_or_else(|| anyhow::anyhow!("no task to claim"))?;
         let started = Instant::now();

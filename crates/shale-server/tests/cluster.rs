@@ -1,0 +1,166 @@
+//! Membership and leadership on real nodes sharing one metastore: the cluster API, one leader
+//! at a time, takeover when the leader leaves or dies, and a zombie incarnation fenced out.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config_in, TestNode};
+use serde_json::Value;
+use shale_config::{ClusterConfig, NodeConfig};
+
+fn fast_cluster(dir: &std::path::Path, metastore_uri: &str, node_id: &str) -> NodeConfig {
+    let mut config = config_in(&dir.join(node_id));
+    config.node_id = node_id.to_string();
+    config.metastore_uri = metastore_uri.to_string();
+    config.default_index_root_uri = format!("file://{}/indexes", dir.display());
+    config.cluster = ClusterConfig {
+        heartbeat_interval_ms: 100,
+        dead_after_ms: 600,
+        leader_lease_ms: 500,
+        ..ClusterConfig::default()
+    };
+    config
+}
+
+async fn cluster_state(node: &TestNode) -> Value {
+    let (status, body) = node.get("/api/v1/cluster").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn node_ids(state: &Value, key: &str) -> Vec<String> {
+    state[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_single_node_is_a_cluster_of_one_and_leads_it() {
+    let node = TestNode::start().await;
+    let state = cluster_state(&node).await;
+    assert_eq!(state["cluster_id"], "shale-default-cluster");
+    assert_eq!(state["self_node_id"], "test-node");
+    assert_eq!(node_ids(&state, "live_nodes"), ["test-node"]);
+    assert!(state["dead_nodes"].as_array().unwrap().is_empty());
+    let me = &state["live_nodes"][0];
+    assert_eq!(me["is_leader"], true);
+    assert_eq!(me["generation"], 1);
+    assert_eq!(
+        me["roles"],
+        serde_json::json!(["indexer", "searcher", "compactor"])
+    );
+    assert_eq!(state["leader"]["node_id"], "test-node");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_and_a_takeover_when_it_leaves_or_dies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let a = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "a")).await;
+    let b = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "b")).await;
+    let c = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "c")).await;
+    wait_for("three live nodes", async || {
+        node_ids(&cluster_state(&b).await, "live_nodes").len() == 3
+    })
+    .await;
+    let leaders = |nodes: [&TestNode; 3]| {
+        nodes
+            .iter()
+            .filter(|n| n.node.membership.leadership().is_some())
+            .count()
+    };
+    assert_eq!(leaders([&a, &b, &c]), 1);
+    assert!(
+        a.node.membership.leadership().is_some(),
+        "the first node leads"
+    );
+
+    // A graceful stop gives the lease up: another node leads at once.
+    a.stop().await;
+    wait_for("a new leader after a graceful stop", async || {
+        b.node.membership.leadership().is_some() || c.node.membership.leadership().is_some()
+    })
+    .await;
+    let (survivor, other) = if b.node.membership.leadership().is_some() {
+        (b, c)
+    } else {
+        (c, b)
+    };
+    let leadership = survivor.node.membership.leadership().unwrap();
+    let token = leadership.fencing_token;
+    wait_for("a declared dead", async || {
+        node_ids(&cluster_state(&other).await, "dead_nodes") == ["a"]
+    })
+    .await;
+
+    // The leader dies without a word (its heartbeats and renewals stop): the other node takes
+    // over once the lease lapses, with a higher fencing token.
+    let started = Instant::now();
+    survivor.node.halt().await;
+    wait_for("a takeover after the leader died", async || {
+        other.node.membership.leadership().is_some()
+    })
+    .await;
+    let takeover = started.elapsed();
+    assert!(takeover < Duration::from_secs(10), "{takeover:?}");
+    let new_token = other.node.membership.leadership().unwrap().fencing_token;
+    assert!(new_token > token);
+    // The dead leader's fenced writes are refused from now on.
+    let err = leadership
+        .metastore
+        .create_index(
+            shale_config::IndexConfig::parse(b"index_id: stale-leader\ndoc_mapping: {}\n").unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("fenced"), "{err}");
+    let state = cluster_state(&other).await;
+    assert_eq!(
+        state["leader"]["node_id"],
+        other.node.config.node_id.as_str()
+    );
+    other.stop().await;
+    drop(survivor);
+}
+
+#[tokio::test]
+async fn a_restart_under_the_same_id_fences_the_old_incarnation_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let old = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "n")).await;
+    assert_eq!(old.node.membership.identity().generation, 1);
+    let node_metastore = old.node.membership.node_metastore();
+    // The same node id registers again (its restart, while the old process still runs).
+    old.node
+        .metastore
+        .register_node("shale-default-cluster", "n", "127.0.0.1:1", &[], 0)
+        .await
+        .unwrap();
+    wait_for("the old incarnation to notice", async || {
+        old.node.membership.is_superseded()
+    })
+    .await;
+    assert!(old.node.membership.leadership().is_none());
+    // Its writes are refused.
+    let err = node_metastore
+        .create_index(
+            shale_config::IndexConfig::parse(b"index_id: zombie\ndoc_mapping: {}\n").unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("fenced"), "{err}");
+    old.stop().await;
+}
