@@ -5,10 +5,11 @@
 //!    incarnation (a dead node, or an older generation of a restarted one) go back to Pending
 //!    at once, for a survivor to re-run — not when their lease would expire.
 //! 2. **Shards** ([`plan_shards`], a pure function): the open shards of dead indexers are
-//!    closed (their node publishes what it holds when it comes back); each index keeps at
-//!    least one open shard on a live indexer, and more — up to one per live indexer — when its
-//!    ingest rate exceeds `shard_throughput_bytes_per_sec` per open shard. New shards go to the
-//!    live indexer with the fewest open shards, preferring one without a shard of that index.
+//!    closed (their node publishes what it holds when it comes back); each index keeps
+//!    `min_shards_per_index` open shards on distinct live indexers (fewer if there are fewer
+//!    indexers), and more — up to one per live indexer — when its ingest rate exceeds
+//!    `shard_throughput_bytes_per_sec` per open shard. New shards go to the live indexer with
+//!    the fewest open shards, preferring one without a shard of that index.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -46,15 +47,25 @@ pub fn ingest_rates(view: &ClusterView) -> HashMap<String, f64> {
     rates
 }
 
+/// How the leader sizes shards.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShardSettings {
+    /// Ingest rate one shard is expected to take.
+    pub throughput_bytes_per_sec: f64,
+    /// Open shards per index, on distinct indexers when there are enough.
+    pub min_shards_per_index: usize,
+}
+
 /// Decides which shards to close and open (see the module docs). `new_shard_id` makes ids.
 pub fn plan_shards(
     indexes: &[IndexUid],
     shards: &[Shard],
     view: &ClusterView,
     rates: &HashMap<String, f64>,
-    shard_throughput_bytes_per_sec: f64,
+    settings: ShardSettings,
     mut new_shard_id: impl FnMut() -> String,
 ) -> ShardPlan {
+    let shard_throughput_bytes_per_sec = settings.throughput_bytes_per_sec;
     let mut plan = ShardPlan::default();
     let indexers: Vec<String> = view
         .live_with_role(Role::Indexer)
@@ -86,7 +97,9 @@ pub fn plan_shards(
         } else {
             1
         };
-        let wanted = wanted_by_rate.clamp(1, indexers.len());
+        let wanted = wanted_by_rate
+            .max(settings.min_shards_per_index)
+            .clamp(1, indexers.len());
         let mut hosts: HashSet<String> = open.iter().map(|s| s.node_id.clone()).collect();
         for _ in open.len()..wanted {
             let node = load
@@ -122,7 +135,7 @@ pub struct ControlReport {
 pub async fn control_round(
     leader_metastore: &dyn Metastore,
     view: &ClusterView,
-    shard_throughput_bytes_per_sec: f64,
+    settings: ShardSettings,
 ) -> MetastoreResult<ControlReport> {
     let mut report = ControlReport::default();
     // 1. Merges held by incarnations that are not live.
@@ -161,7 +174,7 @@ pub async fn control_round(
         &shards,
         view,
         &ingest_rates(view),
-        shard_throughput_bytes_per_sec,
+        settings,
         shale_types::new_ulid,
     );
     if !plan.close.is_empty() {
@@ -222,6 +235,40 @@ mod tests {
         }
     }
 
+    fn one_shard() -> ShardSettings {
+        ShardSettings {
+            throughput_bytes_per_sec: 5e6,
+            min_shards_per_index: 1,
+        }
+    }
+
+    #[test]
+    fn indexes_keep_their_minimum_of_shards_on_distinct_indexers() {
+        let logs = IndexUid::new("logs");
+        let view = view(vec![
+            node("a", true, &["indexer"]),
+            node("b", true, &["indexer"]),
+            node("c", true, &["indexer"]),
+        ]);
+        let settings = ShardSettings {
+            throughput_bytes_per_sec: 5e6,
+            min_shards_per_index: 2,
+        };
+        let plan = plan_shards(
+            std::slice::from_ref(&logs),
+            &[],
+            &view,
+            &HashMap::new(),
+            settings,
+            ids(),
+        );
+        assert_eq!(plan.open.len(), 2);
+        assert_ne!(plan.open[0].1, plan.open[1].1);
+        let lone = super::tests::view(vec![node("a", true, &["indexer"])]);
+        let plan = plan_shards(&[logs], &[], &lone, &HashMap::new(), settings, ids());
+        assert_eq!(plan.open.len(), 1, "clamped to the live indexers");
+    }
+
     fn ids() -> impl FnMut() -> String {
         let mut next = 0;
         move || {
@@ -245,7 +292,7 @@ mod tests {
             &shards,
             &view,
             &HashMap::new(),
-            5e6,
+            one_shard(),
             ids(),
         );
         assert!(plan.close.is_empty());
@@ -273,7 +320,7 @@ mod tests {
             &shards,
             &view,
             &HashMap::new(),
-            5e6,
+            one_shard(),
             ids(),
         );
         assert_eq!(plan.close, vec![shards[0].key.clone()]);
@@ -296,14 +343,14 @@ mod tests {
             &shards,
             &view,
             &rates,
-            5e6,
+            one_shard(),
             ids(),
         );
         let mut nodes: Vec<&str> = plan.open.iter().map(|(_, n)| n.as_str()).collect();
         nodes.sort();
         assert_eq!(nodes, ["b", "c"]);
         let rates: HashMap<String, f64> = [(logs.to_string(), 100e6)].into();
-        let plan = plan_shards(&[logs], &shards, &view, &rates, 5e6, ids());
+        let plan = plan_shards(&[logs], &shards, &view, &rates, one_shard(), ids());
         assert_eq!(plan.open.len(), 2, "at most one shard per live indexer");
     }
 
@@ -311,7 +358,7 @@ mod tests {
     fn no_live_indexer_opens_nothing() {
         let logs = IndexUid::new("logs");
         let view = view(vec![node("s", true, &["searcher"])]);
-        let plan = plan_shards(&[logs], &[], &view, &HashMap::new(), 5e6, ids());
+        let plan = plan_shards(&[logs], &[], &view, &HashMap::new(), one_shard(), ids());
         assert_eq!(plan, ShardPlan::default());
     }
 }

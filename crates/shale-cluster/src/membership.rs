@@ -343,10 +343,18 @@ impl Membership {
         })
     }
 
-    /// Gives the leader lease up at once (graceful shutdown), so another node takes over
-    /// without waiting for it to lapse.
+    /// Leaves the cluster (graceful shutdown): gives the leader lease up and records a last
+    /// heartbeat at the epoch, so that the others see this node dead at once — the leader
+    /// takes over, and this node's shards are replaced, without waiting for `dead_after`.
     pub async fn leave(&self) {
         self.leadership.send_replace(None);
+        if let Err(err) = self
+            .metastore
+            .heartbeat_node(&self.cluster_id, &self.identity, serde_json::json!({}), 0)
+            .await
+        {
+            warn!(%err, "could not record this node's departure");
+        }
         if let Err(err) = self
             .metastore
             .release_lease(&self.cluster_id, LEADER_LEASE, &self.identity)

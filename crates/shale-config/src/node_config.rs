@@ -128,6 +128,9 @@ pub struct ClusterConfig {
     /// Ingest rate one shard is expected to take; the leader opens more shards of an index
     /// (up to one per live indexer) when its rate exceeds this per open shard.
     pub shard_throughput_bytes_per_sec: u64,
+    /// Open shards every index keeps on distinct live indexers (fewer if there are fewer
+    /// indexers), so that ingest goes on through another shard when a node dies.
+    pub min_shards_per_index: usize,
     /// Shared secret of the internal API; never serialized.
     #[serde(skip_serializing)]
     pub cluster_secret: Option<String>,
@@ -140,6 +143,7 @@ impl Default for ClusterConfig {
             dead_after_ms: 5000,
             leader_lease_ms: 4000,
             shard_throughput_bytes_per_sec: 5 << 20,
+            min_shards_per_index: 2,
             cluster_secret: None,
         }
     }
@@ -155,6 +159,7 @@ impl fmt::Debug for ClusterConfig {
                 "shard_throughput_bytes_per_sec",
                 &self.shard_throughput_bytes_per_sec,
             )
+            .field("min_shards_per_index", &self.min_shards_per_index)
             .field(
                 "cluster_secret",
                 &self.cluster_secret.as_ref().map(|_| crate::REDACTED),

@@ -10,6 +10,7 @@ pub mod wal;
 
 pub use pipeline::{PipelineEnv, PipelineHandle, PipelineParams};
 pub use router::{
-    CommitMode, InFlightPermit, IngestError, IngestLimits, IngestOutcome, IngestRouter,
+    validate, CommitMode, InFlightPermit, IngestError, IngestLimits, IngestOutcome, IngestRouter,
+    ShardStatus, Validated,
 };
 pub use wal::{PersistPolicy, Wal, WalError};

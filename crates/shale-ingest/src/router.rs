@@ -1,17 +1,22 @@
-//! The router: validates documents against their index's doc mapping, appends the valid ones
-//! to the index's shard in the WAL, and acknowledges per the requested commit mode. It also
-//! owns the shards and pipelines of the indexes this node serves.
+//! The shard host: the shards of this node (each a WAL queue with its indexing pipeline),
+//! document validation, appends to a shard, and acknowledgements per commit mode.
+//!
+//! Which shards a node hosts is decided by the cluster's leader (the `shards` table);
+//! [`IngestRouter::sync_shards`] follows it: an open shard is served (queue + pipeline), a
+//! closed one keeps its pipeline until everything its WAL holds is published, then its queue
+//! and its row are deleted. A WAL queue without a shard row (left by a crash, an older
+//! version, or a deleted index) is drained the same way, or dropped when its index is gone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_index::{DocMapper, DocParsingError};
-use shale_metastore::{IndexMetadata, MetastoreError};
+use shale_index::{DocMapper, DocParsingError, ParsedDoc};
+use shale_metastore::{IndexMetadata, MetastoreError, Shard, ShardKey, ShardState};
 use shale_storage::{IndexStorages, StorageRef};
-use shale_types::{new_ulid, IndexUid, INGEST_API_SOURCE_ID};
+use shale_types::IndexUid;
 use tokio::sync::RwLock;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::metrics;
 use crate::pipeline::{spawn_pipeline, PipelineEnv, PipelineHandle, PipelineParams, PreParsed};
@@ -69,6 +74,17 @@ pub enum IngestError {
     /// An unexpected failure before anything was written to the WAL.
     #[error("internal error, nothing was ingested: {0}")]
     Internal(String),
+    /// The shard is not (or no longer) open on this node: try another one.
+    #[error("shard `{0}` is not open on this node")]
+    ShardNotOpen(String),
+    /// No open shard can take the documents now (no live indexer, or all failed).
+    #[error("no shard can take documents of index `{index_id}` now: {reason}; retry later")]
+    NoShardAvailable {
+        /// The index.
+        index_id: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Limits of the ingest path.
@@ -106,35 +122,100 @@ pub struct IngestOutcome {
     pub num_rejected: usize,
 }
 
-struct ServedIndex {
-    index_uid: IndexUid,
-    doc_mapper: Arc<DocMapper>,
-    /// The shard new documents go to.
-    active_queue: String,
-    /// Every shard of the index on this node (the active one included), with its pipeline.
-    pipelines: HashMap<String, PipelineHandle>,
+/// Documents validated against a doc mapping: per-document results, and the valid ones raw
+/// and parsed.
+pub struct Validated {
+    /// Per-document outcome, in request order.
+    pub outcome: IngestOutcome,
+    /// The valid documents as received.
+    pub raw: Vec<bytes::Bytes>,
+    /// The same, parsed.
+    pub parsed: Vec<ParsedDoc>,
 }
 
-/// The ingest router of a node.
+/// Validates `docs` against `doc_mapper`, off the async runtime.
+pub async fn validate(
+    doc_mapper: Arc<DocMapper>,
+    docs: Vec<bytes::Bytes>,
+) -> Result<Validated, IngestError> {
+    let validated = tokio::task::spawn_blocking(move || {
+        let mut outcome = IngestOutcome::default();
+        let mut raw = Vec::with_capacity(docs.len());
+        let mut parsed = Vec::with_capacity(docs.len());
+        for doc in docs {
+            match doc_mapper.parse_doc(&doc) {
+                Ok(parsed_doc) => {
+                    outcome.results.push(None);
+                    raw.push(doc);
+                    parsed.push(parsed_doc);
+                }
+                Err(err) => outcome.results.push(Some(err)),
+            }
+        }
+        outcome.num_ingested = raw.len();
+        outcome.num_rejected = outcome.results.len() - raw.len();
+        Validated {
+            outcome,
+            raw,
+            parsed,
+        }
+    })
+    .await
+    .map_err(|err| {
+        IngestError::Internal(format!("document validation failed unexpectedly: {err}"))
+    })?;
+    metrics::DOCS_REJECTED.inc_by(validated.outcome.num_rejected as u64);
+    Ok(validated)
+}
+
+/// A shard this node hosts: its WAL queue and pipeline.
+struct ServedShard {
+    key: ShardKey,
+    doc_mapper: Arc<DocMapper>,
+    /// Whether documents are still appended to it (closed shards only drain).
+    open: std::sync::atomic::AtomicBool,
+    pipeline: PipelineHandle,
+}
+
+/// What a node reports about one of its shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// The shard.
+    pub key: ShardKey,
+    /// Open (appended to) or closed (draining).
+    pub open: bool,
+    /// The next WAL position to be assigned.
+    pub next_position: u64,
+    /// The last published position.
+    pub published_position: Option<u64>,
+}
+
+/// The shard host of a node.
 pub struct IngestRouter {
     env: PipelineEnv,
     storages: IndexStorages,
-    indexes: RwLock<HashMap<String, Arc<ServedIndex>>>,
+    shards: RwLock<HashMap<String, Arc<ServedShard>>>,
     limits: IngestLimits,
     /// One permit per in-flight byte (in KiB units, so that any limit fits a `u32`).
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// Bytes appended per index since the last rate sample, and the sample's start.
+    rates: std::sync::Mutex<(std::time::Instant, HashMap<String, u64>)>,
 }
 
 /// Permits of the in-flight semaphore count KiB.
 const IN_FLIGHT_UNIT: u64 = 1024;
 
-/// Queue name of a shard: `{index_uid}/{source_id}/{shard_id}`.
-fn queue_name(index_uid: &IndexUid, shard_id: &str) -> String {
-    format!("{index_uid}/{INGEST_API_SOURCE_ID}/{shard_id}")
-}
-
-fn queue_prefix(index_uid: &IndexUid) -> String {
-    format!("{index_uid}/{INGEST_API_SOURCE_ID}/")
+/// The shard of a WAL queue named `{index_uid}/{source_id}/{shard_id}`.
+fn shard_of_queue(queue: &str) -> Option<ShardKey> {
+    let mut parts = queue.splitn(3, '/');
+    let index_uid: IndexUid = parts.next()?.parse().ok()?;
+    let source_id = parts.next()?.to_string();
+    let shard_id = parts.next()?.to_string();
+    Some(ShardKey {
+        index_uid,
+        source_id,
+        shard_id,
+    })
 }
 
 /// Builds the pipeline parameters from an index's metadata.
@@ -160,17 +241,18 @@ pub fn pipeline_params(
 }
 
 impl IngestRouter {
-    /// A router with no index served yet.
+    /// A router hosting no shard yet.
     pub fn new(env: PipelineEnv, storages: IndexStorages, limits: IngestLimits) -> Self {
         let units = (limits.max_in_flight_bytes / IN_FLIGHT_UNIT).max(1);
         IngestRouter {
             env,
             storages,
-            indexes: RwLock::new(HashMap::new()),
+            shards: RwLock::new(HashMap::new()),
             limits,
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 usize::try_from(units).unwrap_or(usize::MAX >> 4),
             )),
+            rates: std::sync::Mutex::new((std::time::Instant::now(), HashMap::new())),
         }
     }
 
@@ -206,147 +288,203 @@ impl IngestRouter {
             })
     }
 
-    /// Starts serving every index of the metastore: resumes each shard found in the WAL from
-    /// its checkpoint, and drops WAL queues of indexes that no longer exist.
-    pub async fn start(&self) -> Result<(), IngestError> {
-        let indexes = self.env.metastore.list_indexes().await?;
-        let known: Vec<String> = indexes.iter().map(|i| queue_prefix(&i.index_uid)).collect();
+    /// Brings the hosted shards in line with the shards table: `shards` are the rows of the
+    /// shards assigned to this node, `indexes` every index. Serves the open ones, closes and
+    /// drains the others, and deletes the queues (and rows, through `delete_rows`) of drained
+    /// closed shards. Returns the keys whose rows should be deleted.
+    pub async fn sync_shards(
+        &self,
+        assigned: &[Shard],
+        indexes: &[IndexMetadata],
+    ) -> Result<Vec<ShardKey>, IngestError> {
+        let by_uid: HashMap<&IndexUid, &IndexMetadata> =
+            indexes.iter().map(|i| (&i.index_uid, i)).collect();
+        let mut wanted: HashMap<String, (ShardKey, bool)> = HashMap::new();
+        for shard in assigned {
+            wanted.insert(
+                shard.key.queue_name(),
+                (shard.key.clone(), shard.state == ShardState::Open),
+            );
+        }
+        // Queues without a row: drain them as closed shards (their index still exists).
         for (queue, _) in self.env.wal.queues().await {
-            if !known.iter().any(|prefix| queue.starts_with(prefix)) {
-                info!(%queue, "deleting WAL queue of a deleted index");
-                self.env.wal.delete_queue(&queue).await?;
+            if wanted.contains_key(&queue) {
+                continue;
+            }
+            match shard_of_queue(&queue) {
+                Some(key) if by_uid.contains_key(&key.index_uid) => {
+                    wanted.insert(queue, (key, false));
+                }
+                _ => {
+                    info!(%queue, "deleting the WAL queue of a deleted index");
+                    self.drop_shard(&queue).await?;
+                }
             }
         }
-        for index in indexes {
-            self.serve_index(&index).await?;
+        // Serve or close.
+        for (queue, (key, open)) in &wanted {
+            let Some(index) = by_uid.get(&key.index_uid) else {
+                continue;
+            };
+            let served = self.shards.read().await.get(queue).cloned();
+            match served {
+                Some(served) => served
+                    .open
+                    .store(*open, std::sync::atomic::Ordering::Release),
+                None => {
+                    self.serve_shard(index, key, *open).await?;
+                }
+            }
         }
-        Ok(())
+        // Stop serving what is not wanted any more (its index was deleted).
+        let stale: Vec<String> = self
+            .shards
+            .read()
+            .await
+            .keys()
+            .filter(|queue| !wanted.contains_key(*queue))
+            .cloned()
+            .collect();
+        for queue in stale {
+            self.drop_shard(&queue).await?;
+        }
+        // Retire the drained closed shards.
+        let mut retired = Vec::new();
+        for status in self.shard_statuses().await {
+            let drained = status
+                .next_position
+                .checked_sub(1)
+                .is_none_or(|last| status.published_position.is_some_and(|p| p >= last));
+            if !status.open && drained {
+                info!(shard = %status.key.queue_name(), "closed shard drained: deleting it");
+                self.drop_shard(&status.key.queue_name()).await?;
+                retired.push(status.key);
+            }
+        }
+        Ok(retired)
     }
 
-    /// Starts (or restarts, after a config change) serving `index`.
-    pub async fn serve_index(&self, index: &IndexMetadata) -> Result<(), IngestError> {
-        self.stop_index(index.index_id()).await;
+    /// Starts serving the shard `key` of `index` (its queue is created if missing; its
+    /// pipeline resumes from the checkpoint).
+    pub async fn serve_shard(
+        &self,
+        index: &IndexMetadata,
+        key: &ShardKey,
+        open: bool,
+    ) -> Result<(), IngestError> {
+        let queue = key.queue_name();
+        let mut shards = self.shards.write().await;
+        if let Some(served) = shards.get(&queue) {
+            served
+                .open
+                .store(open, std::sync::atomic::Ordering::Release);
+            return Ok(());
+        }
         let storage = self
             .storages
             .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
         let params = pipeline_params(index, storage)?;
-        let checkpoint = index.checkpoint(INGEST_API_SOURCE_ID);
-        let prefix = queue_prefix(&index.index_uid);
-        let mut queues: Vec<String> = self
-            .env
-            .wal
-            .queues()
-            .await
-            .into_iter()
-            .map(|(q, _)| q)
-            .filter(|q| q.starts_with(&prefix))
-            .collect();
-        if queues.is_empty() {
-            queues.push(queue_name(&index.index_uid, &new_ulid()));
+        let position = index.checkpoint(&key.source_id).position(&queue);
+        self.env.wal.ensure_queue(&queue, position).await?;
+        // Records at or before the checkpoint are published: drop them.
+        if let Some(position) = position {
+            self.env.wal.truncate(&queue, position).await?;
         }
-        let mut pipelines = HashMap::new();
-        for queue in &queues {
-            let position = checkpoint.position(queue);
-            self.env.wal.ensure_queue(queue, position).await?;
-            // Records at or before the checkpoint are published: drop them.
-            if let Some(position) = position {
-                self.env.wal.truncate(queue, position).await?;
-            }
-            let handle = spawn_pipeline(self.env.clone(), params.clone(), queue.clone(), position);
-            pipelines.insert(queue.clone(), handle);
-        }
-        let served = ServedIndex {
-            index_uid: index.index_uid.clone(),
-            doc_mapper: params.doc_mapper.clone(),
-            active_queue: queues.last().cloned().unwrap_or_default(),
-            pipelines,
-        };
-        self.indexes
-            .write()
-            .await
-            .insert(index.index_id().to_string(), Arc::new(served));
+        let doc_mapper = params.doc_mapper.clone();
+        let pipeline = spawn_pipeline(self.env.clone(), params, queue.clone(), position);
+        info!(shard = %queue, open, "serving shard");
+        shards.insert(
+            queue,
+            Arc::new(ServedShard {
+                key: key.clone(),
+                doc_mapper,
+                open: std::sync::atomic::AtomicBool::new(open),
+                pipeline,
+            }),
+        );
         Ok(())
     }
 
-    /// Stops the pipelines of `index_id` (WAL kept).
-    pub async fn stop_index(&self, index_id: &str) {
-        if let Some(served) = self.indexes.write().await.remove(index_id) {
-            for handle in served.pipelines.values() {
-                handle.stop();
-            }
+    /// Stops the pipeline of a shard and deletes its WAL queue.
+    async fn drop_shard(&self, queue: &str) -> Result<(), IngestError> {
+        if let Some(served) = self.shards.write().await.remove(queue) {
+            served.pipeline.stop();
+        }
+        self.env.wal.delete_queue(queue).await?;
+        Ok(())
+    }
+
+    /// Stops every pipeline (the WAL is kept: they resume at the next start).
+    pub async fn stop(&self) {
+        for served in self.shards.write().await.drain().map(|(_, s)| s) {
+            served.pipeline.stop();
         }
     }
 
-    /// Stops serving `index_id` and deletes its WAL queues (index deleted).
+    /// Stops serving the shards of `index_uid` and deletes their WAL queues (index deleted).
     pub async fn remove_index(&self, index_uid: &IndexUid) -> Result<(), IngestError> {
-        self.stop_index(&index_uid.index_id).await;
-        let prefix = queue_prefix(index_uid);
+        let prefix = format!("{index_uid}/");
         for (queue, _) in self.env.wal.queues().await {
             if queue.starts_with(&prefix) {
-                self.env.wal.delete_queue(&queue).await?;
+                self.drop_shard(&queue).await?;
             }
         }
         Ok(())
     }
 
-    /// Validates `docs` (one JSON document each), appends the valid ones to the index's shard
-    /// and waits as `commit` says. Invalid documents are reported, the rest indexed.
-    pub async fn ingest(
+    /// The doc mapper of the open shard `key` served here, if any.
+    pub async fn open_shard_mapper(&self, key: &ShardKey) -> Option<Arc<DocMapper>> {
+        let shards = self.shards.read().await;
+        let served = shards.get(&key.queue_name())?;
+        served
+            .open
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| served.doc_mapper.clone())
+    }
+
+    /// Appends validated documents to the open shard `key` and waits as `commit` says.
+    pub async fn append(
         &self,
-        index_id: &str,
-        docs: Vec<bytes::Bytes>,
+        key: &ShardKey,
+        raw: &[bytes::Bytes],
+        parsed: Vec<ParsedDoc>,
         commit: CommitMode,
-    ) -> Result<IngestOutcome, IngestError> {
+    ) -> Result<(), IngestError> {
+        let queue = key.queue_name();
         let served = self
-            .indexes
+            .shards
             .read()
             .await
-            .get(index_id)
+            .get(&queue)
             .cloned()
-            .ok_or_else(|| IngestError::IndexNotFound(index_id.to_string()))?;
-        let doc_mapper = served.doc_mapper.clone();
-        let (outcome, valid, parsed) = tokio::task::spawn_blocking(move || {
-            let mut outcome = IngestOutcome::default();
-            let mut valid = Vec::with_capacity(docs.len());
-            let mut parsed = Vec::with_capacity(docs.len());
-            for doc in docs {
-                match doc_mapper.parse_doc(&doc) {
-                    Ok(parsed_doc) => {
-                        outcome.results.push(None);
-                        valid.push(doc);
-                        parsed.push(parsed_doc);
-                    }
-                    Err(err) => outcome.results.push(Some(err)),
-                }
+            .filter(|s| s.open.load(std::sync::atomic::Ordering::Acquire))
+            .ok_or_else(|| IngestError::ShardNotOpen(queue.clone()))?;
+        if raw.is_empty() {
+            if commit == CommitMode::Force {
+                served.pipeline.force_commit();
             }
-            outcome.num_ingested = valid.len();
-            outcome.num_rejected = outcome.results.len() - valid.len();
-            (outcome, valid, parsed)
-        })
-        .await
-        .map_err(|err| {
-            IngestError::Internal(format!("document validation failed unexpectedly: {err}"))
-        })?;
-        metrics::DOCS_REJECTED.inc_by(outcome.num_rejected as u64);
-        if !valid.is_empty() {
-            let backlog = self.env.wal.backlog_bytes();
-            if backlog >= self.limits.max_wal_memory_bytes {
-                metrics::INGEST_REJECTED_REQUESTS
-                    .with_label_values(&["wal_memory"])
-                    .inc();
-                return Err(IngestError::RateLimited(format!(
-                    "WAL full: {backlog} bytes are not indexed yet (max_wal_memory_bytes = {})",
-                    self.limits.max_wal_memory_bytes
-                )));
-            }
+            return Ok(());
         }
-        let refs: Vec<&[u8]> = valid.iter().map(|d| d.as_ref()).collect();
-        let positions = self.env.wal.append(&served.active_queue, &refs).await?;
-        metrics::DOCS_INGESTED.inc_by(valid.len() as u64);
-        metrics::BYTES_INGESTED.inc_by(valid.iter().map(|d| d.len() as u64).sum());
-        let Some(pipeline) = served.pipelines.get(&served.active_queue) else {
-            return Err(IngestError::PipelineStopped);
-        };
+        let backlog = self.env.wal.backlog_bytes();
+        if backlog >= self.limits.max_wal_memory_bytes {
+            metrics::INGEST_REJECTED_REQUESTS
+                .with_label_values(&["wal_memory"])
+                .inc();
+            return Err(IngestError::RateLimited(format!(
+                "WAL full: {backlog} bytes are not indexed yet (max_wal_memory_bytes = {})",
+                self.limits.max_wal_memory_bytes
+            )));
+        }
+        let refs: Vec<&[u8]> = raw.iter().map(|d| d.as_ref()).collect();
+        let positions = self.env.wal.append(&queue, &refs).await?;
+        let bytes: u64 = raw.iter().map(|d| d.len() as u64).sum();
+        metrics::DOCS_INGESTED.inc_by(raw.len() as u64);
+        metrics::BYTES_INGESTED.inc_by(bytes);
+        {
+            let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
+            *rates.1.entry(key.index_uid.to_string()).or_default() += bytes;
+        }
+        let pipeline = &served.pipeline;
         if let Some((first_position, _)) = positions {
             pipeline.offer_parsed(PreParsed {
                 first_position,
@@ -355,7 +493,7 @@ impl IngestRouter {
         }
         pipeline.notify_new_records();
         match (commit, positions) {
-            (CommitMode::Auto, _) => {}
+            (CommitMode::Auto, _) | (CommitMode::WaitFor, None) => {}
             (CommitMode::WaitFor, Some((_, last))) => {
                 pipeline
                     .wait_published(last)
@@ -371,25 +509,66 @@ impl IngestRouter {
                         .map_err(|_| IngestError::PipelineStopped)?;
                 }
             }
-            (CommitMode::WaitFor, None) => {}
         }
-        Ok(outcome)
+        Ok(())
     }
 
-    /// The index uids served, by index id.
-    pub async fn served_indexes(&self) -> Vec<IndexUid> {
-        self.indexes
-            .read()
-            .await
-            .values()
-            .map(|s| s.index_uid.clone())
-            .collect()
+    /// The shards served here, with their positions.
+    pub async fn shard_statuses(&self) -> Vec<ShardStatus> {
+        let served: Vec<Arc<ServedShard>> = self.shards.read().await.values().cloned().collect();
+        let next: HashMap<String, u64> = self.env.wal.queues().await.into_iter().collect();
+        let mut statuses: Vec<ShardStatus> = served
+            .iter()
+            .map(|s| ShardStatus {
+                key: s.key.clone(),
+                open: s.open.load(std::sync::atomic::Ordering::Acquire),
+                next_position: next.get(&s.key.queue_name()).copied().unwrap_or(0),
+                published_position: s.pipeline.published_position(),
+            })
+            .collect();
+        statuses.sort_by(|a, b| a.key.cmp(&b.key));
+        statuses
+    }
+
+    /// Bytes per second appended per index since the previous call (for the leader's shard
+    /// allocation), keyed by index uid.
+    pub fn take_ingest_rates(&self) -> HashMap<String, f64> {
+        let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = rates.0.elapsed().as_secs_f64().max(0.001);
+        let out = rates
+            .1
+            .drain()
+            .map(|(index, bytes)| (index, bytes as f64 / elapsed))
+            .collect();
+        rates.0 = std::time::Instant::now();
+        out
     }
 
     /// Refreshes the WAL size gauges.
     pub async fn update_wal_metrics(&self) {
         metrics::WAL_MEMORY_BYTES.set(self.env.wal.memory_size().await as i64);
         metrics::WAL_BACKLOG_BYTES.set(self.env.wal.backlog_bytes() as i64);
-        metrics::WAL_DISK_BYTES.set(self.env.wal.disk_size().await as i64);
+    }
+}
+
+/// Warns about an error of the background shard synchronization.
+pub fn log_sync_error(err: &IngestError) {
+    warn!(%err, "shard synchronization failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shale_types::INGEST_API_SOURCE_ID;
+
+    #[test]
+    fn queue_names_parse_back_into_shard_keys() {
+        let key = ShardKey {
+            index_uid: IndexUid::new("logs"),
+            source_id: INGEST_API_SOURCE_ID.to_string(),
+            shard_id: "01ABC".to_string(),
+        };
+        assert_eq!(shard_of_queue(&key.queue_name()), Some(key));
+        assert_eq!(shard_of_queue("nonsense"), None);
     }
 }

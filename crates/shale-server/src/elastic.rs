@@ -128,7 +128,7 @@ async fn bulk_inner(
             .iter()
             .filter_map(|&i| items[i].outcome.as_ref().ok().cloned())
             .collect();
-        match state.node.router.ingest(&index_id, docs, commit).await {
+        match state.node.dispatcher.ingest(&index_id, docs, commit).await {
             Ok(outcome) => {
                 for (&i, result) in positions.iter().zip(outcome.results) {
                     if let Some(err) = result {
@@ -149,7 +149,7 @@ async fn bulk_inner(
                         "index_not_found_exception",
                         format!("no such index [{index_id}]"),
                     ),
-                    IngestError::RateLimited(_) => {
+                    IngestError::RateLimited(_) | IngestError::NoShardAvailable { .. } => {
                         (429, "es_rejected_execution_exception", err.to_string())
                     }
                     _ => (500, "internal_exception", err.to_string()),

@@ -107,6 +107,11 @@ impl From<IngestError> for ApiError {
         match err {
             IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
             IngestError::RateLimited(_) => ApiError::too_many_requests(err.to_string()),
+            IngestError::NoShardAvailable { .. } => ApiError {
+                retry_after_secs: Some(RETRY_AFTER_SECS),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
+            },
+            IngestError::ShardNotOpen(_) => ApiError::new(StatusCode::CONFLICT, err.to_string()),
             IngestError::Metastore(err) => err.into(),
             other => ApiError::internal(other.to_string()),
         }
@@ -194,6 +199,7 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
 fn routes(node: Arc<Node>) -> Router {
     let state = AppState { node };
     Router::new()
+        .merge(crate::internal::routes(state.clone()))
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -483,7 +489,7 @@ async fn ingest(
     let num_docs = docs.len();
     let outcome = state
         .node
-        .router
+        .dispatcher
         .ingest(&index_id, docs.clone(), commit)
         .await?;
     let parse_failures: Vec<Value> = outcome

@@ -3,8 +3,10 @@
 
 pub mod elastic;
 pub mod http;
+pub mod internal;
 pub mod metrics;
 pub mod node;
+pub mod routing;
 
 pub use node::{Node, NodeError};
 

@@ -6,16 +6,20 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shale_cluster::control::control_round;
+use shale_cluster::control::{control_round, ShardSettings};
 use shale_cluster::{ClusterError, Membership};
 use shale_compaction::service::LeaderHandle;
 use shale_compaction::service::{CompactionEnv, CompactionError, CompactionService, JanitorReport};
 use shale_config::{IndexConfig, NodeConfig, Role, WalPersistPolicy};
 use shale_ingest::{IngestLimits, IngestRouter, PersistPolicy, PipelineEnv, Wal};
+use shale_metastore::Shard;
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_search::SearchService;
 use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
 use shale_types::{Split, SplitState};
+
+use crate::internal::InternalClient;
+use crate::routing::IngestDispatcher;
 use tracing::{info, warn};
 
 /// Errors starting a node.
@@ -36,6 +40,9 @@ pub enum NodeError {
     /// Joining the cluster failed.
     #[error("{0}")]
     Cluster(#[from] ClusterError),
+    /// Something else went wrong.
+    #[error("{0}")]
+    Internal(String),
     /// Local directories.
     #[error("data dir {path}: {source}")]
     Io {
@@ -54,8 +61,10 @@ pub struct Node {
     pub metastore: Arc<dyn Metastore>,
     /// Where each index's splits live.
     pub storages: IndexStorages,
-    /// Validates, logs and indexes documents.
+    /// Hosts this node's shards (WAL queues and indexing pipelines).
     pub router: Arc<IngestRouter>,
+    /// Routes ingest requests to shards, here or on other nodes.
+    pub dispatcher: Arc<IngestDispatcher>,
     /// Searches splits.
     pub search: Arc<SearchService>,
     /// The WAL.
@@ -64,6 +73,8 @@ pub struct Node {
     pub compaction: CompactionService,
     /// This node's membership in its cluster (a cluster of one by default).
     pub membership: Arc<Membership>,
+    /// Calls to the other nodes.
+    pub client: InternalClient,
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -93,12 +104,36 @@ async fn control_loop(node: std::sync::Weak<Node>) {
                     if let Err(err) = control_round(
                         leadership.metastore.as_ref(),
                         &view,
-                        node.config.cluster.shard_throughput_bytes_per_sec as f64,
+                        shard_settings(&node.config),
                     )
                     .await
                     {
                         warn!(%err, "control round failed");
                     }
+                }
+                node.config.cluster.heartbeat_interval_ms
+            }
+            None => return,
+        };
+        tokio::time::sleep(Duration::from_millis(interval)).await;
+    }
+}
+
+/// The leader's shard sizing, from the node config.
+pub fn shard_settings(config: &NodeConfig) -> ShardSettings {
+    ShardSettings {
+        throughput_bytes_per_sec: config.cluster.shard_throughput_bytes_per_sec as f64,
+        min_shards_per_index: config.cluster.min_shards_per_index,
+    }
+}
+
+/// Follows the shards table, one round per heartbeat.
+async fn shard_sync_loop(node: std::sync::Weak<Node>) {
+    loop {
+        let interval = match node.upgrade() {
+            Some(node) => {
+                if let Err(err) = node.sync_shards().await {
+                    warn!(%err, "shard synchronization failed");
                 }
                 node.config.cluster.heartbeat_interval_ms
             }
@@ -208,15 +243,33 @@ impl Node {
             writer_threads: 1,
             on_publish: Some(compaction.planner_notify()),
         };
+        let router = Arc::new(IngestRouter::new(
+            env,
+            storages.clone(),
+            IngestLimits {
+                max_in_flight_bytes: config.max_in_flight_ingest_bytes,
+                max_wal_memory_bytes: config.max_wal_memory_bytes,
+            },
+        ));
+        let client = InternalClient::new(config.cluster.cluster_secret.clone())
+            .map_err(|err| NodeError::Internal(err.to_string()))?;
+        let dispatcher = Arc::new(IngestDispatcher::new(
+            metastore.clone(),
+            router.clone(),
+            membership.clone(),
+            client.clone(),
+            shard_settings(&config),
+        ));
+        {
+            let router = router.clone();
+            membership.set_info_provider(Arc::new(
+                move || serde_json::json!({ "ingest_bytes_per_sec": router.take_ingest_rates() }),
+            ));
+        }
         let node = Node {
-            router: Arc::new(IngestRouter::new(
-                env,
-                storages.clone(),
-                IngestLimits {
-                    max_in_flight_bytes: config.max_in_flight_ingest_bytes,
-                    max_wal_memory_bytes: config.max_wal_memory_bytes,
-                },
-            )),
+            router,
+            dispatcher,
+            client,
             search: Arc::new(SearchService::new(
                 metastore.clone(),
                 storages.clone(),
@@ -233,11 +286,24 @@ impl Node {
             background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
-        node.router.start().await?;
+        if let Some(leadership) = membership.leadership() {
+            // Shards for every index before serving (a cluster of one leads at once).
+            if let Err(err) = control_round(
+                leadership.metastore.as_ref(),
+                &membership.view(),
+                shard_settings(&node.config),
+            )
+            .await
+            {
+                warn!(%err, "first control round failed");
+            }
+        }
+        node.sync_shards().await?;
         let node = Arc::new(node);
         let heartbeat = membership.start();
         let janitor = tokio::spawn(janitor_loop(Arc::downgrade(&node)));
         let control = tokio::spawn(control_loop(Arc::downgrade(&node)));
+        let shard_sync = tokio::spawn(shard_sync_loop(Arc::downgrade(&node)));
         let zombie_guard = {
             let node = Arc::downgrade(&node);
             let mut superseded = membership.subscribe_superseded();
@@ -254,7 +320,7 @@ impl Node {
             })
         };
         if let Ok(mut background) = node.background.lock() {
-            background.extend([heartbeat, janitor, control, zombie_guard]);
+            background.extend([heartbeat, janitor, control, shard_sync, zombie_guard]);
         }
         info!(identity = %membership.identity(), cluster_id = %node.config.cluster_id, "node started");
         Ok(node)
@@ -296,15 +362,13 @@ impl Node {
     }
 
     async fn stop_background(&self) {
-        for uid in self.router.served_indexes().await {
-            self.router.stop_index(&uid.index_id).await;
-        }
-        self.compaction.stop();
         if let Ok(mut background) = self.background.lock() {
             for task in background.drain(..) {
                 task.abort();
             }
         }
+        self.router.stop().await;
+        self.compaction.stop();
     }
 
     /// Deletes the splits this node staged but never published (it crashed mid-commit).
@@ -354,13 +418,48 @@ impl Node {
             .for_index(index.index_id(), index.index_config.index_uri.as_deref())
     }
 
-    /// Creates an index and starts serving it.
+    /// Follows the shards table: serves this node's open shards, drains its closed ones and
+    /// deletes them once drained (an indexer's job; other nodes host no shard).
+    pub async fn sync_shards(&self) -> Result<(), NodeError> {
+        let shards = self.metastore.list_shards(None).await?;
+        let indexes = self.metastore.list_indexes().await?;
+        self.dispatcher.refresh(shards.clone(), &indexes).await;
+        if !self.config.roles.contains(&Role::Indexer) {
+            return Ok(());
+        }
+        let me = &self.config.node_id;
+        let mine: Vec<Shard> = shards.into_iter().filter(|s| &s.node_id == me).collect();
+        let retired = self.router.sync_shards(&mine, &indexes).await?;
+        if !retired.is_empty() {
+            self.membership
+                .node_metastore()
+                .delete_shards(&retired)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Creates an index and has its first shards allocated.
     pub async fn create_index(&self, config: IndexConfig) -> Result<IndexMetadata, NodeError> {
         // Resolve its storage before recording anything.
         self.storages
             .for_index(&config.index_id, config.index_uri.as_deref())?;
         let index = self.metastore.create_index(config).await?;
-        self.router.serve_index(&index).await?;
+        if let Some(leadership) = self.membership.leadership() {
+            control_round(
+                leadership.metastore.as_ref(),
+                &self.membership.view(),
+                shard_settings(&self.config),
+            )
+            .await?;
+        } else if let Some(leader) = self.membership.view().leader_node() {
+            if let Err(err) = self.client.control_round(&leader.advertise_address).await {
+                warn!(%err, "could not ask the leader to allocate the new index's shards");
+            }
+        }
+        if let Err(err) = self.sync_shards().await {
+            warn!(%err, "shard synchronization after index creation failed");
+        }
         Ok(index)
     }
 

@@ -164,3 +164,70 @@ async fn a_restart_under_the_same_id_fences_the_old_incarnation_out() {
     assert!(err.to_string().contains("fenced"), "{err}");
     old.stop().await;
 }
+
+/// Any node takes ingest for any index: documents go to a shard of the receiving node, or
+/// are forwarded to an open shard elsewhere; every document is then found through every node.
+#[tokio::test]
+async fn ingest_through_any_node_is_routed_to_the_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let secret = |mut config: NodeConfig, roles: &str| {
+        config.cluster.cluster_secret = Some("s3cret-between-nodes".to_string());
+        config.roles = shale_config::Role::parse_list(roles).unwrap();
+        config
+    };
+    let a = TestNode::start_with(secret(
+        fast_cluster(tmp.path(), &metastore, "a"),
+        "indexer,searcher,compactor",
+    ))
+    .await;
+    let b = TestNode::start_with(secret(
+        fast_cluster(tmp.path(), &metastore, "b"),
+        "indexer,searcher",
+    ))
+    .await;
+    // c hosts no shard: it forwards everything.
+    let c = TestNode::start_with(secret(
+        fast_cluster(tmp.path(), &metastore, "c"),
+        "searcher",
+    ))
+    .await;
+    wait_for("three live nodes", async || {
+        node_ids(&cluster_state(&c).await, "live_nodes").len() == 3
+    })
+    .await;
+    a.create_index(common::LOGS_INDEX).await;
+    // Two shards (min_shards_per_index), on the two indexers.
+    wait_for("two open shards on a and b", async || {
+        let shards = a.node.metastore.list_shards(None).await.unwrap();
+        let mut nodes: Vec<String> = shards.iter().map(|s| s.node_id.clone()).collect();
+        nodes.sort();
+        nodes == ["a", "b"]
+    })
+    .await;
+    for (i, node) in [&a, &b, &c].into_iter().enumerate() {
+        let response = node
+            .ingest(
+                "logs",
+                &common::log_docs(i * 100, 100, 1_700_000_000, "api"),
+                "force",
+            )
+            .await;
+        assert_eq!(response["num_ingested_docs"], 100, "{response}");
+    }
+    // A bad document is reported by the node that received it, the rest are routed.
+    let mut mixed = common::log_docs(1000, 3, 1_700_000_000, "api");
+    mixed.push_str("{\"timestamp\": \"not a date\"}\n");
+    let response = c.ingest("logs", &mixed, "force").await;
+    assert_eq!(response["num_ingested_docs"], 3);
+    assert_eq!(response["num_rejected_docs"], 1);
+    for node in [&a, &b, &c] {
+        assert_eq!(node.count("logs", "*").await, 303);
+    }
+    // The internal API wants the secret.
+    let (status, body) = a.post("/internal/v1/control/round", String::new()).await;
+    assert_eq!(status, 401, "{body}");
+    for node in [a, b, c] {
+        node.stop().await;
+    }
+}

@@ -1,0 +1,302 @@
+//! The internal API between the nodes of a cluster, served on each node's advertised address
+//! under `/internal/v1/` (the version is in the path), and its client.
+//!
+//! | call | what |
+//! |---|---|
+//! | `POST /internal/v1/shards/ingest?index_uid&source_id&shard_id&commit` | append NDJSON documents to a shard this node hosts; 409 if it is not open here |
+//! | `POST /internal/v1/control/round` | the leader runs a control round now (allocates shards) |
+//!
+//! When the node has a `cluster_secret`, every internal call must carry it in the
+//! `x-shale-cluster-secret` header; calls without it get a 401.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use shale_ingest::{CommitMode, IngestError};
+use shale_metastore::ShardKey;
+
+use crate::http::{commit_mode, ndjson_docs, ApiError, ApiQuery, AppState};
+use crate::node::shard_settings;
+
+/// The header carrying the cluster secret.
+pub const SECRET_HEADER: &str = "x-shale-cluster-secret";
+
+/// Timeout of an internal call whose answer does not wait for a commit.
+const SHORT_CALL: Duration = Duration::from_secs(30);
+/// Timeout of an internal call that waits for a commit (`wait_for`, `force`).
+const COMMIT_CALL: Duration = Duration::from_secs(600);
+
+/// The internal routes, behind the secret check.
+pub fn routes(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/internal/v1/shards/ingest", post(shard_ingest))
+        .route("/internal/v1/control/round", post(control_round))
+        .layer(axum::middleware::from_fn_with_state(state, check_secret))
+}
+
+/// Constant-time comparison of two secrets.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn check_secret(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(secret) = &state.node.config.cluster.cluster_secret {
+        let presented = request
+            .headers()
+            .get(SECRET_HEADER)
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        if !same_secret(presented, secret.as_bytes()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "internal call without the cluster secret",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn shard_ingest(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let commit = commit_mode(&params, "commit")?;
+    let get = |name: &str| {
+        params
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request(format!("missing `{name}`")))
+    };
+    let key = ShardKey {
+        index_uid: get("index_uid")?
+            .parse()
+            .map_err(|err| ApiError::bad_request(format!("invalid `index_uid`: {err}")))?,
+        source_id: get("source_id")?,
+        shard_id: get("shard_id")?,
+    };
+    let docs = ndjson_docs(&body);
+    let outcome = state
+        .node
+        .dispatcher
+        .ingest_into_local_shard(&key, docs, commit)
+        .await
+        .map_err(|err| match err {
+            IngestError::ShardNotOpen(_) => ApiError::new(StatusCode::CONFLICT, err.to_string()),
+            other => ApiError::from(other),
+        })?;
+    Ok(Json(json!({
+        "num_ingested": outcome.num_ingested,
+        "num_rejected": outcome.num_rejected,
+    })))
+}
+
+async fn control_round(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let node = &state.node;
+    let Some(leadership) = node.membership.leadership() else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "this node is not the leader",
+        ));
+    };
+    let report = shale_cluster::control::control_round(
+        leadership.metastore.as_ref(),
+        &node.membership.view(),
+        shard_settings(&node.config),
+    )
+    .await?;
+    Ok(Json(json!({
+        "opened_shards": report.shards.open.len(),
+        "closed_shards": report.shards.close.len(),
+        "requeued_merges": report.requeued_tasks.len(),
+    })))
+}
+
+/// A failed internal call.
+#[derive(Debug, thiserror::Error)]
+pub enum InternalError {
+    /// The node could not be reached or did not answer in time.
+    #[error("node {address} unreachable: {message}")]
+    Unreachable {
+        /// The node.
+        address: String,
+        /// Why.
+        message: String,
+    },
+    /// The node answered with an error.
+    #[error("node {address} answered {status}: {message}")]
+    Status {
+        /// The node.
+        address: String,
+        /// The HTTP status.
+        status: u16,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// The client side of the internal API.
+#[derive(Clone, Debug)]
+pub struct InternalClient {
+    http: reqwest::Client,
+    secret: Option<String>,
+}
+
+impl InternalClient {
+    /// A client presenting `secret` (if any) with every call.
+    pub fn new(secret: Option<String>) -> Result<Self, reqwest::Error> {
+        Ok(InternalClient {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build()?,
+            secret,
+        })
+    }
+
+    /// POSTs `body` to `http://{address}{path}` and returns the JSON answer.
+    pub(crate) async fn post(
+        &self,
+        address: &str,
+        path: &str,
+        body: reqwest::Body,
+        timeout: Duration,
+        json_body: bool,
+    ) -> Result<Value, InternalError> {
+        let mut request = self
+            .http
+            .post(format!("http://{address}{path}"))
+            .timeout(timeout)
+            .body(body);
+        if json_body {
+            request = request.header("content-type", "application/json");
+        }
+        if let Some(secret) = &self.secret {
+            request = request.header(SECRET_HEADER, secret);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|err| InternalError::Unreachable {
+                address: address.to_string(),
+                message: err.to_string(),
+            })?;
+        let status = response.status().as_u16();
+        let value: Value = response
+            .json()
+            .await
+            .map_err(|err| InternalError::Unreachable {
+                address: address.to_string(),
+                message: format!("invalid answer: {err}"),
+            })?;
+        if status != 200 {
+            return Err(InternalError::Status {
+                address: address.to_string(),
+                status,
+                message: value["message"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+        Ok(value)
+    }
+
+    /// Appends documents (NDJSON lines, already validated) to `shard` on the node at
+    /// `address`, waiting as `commit` says.
+    pub async fn ingest(
+        &self,
+        address: &str,
+        shard: &ShardKey,
+        docs: &[Bytes],
+        commit: CommitMode,
+    ) -> Result<(), IngestError> {
+        let mut body = Vec::with_capacity(docs.iter().map(|d| d.len() + 1).sum());
+        for doc in docs {
+            body.extend_from_slice(doc);
+            body.push(b'\n');
+        }
+        let commit_name = match commit {
+            CommitMode::Auto => "auto",
+            CommitMode::WaitFor => "wait_for",
+            CommitMode::Force => "force",
+        };
+        let path = format!(
+            "/internal/v1/shards/ingest?index_uid={}&source_id={}&shard_id={}&commit={commit_name}",
+            encode(&shard.index_uid.to_string()),
+            encode(&shard.source_id),
+            encode(&shard.shard_id),
+        );
+        let timeout = if commit == CommitMode::Auto {
+            SHORT_CALL
+        } else {
+            COMMIT_CALL
+        };
+        match self.post(address, &path, body.into(), timeout, false).await {
+            Ok(_) => Ok(()),
+            Err(InternalError::Status {
+                status: 409,
+                message,
+                ..
+            }) => Err(IngestError::ShardNotOpen(message)),
+            Err(InternalError::Status {
+                status: 429,
+                message,
+                ..
+            }) => Err(IngestError::RateLimited(message)),
+            Err(InternalError::Status {
+                status: 404,
+                message,
+                ..
+            }) => Err(IngestError::IndexNotFound(message)),
+            Err(err) => Err(IngestError::Internal(err.to_string())),
+        }
+    }
+
+    /// Asks the leader at `address` to run a control round now.
+    pub async fn control_round(&self, address: &str) -> Result<(), InternalError> {
+        self.post(
+            address,
+            "/internal/v1/control/round",
+            reqwest::Body::from(""),
+            SHORT_CALL,
+            false,
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// Percent-encodes a query parameter value.
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(byte as char)
+            }
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+        assert!(!same_secret(b"", b"x"));
+        assert_eq!(encode("logs:01AB/x y"), "logs%3A01AB%2Fx%20y");
+    }
+}

@@ -1,0 +1,277 @@
+//! Ingest routing: any node accepts documents for any index, validates them (per-document
+//! errors are answered by the node that received them), and hands the valid ones to an open
+//! shard of the index — a shard of its own first, else the next one in round-robin order
+//! among the open shards of live nodes, through the internal API. If that shard's node fails
+//! or refuses (shard closed meanwhile, node down), the batch goes to the next shard. The
+//! answer comes once the owning node has persisted the batch under the requested commit mode.
+//!
+//! When an index has no open shard yet (just created), the leader is asked to run a control
+//! round (allocate shards) — inline when this node leads.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use shale_cluster::control::{control_round, ShardSettings};
+use shale_cluster::Membership;
+use shale_index::DocMapper;
+use shale_ingest::{validate, CommitMode, IngestError, IngestOutcome, IngestRouter};
+use shale_metastore::{IndexMetadata, Metastore, MetastoreError, Shard, ShardKey, ShardState};
+use tokio::sync::RwLock;
+use tracing::{debug, warn};
+
+use crate::internal::InternalClient;
+
+/// Routes ingest requests to shards.
+pub struct IngestDispatcher {
+    metastore: Arc<dyn Metastore>,
+    router: Arc<IngestRouter>,
+    membership: Arc<Membership>,
+    client: InternalClient,
+    shard_settings: ShardSettings,
+    /// The shards table as last read (refreshed every heartbeat, and on demand).
+    shards: RwLock<Vec<Shard>>,
+    /// Indexes by id, as last read.
+    indexes: RwLock<HashMap<String, IndexMetadata>>,
+    mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
+    next: AtomicUsize,
+}
+
+impl IngestDispatcher {
+    /// A dispatcher for the node whose shards `router` hosts.
+    pub fn new(
+        metastore: Arc<dyn Metastore>,
+        router: Arc<IngestRouter>,
+        membership: Arc<Membership>,
+        client: InternalClient,
+        shard_settings: ShardSettings,
+    ) -> Self {
+        IngestDispatcher {
+            metastore,
+            router,
+            membership,
+            client,
+            shard_settings,
+            shards: RwLock::new(Vec::new()),
+            indexes: RwLock::new(HashMap::new()),
+            mappers: Mutex::new(HashMap::new()),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Replaces the cached shards table and indexes.
+    pub async fn refresh(&self, shards: Vec<Shard>, indexes: &[IndexMetadata]) {
+        *self.shards.write().await = shards;
+        *self.indexes.write().await = indexes
+            .iter()
+            .map(|index| (index.index_id().to_string(), index.clone()))
+            .collect();
+    }
+
+    async fn reload(&self) -> Result<(), MetastoreError> {
+        let shards = self.metastore.list_shards(None).await?;
+        let indexes = self.metastore.list_indexes().await?;
+        self.refresh(shards, &indexes).await;
+        Ok(())
+    }
+
+    async fn index(&self, index_id: &str) -> Result<IndexMetadata, IngestError> {
+        if let Some(index) = self.indexes.read().await.get(index_id) {
+            return Ok(index.clone());
+        }
+        match self.metastore.index_metadata(index_id).await {
+            Ok(index) => {
+                self.indexes
+                    .write()
+                    .await
+                    .insert(index_id.to_string(), index.clone());
+                Ok(index)
+            }
+            Err(MetastoreError::NotFound { .. }) => {
+                Err(IngestError::IndexNotFound(index_id.to_string()))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, IngestError> {
+        let key = format!(
+            "{}/{}",
+            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+        );
+        let mut mappers = self.mappers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mapper) = mappers.get(&key) {
+            return Ok(mapper.clone());
+        }
+        let mapper = Arc::new(DocMapper::new(
+            &index.index_config.doc_mapping,
+            &index.index_config.search_settings,
+        )?);
+        mappers.insert(key, mapper.clone());
+        Ok(mapper)
+    }
+
+    /// The open shards of `index` on live nodes, this node's first, then the others from the
+    /// next round-robin position.
+    async fn candidates(&self, index: &IndexMetadata) -> Vec<Shard> {
+        let view = self.membership.view();
+        let me = &view.self_identity.node_id;
+        let mut open: Vec<Shard> = self
+            .shards
+            .read()
+            .await
+            .iter()
+            .filter(|s| s.key.index_uid == index.index_uid && s.state == ShardState::Open)
+            .filter(|s| &s.node_id == me || view.is_node_live(&s.node_id))
+            .cloned()
+            .collect();
+        let (mut local, mut remote): (Vec<Shard>, Vec<Shard>) =
+            open.drain(..).partition(|s| &s.node_id == me);
+        if !remote.is_empty() {
+            let start = self.next.fetch_add(1, Ordering::Relaxed) % remote.len();
+            remote.rotate_left(start);
+        }
+        local.extend(remote);
+        local
+    }
+
+    /// Asks the leader to allocate shards now (inline when this node leads).
+    async fn allocate(&self) -> Result<(), IngestError> {
+        if let Some(leadership) = self.membership.leadership() {
+            control_round(
+                leadership.metastore.as_ref(),
+                &self.membership.view(),
+                self.shard_settings,
+            )
+            .await?;
+            return Ok(());
+        }
+        let view = self.membership.view();
+        let Some(leader) = view.leader_node() else {
+            return Ok(());
+        };
+        if let Err(err) = self.client.control_round(&leader.advertise_address).await {
+            warn!(%err, leader = %leader.node_id, "could not ask the leader to allocate shards");
+        }
+        Ok(())
+    }
+
+    /// Validates `docs` for `index_id` and hands the valid ones to a shard.
+    pub async fn ingest(
+        &self,
+        index_id: &str,
+        docs: Vec<Bytes>,
+        commit: CommitMode,
+    ) -> Result<IngestOutcome, IngestError> {
+        let index = self.index(index_id).await?;
+        let doc_mapper = self.doc_mapper(&index)?;
+        let validated = validate(doc_mapper, docs).await?;
+        let mut candidates = self.candidates(&index).await;
+        if candidates.is_empty() {
+            self.allocate().await?;
+            self.reload().await?;
+            // The index may have been deleted meanwhile.
+            let index = self.index(index_id).await?;
+            candidates = self.candidates(&index).await;
+        }
+        if candidates.is_empty() {
+            return Err(IngestError::NoShardAvailable {
+                index_id: index_id.to_string(),
+                reason: "it has no open shard on a live indexer".to_string(),
+            });
+        }
+        let me = self.membership.identity().node_id.clone();
+        let mut parsed = Some(validated.parsed);
+        let mut last_error = String::new();
+        for shard in &candidates {
+            let attempt = if shard.node_id == me {
+                // The parsed documents go to the first local attempt; a retry re-parses.
+                let docs = match parsed.take() {
+                    Some(docs) => docs,
+                    None => {
+                        validate(self.doc_mapper(&index)?, validated.raw.clone())
+                            .await?
+                            .parsed
+                    }
+                };
+                self.router
+                    .append(&shard.key, &validated.raw, docs, commit)
+                    .await
+            } else {
+                let address = self
+                    .membership
+                    .view()
+                    .node(&shard.node_id)
+                    .map(|n| n.advertise_address.clone());
+                match address {
+                    Some(address) => {
+                        self.client
+                            .ingest(&address, &shard.key, &validated.raw, commit)
+                            .await
+                    }
+                    None => Err(IngestError::ShardNotOpen(shard.key.queue_name())),
+                }
+            };
+            match attempt {
+                Ok(()) => return Ok(validated.outcome),
+                // Limits and bad input are the answer; other failures try the next shard.
+                Err(err @ (IngestError::RateLimited(_) | IngestError::IndexNotFound(_))) => {
+                    return Err(err)
+                }
+                // The documents are in that shard's WAL: do not send them again.
+                Err(IngestError::PipelineStopped) => return Err(IngestError::PipelineStopped),
+                Err(err) => {
+                    debug!(shard = %shard.key.queue_name(), node = %shard.node_id, %err, "shard failed; trying the next one");
+                    last_error = err.to_string();
+                }
+            }
+        }
+        // Our view of the shards may be stale: refresh it for the next request.
+        if let Err(err) = self.reload().await {
+            warn!(%err, "could not reload the shards table");
+        }
+        Err(IngestError::NoShardAvailable {
+            index_id: index_id.to_string(),
+            reason: format!("every open shard failed (last: {last_error})"),
+        })
+    }
+
+    /// The internal API's side: appends validated documents to a shard this node hosts,
+    /// serving it first if the shards table says it is this node's and open (it was just
+    /// allocated).
+    pub async fn ingest_into_local_shard(
+        &self,
+        key: &ShardKey,
+        docs: Vec<Bytes>,
+        commit: CommitMode,
+    ) -> Result<IngestOutcome, IngestError> {
+        let doc_mapper = match self.router.open_shard_mapper(key).await {
+            Some(mapper) => mapper,
+            None => {
+                let me = &self.membership.identity().node_id;
+                let shards = self.metastore.list_shards(Some(&key.index_uid)).await?;
+                let assigned = shards
+                    .iter()
+                    .any(|s| &s.key == key && &s.node_id == me && s.state == ShardState::Open);
+                if !assigned {
+                    return Err(IngestError::ShardNotOpen(key.queue_name()));
+                }
+                let index = self.index(&key.index_uid.index_id).await?;
+                if index.index_uid != key.index_uid {
+                    return Err(IngestError::ShardNotOpen(key.queue_name()));
+                }
+                self.router.serve_shard(&index, key, true).await?;
+                self.router
+                    .open_shard_mapper(key)
+                    .await
+                    .ok_or_else(|| IngestError::ShardNotOpen(key.queue_name()))?
+            }
+        };
+        let validated = validate(doc_mapper, docs).await?;
+        self.router
+            .append(key, &validated.raw, validated.parsed, commit)
+            .await?;
+        Ok(validated.outcome)
+    }
+}
