@@ -1,10 +1,16 @@
-//! Search: lists the Published splits of an index from the metastore, prunes them by time
-//! range and by the tag terms a query requires (before any split is opened), searches the rest
-//! concurrently (each fetched through the local split cache), and merges the top hits.
-//! Every response says how many splits were opened and how many were pruned.
+//! Search: the root lists the Published splits of an index (those of the time range) from
+//! the metastore, prunes them by the tag terms a query requires (before any split is opened),
+//! places them on the live searchers by rendezvous hashing, fans out leaf requests (each leaf
+//! searches its splits through its local split cache), retries failed splits elsewhere,
+//! merges the top hits and fetches the page. Every response says how many splits were opened,
+//! how many were pruned and how many nodes served it.
 
+pub mod leaf;
 mod request;
 mod service;
 
 pub use request::{SearchRequest, SearchResponse, SortBy, SortOrder};
-pub use service::{register_metrics, SearchError, SearchService};
+pub use service::{
+    register_metrics, LocalNodes, NodeCallError, SearchError, SearchNodes, SearchService,
+    LOCAL_NODE, MAX_PLACEMENT_IMBALANCE,
+};

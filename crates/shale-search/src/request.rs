@@ -125,6 +125,9 @@ pub struct SearchResponse {
     pub num_splits_searched: usize,
     /// Splits skipped by time range or tag pruning.
     pub num_splits_pruned: usize,
+    /// Nodes that searched splits for this response.
+    #[serde(default)]
+    pub num_nodes: usize,
 }
 
 #[cfg(test)]

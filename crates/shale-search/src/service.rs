@@ -1,22 +1,28 @@
-//! The search service: root (list, prune, fan out, merge) and leaf (search one split) in one
-//! process. Leaf searches run on the blocking pool, bounded by a semaphore.
+//! The root of a search: admission, page bounds, listing and pruning the splits, placing them
+//! on the live searchers (rendezvous hashing on the split id, load-capped), fanning out the
+//! leaf requests in parallel, retrying a failed leaf's splits on the next node of their
+//! rendezvous order, merging counts and top hits, and fetching the page's documents. A split
+//! that could not be searched anywhere is named in the response's `errors`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Instant;
 
+use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use prometheus::{register_histogram, register_int_counter, Histogram, IntCounter};
+use shale_cluster::placement::{place, Job};
 use shale_index::DocMapper;
-use shale_metastore::{ListSplitsQuery, Metastore, MetastoreError};
-use shale_storage::{IndexStorages, SplitCache, Storage};
+use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
+use shale_storage::{IndexStorages, SplitCache};
 use shale_types::{Split, SplitMetadata, SplitState};
-use tantivy::collector::{Count, TopDocs};
-use tantivy::query::{BooleanQuery, Occur, Query};
-use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
 use tokio::sync::Semaphore;
 
-use crate::request::{SearchRequest, SearchResponse, SortBy, SortOrder};
+use crate::leaf::{
+    merge_hits, DocRef, FetchDocsRequest, FetchDocsResponse, Leaf, LeafError, LeafRequest,
+    LeafResponse, PartialHit,
+};
+use crate::request::{SearchRequest, SearchResponse, SortBy};
 
 static SEARCH_LATENCY: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
@@ -75,23 +81,6 @@ pub enum SearchError {
     },
 }
 
-/// Why one split could not be searched.
-#[derive(Debug)]
-struct LeafError {
-    message: String,
-    /// Worth retrying later (the split cache was full).
-    unavailable: bool,
-}
-
-impl<E: std::fmt::Display> From<E> for LeafError {
-    fn from(err: E) -> Self {
-        LeafError {
-            message: err.to_string(),
-            unavailable: false,
-        }
-    }
-}
-
 /// Largest `max_hits` (Quickwit's limit).
 pub const MAX_HITS_LIMIT: usize = 10_000;
 /// Largest `start_offset` (Quickwit's limit).
@@ -114,62 +103,86 @@ fn validate_page(request: &SearchRequest) -> Result<(), SearchError> {
     Ok(())
 }
 
-/// Opened splits kept in memory (bounded), keyed by split id.
-const MAX_OPEN_SPLITS: usize = 512;
+/// How far above the mean load a searcher may be given splits.
+pub const MAX_PLACEMENT_IMBALANCE: f64 = 0.2;
 
-struct OpenSplit {
-    searcher: Searcher,
-    // Keeps the cache entry pinned while the split is open.
-    _cached: Arc<shale_storage::CachedSplit>,
+/// A failed call to a node.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NodeCallError(pub String);
+
+/// The searchers a root can use: this node's leaf and, in a cluster, the others'.
+#[async_trait]
+pub trait SearchNodes: Send + Sync {
+    /// The live searchers' ids, in a stable order.
+    fn searchers(&self) -> Vec<String>;
+
+    /// Runs a leaf search on `node`.
+    async fn leaf_search(
+        &self,
+        node: &str,
+        request: LeafRequest,
+    ) -> Result<LeafResponse, NodeCallError>;
+
+    /// Fetches documents on `node`.
+    async fn fetch_docs(
+        &self,
+        node: &str,
+        request: FetchDocsRequest,
+    ) -> Result<FetchDocsResponse, NodeCallError>;
 }
 
-/// Splits kept open between searches, by split id.
-type OpenSplits = Mutex<HashMap<String, Arc<OpenSplit>>>;
+/// A single node: its own leaf is the only searcher.
+pub struct LocalNodes {
+    leaf: Arc<Leaf>,
+}
 
-/// The search service of a node.
+/// The id [`LocalNodes`] gives its only searcher.
+pub const LOCAL_NODE: &str = "local";
+
+#[async_trait]
+impl SearchNodes for LocalNodes {
+    fn searchers(&self) -> Vec<String> {
+        vec![LOCAL_NODE.to_string()]
+    }
+
+    async fn leaf_search(
+        &self,
+        _node: &str,
+        request: LeafRequest,
+    ) -> Result<LeafResponse, NodeCallError> {
+        self.leaf
+            .search(request)
+            .await
+            .map_err(|err| NodeCallError(err.to_string()))
+    }
+
+    async fn fetch_docs(
+        &self,
+        _node: &str,
+        request: FetchDocsRequest,
+    ) -> Result<FetchDocsResponse, NodeCallError> {
+        self.leaf
+            .fetch_docs(request)
+            .await
+            .map_err(|err| NodeCallError(err.to_string()))
+    }
+}
+
+/// The search service of a node: the root of the searches it receives, and its leaf.
 pub struct SearchService {
     metastore: Arc<dyn Metastore>,
-    storages: IndexStorages,
-    cache: Arc<SplitCache>,
-    doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
-    open_splits: Arc<OpenSplits>,
-    leaf_permits: Arc<Semaphore>,
+    leaf: Arc<Leaf>,
+    nodes: RwLock<Arc<dyn SearchNodes>>,
     search_permits: Arc<Semaphore>,
     max_concurrent_searches: usize,
 }
 
-/// What every split of a request is searched with.
-struct Prepared {
-    index: shale_metastore::IndexMetadata,
-    doc_mapper: Arc<DocMapper>,
-    query: Arc<dyn Query>,
-    sort_by: SortBy,
-}
-
-/// A candidate hit from one split.
-struct LeafHit {
-    /// Sort key as a comparable i64 (timestamp micros) or f32 score bits.
-    key: SortKey,
-    split_ord: usize,
-    doc: DocAddress,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
-enum SortKey {
-    Score(f32),
-    Value(Option<i64>),
-}
-
-struct LeafResult {
-    count: u64,
-    hits: Vec<(SortKey, DocAddress)>,
-}
-
 impl SearchService {
     /// A search service fetching splits through `cache`, running at most
-    /// `max_concurrent_searches` searches (more are refused with
-    /// [`SearchError::TooManyRequests`]) and `max_concurrent_leaf_searches` split searches at
-    /// once. Splits it keeps open are released when the cache needs room.
+    /// `max_concurrent_searches` searches as a root (more are refused with
+    /// [`SearchError::TooManyRequests`]) and `max_concurrent_leaf_searches` split searches
+    /// at once as a leaf. Alone until [`SearchService::set_nodes`] gives it other searchers.
     pub fn new(
         metastore: Arc<dyn Metastore>,
         storages: IndexStorages,
@@ -177,27 +190,44 @@ impl SearchService {
         max_concurrent_leaf_searches: usize,
         max_concurrent_searches: usize,
     ) -> Self {
-        let open_splits: Arc<OpenSplits> = Arc::new(Mutex::new(HashMap::new()));
-        let weak = Arc::downgrade(&open_splits);
-        cache.add_pressure_handler(Arc::new(move || {
-            if let Some(open) = weak.upgrade() {
-                // Drop the splits no search is using: their cache pins go with them.
-                open.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|_, split| Arc::strong_count(split) > 1);
-            }
-        }));
+        let leaf = Arc::new(Leaf::new(storages, cache, max_concurrent_leaf_searches));
         let max_concurrent_searches = max_concurrent_searches.max(1);
         SearchService {
             metastore,
-            storages,
-            cache,
-            doc_mappers: Mutex::new(HashMap::new()),
-            open_splits,
-            leaf_permits: Arc::new(Semaphore::new(max_concurrent_leaf_searches.max(1))),
+            nodes: RwLock::new(Arc::new(LocalNodes { leaf: leaf.clone() })),
+            leaf,
             search_permits: Arc::new(Semaphore::new(max_concurrent_searches)),
             max_concurrent_searches,
         }
+    }
+
+    /// Uses `nodes` as the searchers of the searches this node roots.
+    pub fn set_nodes(&self, nodes: Arc<dyn SearchNodes>) {
+        *self.nodes.write().unwrap_or_else(|p| p.into_inner()) = nodes;
+    }
+
+    fn nodes(&self) -> Arc<dyn SearchNodes> {
+        self.nodes.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// This node's leaf.
+    pub fn leaf(&self) -> &Arc<Leaf> {
+        &self.leaf
+    }
+
+    /// The split cache.
+    pub fn cache(&self) -> &Arc<SplitCache> {
+        self.leaf.cache()
+    }
+
+    /// Number of splits kept open between searches.
+    pub fn num_open_splits(&self) -> usize {
+        self.leaf.num_open_splits()
+    }
+
+    /// Forgets an open split (its object was deleted).
+    pub fn forget_split(&self, split_id: &str) {
+        self.leaf.forget_split(split_id);
     }
 
     /// The semaphore admitting searches (one permit per search in progress).
@@ -214,9 +244,29 @@ impl SearchService {
             })
     }
 
-    /// The split cache.
-    pub fn cache(&self) -> &Arc<SplitCache> {
-        &self.cache
+    /// The index and its doc mapper; the request is checked (page bounds, query, sort) before
+    /// anything is searched.
+    async fn prepare(
+        &self,
+        index_id: &str,
+        request: &SearchRequest,
+    ) -> Result<(IndexMetadata, Arc<DocMapper>, SortBy), SearchError> {
+        validate_page(request)?;
+        let index = match self.metastore.index_metadata(index_id).await {
+            Ok(index) => index,
+            Err(MetastoreError::NotFound { .. }) => {
+                return Err(SearchError::IndexNotFound(index_id.to_string()))
+            }
+            Err(err) => return Err(SearchError::Metastore(err)),
+        };
+        let prepared = self
+            .leaf
+            .prepare(&index, request)
+            .map_err(|err| match err {
+                LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
+                LeafError::Internal(message) => SearchError::Internal(message),
+            })?;
+        Ok((index, prepared.doc_mapper, prepared.sort_by))
     }
 
     /// Runs `request` on `index_id`.
@@ -228,10 +278,9 @@ impl SearchService {
         let started = Instant::now();
         let _permit = self.admit()?;
         let _timer = SEARCH_LATENCY.start_timer();
-        let prepared = self.prepare(index_id, &request).await?;
-        let (index, doc_mapper) = (&prepared.index, &prepared.doc_mapper);
+        let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
 
-        // Root: list (only the splits overlapping the time range) and prune before opening
+        // List (only the splits overlapping the time range) and prune before opening
         // anything.
         let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
             .with_states(&[SplitState::Published]);
@@ -261,10 +310,16 @@ impl SearchService {
             .into_iter()
             .map(|s: Split| s.split_metadata)
             .collect();
-        let (splits, pruned) = prune(candidates, &request, doc_mapper);
-        let num_splits_pruned = pruned + pruned_by_time;
-        self.execute(&prepared, &request, splits, num_splits_pruned, started)
-            .await
+        let (splits, pruned) = prune(candidates, &request, &doc_mapper);
+        self.execute(
+            &index,
+            &request,
+            &sort_by,
+            splits,
+            pruned + pruned_by_time,
+            started,
+        )
+        .await
     }
 
     /// Runs `request` on `splits` (listed earlier by the caller, e.g. before a merge replaced
@@ -277,79 +332,138 @@ impl SearchService {
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
         let _permit = self.admit()?;
-        let prepared = self.prepare(index_id, &request).await?;
-        let (splits, num_splits_pruned) = prune(splits, &request, &prepared.doc_mapper);
-        self.execute(&prepared, &request, splits, num_splits_pruned, started)
-            .await
+        let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
+        let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper);
+        self.execute(
+            &index,
+            &request,
+            &sort_by,
+            splits,
+            num_splits_pruned,
+            started,
+        )
+        .await
     }
 
+    /// Places the splits, fans out, retries, merges, fetches the page.
     async fn execute(
         &self,
-        prepared: &Prepared,
+        index: &IndexMetadata,
         request: &SearchRequest,
+        sort_by: &SortBy,
         splits: Vec<SplitMetadata>,
         num_splits_pruned: usize,
         started: Instant,
     ) -> Result<SearchResponse, SearchError> {
-        let Prepared {
-            index,
-            doc_mapper,
-            query,
-            sort_by,
-        } = prepared;
-        let storage = self
-            .storages
-            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
-            .map_err(|err| SearchError::Internal(err.to_string()))?;
-        let k = request.start_offset.saturating_add(request.max_hits);
-        let mut leaf_futures = FuturesUnordered::new();
-        for (ord, split) in splits.iter().enumerate() {
-            let query = query.clone();
-            let sort_by = sort_by.clone();
-            let storage = storage.clone();
-            leaf_futures.push(async move {
-                let result = self
-                    .leaf_search(storage.as_ref(), split, query, sort_by, k)
-                    .await;
-                (ord, result)
-            });
+        let nodes = self.nodes();
+        let searchers = nodes.searchers();
+        if searchers.is_empty() && !splits.is_empty() {
+            return Err(SearchError::Unavailable(
+                "no live searcher in the cluster".to_string(),
+            ));
         }
+        let k = request.start_offset.saturating_add(request.max_hits);
+        let jobs: Vec<Job> = splits
+            .iter()
+            .map(|s| Job {
+                split_id: s.split_id.clone(),
+                cost: s.num_docs.max(1),
+            })
+            .collect();
+        let placements = place(&jobs, &searchers, MAX_PLACEMENT_IMBALANCE);
+        // attempt[i]: which node of split i's placement order is tried next.
+        let mut attempt = vec![0usize; splits.len()];
+        let mut served_by: Vec<Option<usize>> = vec![None; splits.len()];
+        let mut failures: BTreeMap<usize, String> = BTreeMap::new();
+        let mut pending: Vec<usize> = (0..splits.len()).collect();
         let mut num_hits = 0u64;
-        let mut errors = Vec::new();
         let mut unavailable = false;
-        // The best `k` hits so far, sorted; only the splits holding one of them stay open
-        // (pinned in the cache) until their documents are fetched.
-        let mut top: Vec<LeafHit> = Vec::new();
-        let mut searchers: HashMap<usize, Arc<OpenSplit>> = HashMap::new();
-        while let Some((ord, result)) = leaf_futures.next().await {
-            match result {
-                Ok((open, leaf)) => {
-                    num_hits += leaf.count;
-                    if leaf.hits.is_empty() {
-                        continue;
-                    }
-                    let mut hits: Vec<LeafHit> = leaf
-                        .hits
-                        .into_iter()
-                        .map(|(key, doc)| LeafHit {
-                            key,
-                            split_ord: ord,
-                            doc,
-                        })
-                        .collect();
-                    sort_candidates(&mut hits, sort_by);
-                    top = merge_top(std::mem::take(&mut top), hits, k, sort_by);
-                    searchers.insert(ord, open);
-                    let needed: HashSet<usize> = top.iter().map(|hit| hit.split_ord).collect();
-                    searchers.retain(|ord, _| needed.contains(ord));
+        let mut top: Vec<PartialHit> = Vec::new();
+        let by_id: HashMap<&str, usize> = splits
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.split_id.as_str(), i))
+            .collect();
+        while !pending.is_empty() {
+            let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for split in pending.drain(..) {
+                if let Some(&node) = placements[split].nodes.get(attempt[split]) {
+                    groups.entry(node).or_default().push(split);
                 }
-                Err(err) => {
-                    unavailable |= err.unavailable;
-                    errors.push(format!("split {}: {}", splits[ord].split_id, err.message));
+            }
+            let mut calls = FuturesUnordered::new();
+            for (node, group) in groups {
+                let leaf_request = LeafRequest {
+                    index: index.clone(),
+                    request: request.clone(),
+                    splits: group.iter().map(|&i| splits[i].clone()).collect(),
+                    k,
+                };
+                let nodes = nodes.clone();
+                let node_id = searchers[node].clone();
+                calls.push(async move {
+                    let result = nodes.leaf_search(&node_id, leaf_request).await;
+                    (node, group, result)
+                });
+            }
+            while let Some((node, group, result)) = calls.next().await {
+                let retry = |split: usize,
+                             message: String,
+                             attempt: &mut Vec<usize>,
+                             failures: &mut BTreeMap<usize, String>,
+                             pending: &mut Vec<usize>| {
+                    attempt[split] += 1;
+                    failures.insert(split, message);
+                    if attempt[split] < placements[split].nodes.len() {
+                        pending.push(split);
+                    }
+                };
+                match result {
+                    Ok(response) => {
+                        let failed: HashSet<&str> = response
+                            .failed_splits
+                            .iter()
+                            .map(|f| f.split_id.as_str())
+                            .collect();
+                        for &split in &group {
+                            if !failed.contains(splits[split].split_id.as_str()) {
+                                served_by[split] = Some(node);
+                                failures.remove(&split);
+                            }
+                        }
+                        for failure in &response.failed_splits {
+                            unavailable |= failure.unavailable;
+                            if let Some(&split) = by_id.get(failure.split_id.as_str()) {
+                                retry(
+                                    split,
+                                    format!("on {}: {}", searchers[node], failure.message),
+                                    &mut attempt,
+                                    &mut failures,
+                                    &mut pending,
+                                );
+                            }
+                        }
+                        num_hits += response.num_hits;
+                        top = merge_hits(std::mem::take(&mut top), response.hits, k, sort_by);
+                    }
+                    Err(err) => {
+                        for &split in &group {
+                            retry(
+                                split,
+                                format!("on {}: {err}", searchers[node]),
+                                &mut attempt,
+                                &mut failures,
+                                &mut pending,
+                            );
+                        }
+                    }
                 }
             }
         }
-        drop(leaf_futures);
+        let errors: Vec<String> = failures
+            .iter()
+            .map(|(&split, message)| format!("split {}: {message}", splits[split].split_id))
+            .collect();
         // Partial failures are reported with the hits of the other splits; when every split
         // failed there is no result to give.
         if !splits.is_empty() && errors.len() == splits.len() {
@@ -364,26 +478,24 @@ impl SearchService {
                 SearchError::Internal(summary)
             });
         }
-        let page: Vec<LeafHit> = top
+        let page: Vec<PartialHit> = top
             .into_iter()
             .skip(request.start_offset)
             .take(request.max_hits)
             .collect();
-        let mapper = doc_mapper.clone();
-        let hits = tokio::task::spawn_blocking(move || {
-            page.iter()
-                .map(|hit| {
-                    let searcher = &searchers[&hit.split_ord].searcher;
-                    searcher
-                        .doc::<TantivyDocument>(hit.doc)
-                        .map(|doc| mapper.doc_to_json(&doc))
-                        .map_err(|err| err.to_string())
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .await
-        .map_err(|err| SearchError::Internal(err.to_string()))?
-        .map_err(SearchError::Internal)?;
+        let hits = self
+            .fetch_page(
+                &nodes,
+                &searchers,
+                index,
+                &splits,
+                &by_id,
+                &served_by,
+                &placements,
+                &page,
+            )
+            .await?;
+        let num_nodes = served_by.iter().flatten().collect::<HashSet<_>>().len();
         SPLITS_SEARCHED.inc_by(splits.len() as u64);
         SPLITS_PRUNED.inc_by(num_splits_pruned as u64);
         Ok(SearchResponse {
@@ -393,173 +505,107 @@ impl SearchService {
             errors,
             num_splits_searched: splits.len(),
             num_splits_pruned,
+            num_nodes,
         })
     }
 
-    /// Resolves the index, its doc mapper, the query (with the time filter) and the sort.
-    async fn prepare(
+    /// Fetches the page's documents from the nodes that searched their splits (falling back
+    /// to the other nodes of each split's order), in page order.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_page(
         &self,
-        index_id: &str,
-        request: &SearchRequest,
-    ) -> Result<Prepared, SearchError> {
-        validate_page(request)?;
-        let index = match self.metastore.index_metadata(index_id).await {
-            Ok(index) => index,
-            Err(MetastoreError::NotFound { .. }) => {
-                return Err(SearchError::IndexNotFound(index_id.to_string()))
+        nodes: &Arc<dyn SearchNodes>,
+        searchers: &[String],
+        index: &IndexMetadata,
+        splits: &[SplitMetadata],
+        by_id: &HashMap<&str, usize>,
+        served_by: &[Option<usize>],
+        placements: &[shale_cluster::placement::Placement],
+        page: &[PartialHit],
+    ) -> Result<Vec<serde_json::Value>, SearchError> {
+        let mut docs: Vec<Option<serde_json::Value>> = vec![None; page.len()];
+        // For each page position, the nodes to try, best first.
+        let orders: Vec<Vec<usize>> = page
+            .iter()
+            .map(|hit| {
+                let split = by_id[hit.doc.split_id.as_str()];
+                let mut order: Vec<usize> = served_by[split].into_iter().collect();
+                order.extend(
+                    placements[split]
+                        .nodes
+                        .iter()
+                        .copied()
+                        .filter(|&n| Some(n) != served_by[split]),
+                );
+                order
+            })
+            .collect();
+        let mut round = 0;
+        loop {
+            let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for (position, order) in orders.iter().enumerate() {
+                if docs[position].is_none() {
+                    if let Some(&node) = order.get(round) {
+                        groups.entry(node).or_default().push(position);
+                    }
+                }
             }
-            Err(err) => return Err(SearchError::Metastore(err)),
-        };
-        let doc_mapper = self.doc_mapper(&index)?;
-        let sort_by = match &request.sort_by {
-            Some(s) => SortBy::parse(s).map_err(SearchError::InvalidRequest)?,
-            None => match doc_mapper.timestamp_field_name() {
-                Some(ts) => SortBy::Field {
-                    field: ts.to_string(),
-                    order: SortOrder::Desc,
-                },
-                None => SortBy::Score,
-            },
-        };
-        if let SortBy::Field { field, .. } = &sort_by {
-            if doc_mapper.timestamp_field_name() != Some(field.as_str()) {
-                return Err(SearchError::InvalidRequest(format!(
-                    "cannot sort by `{field}`: only the timestamp field or `_score` can be sorted on"
+            if groups.is_empty() {
+                break;
+            }
+            let mut calls = FuturesUnordered::new();
+            for (node, positions) in groups {
+                let refs: Vec<DocRef> = positions.iter().map(|&p| page[p].doc.clone()).collect();
+                let needed: HashSet<&str> = refs.iter().map(|d| d.split_id.as_str()).collect();
+                let request = FetchDocsRequest {
+                    index: index.clone(),
+                    splits: splits
+                        .iter()
+                        .filter(|s| needed.contains(s.split_id.as_str()))
+                        .cloned()
+                        .collect(),
+                    docs: refs,
+                };
+                let nodes = nodes.clone();
+                let node_id = searchers[node].clone();
+                calls.push(async move {
+                    let result = nodes.fetch_docs(&node_id, request).await;
+                    (positions, result)
+                });
+            }
+            let mut last_error = None;
+            while let Some((positions, result)) = calls.next().await {
+                match result {
+                    Ok(response) if response.docs.len() == positions.len() => {
+                        for (position, doc) in positions.into_iter().zip(response.docs) {
+                            docs[position] = Some(doc);
+                        }
+                    }
+                    Ok(_) => {
+                        last_error =
+                            Some("a node returned the wrong number of documents".to_string())
+                    }
+                    Err(err) => last_error = Some(err.to_string()),
+                }
+            }
+            round += 1;
+            if docs.iter().all(Option::is_some) {
+                break;
+            }
+            if round > searchers.len() {
+                return Err(SearchError::Internal(format!(
+                    "could not fetch the page's documents: {}",
+                    last_error.unwrap_or_default()
                 )));
             }
         }
-        let user_query = doc_mapper
-            .parse_query(&request.query, request.search_field.as_deref())
-            .map_err(|err| SearchError::InvalidRequest(err.to_string()))?;
-        let query: Box<dyn Query> =
-            match doc_mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
-                Some(range) => Box::new(BooleanQuery::new(vec![
-                    (Occur::Must, user_query),
-                    (Occur::Must, range),
-                ])),
-                None => user_query,
-            };
-        Ok(Prepared {
-            index,
-            doc_mapper,
-            query: Arc::from(query),
-            sort_by,
-        })
-    }
-
-    fn doc_mapper(
-        &self,
-        index: &shale_metastore::IndexMetadata,
-    ) -> Result<Arc<DocMapper>, SearchError> {
-        let key = format!(
-            "{}/{}",
-            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
-        );
-        let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(mapper) = mappers.get(&key) {
-            return Ok(mapper.clone());
-        }
-        let mapper = Arc::new(
-            DocMapper::new(
-                &index.index_config.doc_mapping,
-                &index.index_config.search_settings,
-            )
-            .map_err(|err| SearchError::Internal(err.to_string()))?,
-        );
-        mappers.insert(key, mapper.clone());
-        Ok(mapper)
-    }
-
-    /// Opens a split (through the cache) or returns it from the open-split table.
-    async fn open_split(
-        &self,
-        storage: &dyn Storage,
-        split: &SplitMetadata,
-    ) -> Result<Arc<OpenSplit>, LeafError> {
-        if let Some(open) = self
-            .open_splits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&split.split_id)
-        {
-            return Ok(open.clone());
-        }
-        let cached = self
-            .cache
-            .get_split(storage, &split.split_id, split.size_bytes)
-            .await
-            .map_err(|err| LeafError {
-                unavailable: matches!(err, shale_storage::StorageError::CacheFull { .. }),
-                message: err.to_string(),
-            })?;
-        let path = cached.split_file();
-        let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
-            let index = shale_index::open_split(&path).map_err(|err| err.to_string())?;
-            let reader = index.reader().map_err(|err| err.to_string())?;
-            Ok(reader.searcher())
-        })
-        .await
-        .map_err(LeafError::from)?
-        .map_err(LeafError::from)?;
-        let open = Arc::new(OpenSplit {
-            searcher,
-            _cached: cached,
-        });
-        let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
-        if table.len() >= MAX_OPEN_SPLITS {
-            // Drop an arbitrary unused split; it is re-opened from the cache when needed.
-            if let Some(victim) = table
-                .iter()
-                .find(|(_, s)| Arc::strong_count(s) == 1)
-                .map(|(k, _)| k.clone())
-            {
-                table.remove(&victim);
-            }
-        }
-        table.insert(split.split_id.clone(), open.clone());
-        Ok(open)
-    }
-
-    /// Number of splits kept open between searches.
-    pub fn num_open_splits(&self) -> usize {
-        self.open_splits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
-    }
-
-    /// Forgets an open split (its object was deleted).
-    pub fn forget_split(&self, split_id: &str) {
-        self.open_splits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(split_id);
-    }
-
-    async fn leaf_search(
-        &self,
-        storage: &dyn Storage,
-        split: &SplitMetadata,
-        query: Arc<dyn Query>,
-        sort_by: SortBy,
-        k: usize,
-    ) -> Result<(Arc<OpenSplit>, LeafResult), LeafError> {
-        // The permit bounds downloads as well as searches.
-        let _permit = self
-            .leaf_permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(LeafError::from)?;
-        let open = self.open_split(storage, split).await?;
-        let open_for_task = open.clone();
-        let leaf = tokio::task::spawn_blocking(move || {
-            run_leaf(&open_for_task.searcher, query.as_ref(), &sort_by, k)
-        })
-        .await
-        .map_err(LeafError::from)?
-        .map_err(LeafError::from)?;
-        Ok((open, leaf))
+        docs.into_iter()
+            .map(|doc| {
+                doc.ok_or_else(|| {
+                    SearchError::Internal("could not fetch the page's documents".to_string())
+                })
+            })
+            .collect()
     }
 }
 
@@ -585,117 +631,4 @@ fn prune(
         .collect();
     let pruned = total - kept.len();
     (kept, pruned)
-}
-
-fn run_leaf(
-    searcher: &Searcher,
-    query: &dyn Query,
-    sort_by: &SortBy,
-    k: usize,
-) -> Result<LeafResult, String> {
-    let err = |e: tantivy::TantivyError| e.to_string();
-    if k == 0 {
-        let count = searcher.search(query, &Count).map_err(err)?;
-        return Ok(LeafResult {
-            count: count as u64,
-            hits: Vec::new(),
-        });
-    }
-    match sort_by {
-        SortBy::Score => {
-            let (count, top) = searcher
-                .search(query, &(Count, TopDocs::with_limit(k).order_by_score()))
-                .map_err(err)?;
-            Ok(LeafResult {
-                count: count as u64,
-                hits: top
-                    .into_iter()
-                    .map(|(score, doc)| (SortKey::Score(score), doc))
-                    .collect(),
-            })
-        }
-        SortBy::Field { field, order } => {
-            let order = match order {
-                SortOrder::Asc => Order::Asc,
-                SortOrder::Desc => Order::Desc,
-            };
-            let collector =
-                TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
-            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
-            Ok(LeafResult {
-                count: count as u64,
-                hits: top
-                    .into_iter()
-                    .map(|(value, doc)| {
-                        (
-                            SortKey::Value(value.map(|v| v.into_timestamp_micros())),
-                            doc,
-                        )
-                    })
-                    .collect(),
-            })
-        }
-    }
-}
-
-/// Merges two lists sorted by [`sort_candidates`]' order, keeping the first `k`.
-fn merge_top(a: Vec<LeafHit>, b: Vec<LeafHit>, k: usize, sort_by: &SortBy) -> Vec<LeafHit> {
-    let mut merged = Vec::with_capacity(k.min(a.len() + b.len()));
-    let mut a = a.into_iter().peekable();
-    let mut b = b.into_iter().peekable();
-    while merged.len() < k {
-        let take_a = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => compare_hits(x, y, sort_by) != std::cmp::Ordering::Greater,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        let next = if take_a { a.next() } else { b.next() };
-        merged.extend(next);
-    }
-    merged
-}
-
-/// Orders candidates from all splits: best first; ties broken by split then doc, so pages
-/// are stable.
-fn sort_candidates(candidates: &mut [LeafHit], sort_by: &SortBy) {
-    candidates.sort_by(|a, b| compare_hits(a, b, sort_by));
-}
-
-/// The order of [`sort_candidates`]: best first, then by split, segment and doc.
-fn compare_hits(a: &LeafHit, b: &LeafHit, sort_by: &SortBy) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let primary = match (a.key, b.key) {
-        (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
-        (SortKey::Value(x), SortKey::Value(y)) => {
-            let desc = matches!(
-                sort_by,
-                SortBy::Field {
-                    order: SortOrder::Desc,
-                    ..
-                }
-            );
-            match (x, y) {
-                (Some(x), Some(y)) => {
-                    if desc {
-                        y.cmp(&x)
-                    } else {
-                        x.cmp(&y)
-                    }
-                }
-                // Documents without a value come last either way.
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (None, None) => Ordering::Equal,
-            }
-        }
-        _ => Ordering::Equal,
-    };
-    primary.then_with(|| {
-        (a.split_ord, a.doc.segment_ord, a.doc.doc_id).cmp(&(
-            b.split_ord,
-            b.doc.segment_ord,
-            b.doc.doc_id,
-        ))
-    })
 }

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `POST /internal/v1/shards/ingest?index_uid&source_id&shard_id&commit` | append NDJSON documents to a shard this node hosts; 409 if it is not open here |
 //! | `POST /internal/v1/control/round` | the leader runs a control round now (allocates shards) |
+//! | `POST /internal/v1/search/leaf` | search some splits for another node's search |
+//! | `POST /internal/v1/search/docs` | fetch documents of splits for another node's search |
 //!
 //! When the node has a `cluster_secret`, every internal call must carry it in the
 //! `x-shale-cluster-secret` header; calls without it get a 401.
@@ -26,6 +28,9 @@ use shale_metastore::ShardKey;
 use crate::http::{commit_mode, ndjson_docs, ApiError, ApiQuery, AppState};
 use crate::node::shard_settings;
 
+/// Largest body of an internal call.
+const INTERNAL_BODY_LIMIT: usize = 256 << 20;
+
 /// The header carrying the cluster secret.
 pub const SECRET_HEADER: &str = "x-shale-cluster-secret";
 
@@ -39,6 +44,16 @@ pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/internal/v1/shards/ingest", post(shard_ingest))
         .route("/internal/v1/control/round", post(control_round))
+        .route(
+            "/internal/v1/search/leaf",
+            post(crate::distributed::leaf_search),
+        )
+        .route(
+            "/internal/v1/search/docs",
+            post(crate::distributed::fetch_docs),
+        )
+        // Leaf requests carry split metadata: allow large bodies.
+        .layer(axum::extract::DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state, check_secret))
 }
 

@@ -18,6 +18,7 @@ use shale_search::SearchService;
 use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
 use shale_types::{Split, SplitState};
 
+use crate::distributed::ClusterNodes;
 use crate::internal::InternalClient;
 use crate::routing::IngestDispatcher;
 use tracing::{info, warn};
@@ -266,17 +267,23 @@ impl Node {
                 move || serde_json::json!({ "ingest_bytes_per_sec": router.take_ingest_rates() }),
             ));
         }
+        let search = Arc::new(SearchService::new(
+            metastore.clone(),
+            storages.clone(),
+            cache,
+            std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+            config.max_concurrent_searches,
+        ));
+        search.set_nodes(Arc::new(ClusterNodes::new(
+            membership.clone(),
+            search.leaf().clone(),
+            client.clone(),
+        )));
         let node = Node {
+            search,
             router,
             dispatcher,
             client,
-            search: Arc::new(SearchService::new(
-                metastore.clone(),
-                storages.clone(),
-                cache,
-                std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
-                config.max_concurrent_searches,
-            )),
             config,
             metastore,
             storages,

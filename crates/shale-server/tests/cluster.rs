@@ -231,3 +231,59 @@ async fn ingest_through_any_node_is_routed_to_the_shards() {
         node.stop().await;
     }
 }
+
+/// A search through any node places the splits on every live searcher, and gives the same
+/// answer; when a searcher dies its splits are searched elsewhere, and nothing is dropped.
+#[tokio::test]
+async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let a = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "a")).await;
+    let b = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "b")).await;
+    let c = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "c")).await;
+    wait_for("three live nodes", async || {
+        node_ids(&cluster_state(&a).await, "live_nodes").len() == 3
+    })
+    .await;
+    let no_merge = common::LOGS_INDEX.replace(
+        "  commit_timeout_secs: 1\n",
+        "  commit_timeout_secs: 1\n  merge_policy:\n    type: no_merge\n",
+    );
+    a.create_index(&no_merge).await;
+    for batch in 0..9 {
+        let node = [&a, &b, &c][batch % 3];
+        node.ingest(
+            "logs",
+            &common::log_docs(batch * 50, 50, 1_700_000_000, "api"),
+            "force",
+        )
+        .await;
+    }
+    let request = serde_json::json!({"query": "*", "max_hits": 30, "start_offset": 5});
+    let reference = a.search("logs", request.clone()).await;
+    assert_eq!(reference["num_hits"], 450, "{reference}");
+    assert!(reference["num_splits_searched"].as_u64().unwrap() >= 9);
+    assert!(
+        reference["num_nodes"].as_u64().unwrap() >= 2,
+        "splits spread over the searchers: {reference}"
+    );
+    for node in [&b, &c] {
+        let response = node.search("logs", request.clone()).await;
+        assert_eq!(response["hits"], reference["hits"]);
+        assert_eq!(response["num_hits"], reference["num_hits"]);
+    }
+    // c dies: its splits are searched elsewhere, the answer is complete.
+    c.kill().await;
+    for _ in 0..5 {
+        let response = a.search("logs", request.clone()).await;
+        assert_eq!(response["num_hits"], 450, "{response}");
+        assert_eq!(response["hits"], reference["hits"]);
+        assert!(
+            response["errors"].as_array().unwrap().is_empty(),
+            "{response}"
+        );
+    }
+    for node in [a, b] {
+        node.stop().await;
+    }
+}

@@ -83,6 +83,16 @@ impl TestNode {
         self._tmp.take()
     }
 
+    /// Dies as a crashed process would: stops serving and working at once, without leaving
+    /// the cluster (the others see it dead after `dead_after_ms`).
+    pub async fn kill(mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+        }
+        self.node.halt().await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

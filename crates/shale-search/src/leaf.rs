@@ -1,0 +1,541 @@
+//! The leaf side of search: what one node does for the root of a search. It searches the
+//! splits it is given — each fetched through the local split cache and kept open between
+//! searches (closed when the cache needs room) — and returns the count and its best `k`
+//! partial hits (sort key and document address, no document); then it fetches the documents
+//! of the page the root picked. A split that fails is reported, never dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde::{Deserialize, Serialize};
+use shale_index::DocMapper;
+use shale_metastore::IndexMetadata;
+use shale_storage::{IndexStorages, SplitCache, Storage};
+use shale_types::SplitMetadata;
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::{BooleanQuery, Occur, Query};
+use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
+use tokio::sync::Semaphore;
+
+use crate::request::{SearchRequest, SortBy, SortOrder};
+
+/// A sort value: a score (best first) or a timestamp in microseconds (order per request).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize, Deserialize)]
+pub enum SortKey {
+    /// BM25 score.
+    Score(f32),
+    /// Fast-field value; `None` for documents without one.
+    Value(Option<i64>),
+}
+
+/// A hit without its document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartialHit {
+    /// Its sort value.
+    pub key: SortKey,
+    /// Where the document is.
+    pub doc: DocRef,
+}
+
+/// The address of a document in a split (stable: every node that opens the split finds it
+/// there).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DocRef {
+    /// The split.
+    pub split_id: String,
+    /// The Tantivy segment.
+    pub segment_ord: u32,
+    /// The document in the segment.
+    pub doc_id: u32,
+}
+
+/// A leaf search request: some splits of an index, the user's request, how many hits to
+/// return.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LeafRequest {
+    /// The index (config included, so the leaf needs no metastore read).
+    pub index: IndexMetadata,
+    /// The user's request (query, time range, sort).
+    pub request: SearchRequest,
+    /// The splits to search.
+    pub splits: Vec<SplitMetadata>,
+    /// Hits to return (the root's `start_offset + max_hits`).
+    pub k: usize,
+}
+
+/// A split the leaf could not search.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SplitFailure {
+    /// The split.
+    pub split_id: String,
+    /// Why.
+    pub message: String,
+    /// The split cache was full (another node may do better, or later).
+    pub unavailable: bool,
+}
+
+/// What a leaf found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeafResponse {
+    /// Matching documents in the splits searched.
+    pub num_hits: u64,
+    /// The best `k` of them, best first.
+    pub hits: Vec<PartialHit>,
+    /// The splits that could not be searched (their hits are not counted).
+    pub failed_splits: Vec<SplitFailure>,
+}
+
+/// Documents to fetch for the page.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FetchDocsRequest {
+    /// The index.
+    pub index: IndexMetadata,
+    /// The splits the documents are in.
+    pub splits: Vec<SplitMetadata>,
+    /// The documents, in page order.
+    pub docs: Vec<DocRef>,
+}
+
+/// The fetched documents, as JSON, in request order.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FetchDocsResponse {
+    /// The documents.
+    pub docs: Vec<serde_json::Value>,
+}
+
+/// Errors of a leaf request as a whole (per-split errors are in [`LeafResponse`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LeafError {
+    /// The request cannot be run (query, sort, mapping).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Something failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// What every split of a request is searched with.
+pub(crate) struct Prepared {
+    pub(crate) doc_mapper: Arc<DocMapper>,
+    pub(crate) query: Arc<dyn Query>,
+    pub(crate) sort_by: SortBy,
+}
+
+/// Opened splits kept in memory (bounded), keyed by split id.
+const MAX_OPEN_SPLITS: usize = 512;
+
+struct OpenSplit {
+    searcher: Searcher,
+    // Keeps the cache entry pinned while the split is open.
+    _cached: Arc<shale_storage::CachedSplit>,
+}
+
+/// Splits kept open between searches, by split id.
+type OpenSplits = Mutex<HashMap<String, Arc<OpenSplit>>>;
+
+/// The leaf searcher of a node.
+pub struct Leaf {
+    storages: IndexStorages,
+    cache: Arc<SplitCache>,
+    doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
+    open_splits: Arc<OpenSplits>,
+    permits: Arc<Semaphore>,
+}
+
+impl Leaf {
+    /// A leaf fetching splits through `cache`, searching at most `max_concurrent` splits (and
+    /// downloading at most as many) at once.
+    pub fn new(storages: IndexStorages, cache: Arc<SplitCache>, max_concurrent: usize) -> Self {
+        let open_splits: Arc<OpenSplits> = Arc::new(Mutex::new(HashMap::new()));
+        let weak = Arc::downgrade(&open_splits);
+        cache.add_pressure_handler(Arc::new(move || {
+            if let Some(open) = weak.upgrade() {
+                // Drop the splits no search is using: their cache pins go with them.
+                open.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|_, split| Arc::strong_count(split) > 1);
+            }
+        }));
+        Leaf {
+            storages,
+            cache,
+            doc_mappers: Mutex::new(HashMap::new()),
+            open_splits,
+            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+        }
+    }
+
+    /// The split cache.
+    pub fn cache(&self) -> &Arc<SplitCache> {
+        &self.cache
+    }
+
+    /// The doc mapper of `index` (cached per doc mapping version).
+    pub(crate) fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
+        let key = format!(
+            "{}/{}",
+            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+        );
+        let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mapper) = mappers.get(&key) {
+            return Ok(mapper.clone());
+        }
+        let mapper = Arc::new(
+            DocMapper::new(
+                &index.index_config.doc_mapping,
+                &index.index_config.search_settings,
+            )
+            .map_err(|err| LeafError::Internal(err.to_string()))?,
+        );
+        mappers.insert(key, mapper.clone());
+        Ok(mapper)
+    }
+
+    /// The doc mapper, query (with the time filter) and sort of `request` on `index`.
+    pub(crate) fn prepare(
+        &self,
+        index: &IndexMetadata,
+        request: &SearchRequest,
+    ) -> Result<Prepared, LeafError> {
+        let doc_mapper = self.doc_mapper(index)?;
+        let sort_by = match &request.sort_by {
+            Some(s) => SortBy::parse(s).map_err(LeafError::InvalidRequest)?,
+            None => match doc_mapper.timestamp_field_name() {
+                Some(ts) => SortBy::Field {
+                    field: ts.to_string(),
+                    order: SortOrder::Desc,
+                },
+                None => SortBy::Score,
+            },
+        };
+        if let SortBy::Field { field, .. } = &sort_by {
+            if doc_mapper.timestamp_field_name() != Some(field.as_str()) {
+                return Err(LeafError::InvalidRequest(format!(
+                    "cannot sort by `{field}`: only the timestamp field or `_score` can be sorted on"
+                )));
+            }
+        }
+        let user_query = doc_mapper
+            .parse_query(&request.query, request.search_field.as_deref())
+            .map_err(|err| LeafError::InvalidRequest(err.to_string()))?;
+        let query: Box<dyn Query> =
+            match doc_mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
+                Some(range) => Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, user_query),
+                    (Occur::Must, range),
+                ])),
+                None => user_query,
+            };
+        Ok(Prepared {
+            doc_mapper,
+            query: Arc::from(query),
+            sort_by,
+        })
+    }
+
+    /// Searches the request's splits concurrently; returns the count and the best `k` hits.
+    pub async fn search(&self, request: LeafRequest) -> Result<LeafResponse, LeafError> {
+        let prepared = self.prepare(&request.index, &request.request)?;
+        let index = &request.index;
+        let storage = self
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+            .map_err(|err| LeafError::Internal(err.to_string()))?;
+        let k = request.k;
+        let mut futures = FuturesUnordered::new();
+        for split in &request.splits {
+            let query = prepared.query.clone();
+            let sort_by = prepared.sort_by.clone();
+            let storage = storage.clone();
+            futures.push(async move {
+                let result = self
+                    .search_split(storage.as_ref(), split, query, sort_by, k)
+                    .await;
+                (split, result)
+            });
+        }
+        let mut response = LeafResponse::default();
+        while let Some((split, result)) = futures.next().await {
+            match result {
+                Ok((count, hits)) => {
+                    response.num_hits += count;
+                    let mut hits: Vec<PartialHit> = hits
+                        .into_iter()
+                        .map(|(key, doc)| PartialHit {
+                            key,
+                            doc: DocRef {
+                                split_id: split.split_id.clone(),
+                                segment_ord: doc.segment_ord,
+                                doc_id: doc.doc_id,
+                            },
+                        })
+                        .collect();
+                    sort_hits(&mut hits, &prepared.sort_by);
+                    response.hits = merge_hits(
+                        std::mem::take(&mut response.hits),
+                        hits,
+                        k,
+                        &prepared.sort_by,
+                    );
+                }
+                Err((message, unavailable)) => response.failed_splits.push(SplitFailure {
+                    split_id: split.split_id.clone(),
+                    message,
+                    unavailable,
+                }),
+            }
+        }
+        Ok(response)
+    }
+
+    /// Fetches the documents of `request`, rendered as JSON, in order.
+    pub async fn fetch_docs(
+        &self,
+        request: FetchDocsRequest,
+    ) -> Result<FetchDocsResponse, LeafError> {
+        let index = &request.index;
+        let doc_mapper = self.doc_mapper(index)?;
+        let storage = self
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+            .map_err(|err| LeafError::Internal(err.to_string()))?;
+        let metas: HashMap<&str, &SplitMetadata> = request
+            .splits
+            .iter()
+            .map(|s| (s.split_id.as_str(), s))
+            .collect();
+        let mut opened: HashMap<String, Arc<OpenSplit>> = HashMap::new();
+        for doc in &request.docs {
+            if opened.contains_key(&doc.split_id) {
+                continue;
+            }
+            let meta = metas.get(doc.split_id.as_str()).ok_or_else(|| {
+                LeafError::InvalidRequest(format!("split {} is not in the request", doc.split_id))
+            })?;
+            let open = self
+                .open_split(storage.as_ref(), meta)
+                .await
+                .map_err(|(message, _)| LeafError::Internal(message))?;
+            opened.insert(doc.split_id.clone(), open);
+        }
+        let docs = request.docs.clone();
+        let docs = tokio::task::spawn_blocking(move || {
+            docs.iter()
+                .map(|doc| {
+                    let searcher = &opened[&doc.split_id].searcher;
+                    searcher
+                        .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
+                        .map(|d| doc_mapper.doc_to_json(&d))
+                        .map_err(|err| err.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .map_err(|err| LeafError::Internal(err.to_string()))?
+        .map_err(LeafError::Internal)?;
+        Ok(FetchDocsResponse { docs })
+    }
+
+    /// Opens a split (through the cache) or returns it from the open-split table. The error
+    /// says whether the split cache was full.
+    async fn open_split(
+        &self,
+        storage: &dyn Storage,
+        split: &SplitMetadata,
+    ) -> Result<Arc<OpenSplit>, (String, bool)> {
+        if let Some(open) = self
+            .open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&split.split_id)
+        {
+            return Ok(open.clone());
+        }
+        let cached = self
+            .cache
+            .get_split(storage, &split.split_id, split.size_bytes)
+            .await
+            .map_err(|err| {
+                let unavailable = matches!(err, shale_storage::StorageError::CacheFull { .. });
+                (err.to_string(), unavailable)
+            })?;
+        let path = cached.split_file();
+        let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
+            let index = shale_index::open_split(&path).map_err(|err| err.to_string())?;
+            let reader = index.reader().map_err(|err| err.to_string())?;
+            Ok(reader.searcher())
+        })
+        .await
+        .map_err(|err| (err.to_string(), false))?
+        .map_err(|err| (err, false))?;
+        let open = Arc::new(OpenSplit {
+            searcher,
+            _cached: cached,
+        });
+        let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
+        if table.len() >= MAX_OPEN_SPLITS {
+            // Drop an arbitrary unused split; it is re-opened from the cache when needed.
+            if let Some(victim) = table
+                .iter()
+                .find(|(_, s)| Arc::strong_count(s) == 1)
+                .map(|(k, _)| k.clone())
+            {
+                table.remove(&victim);
+            }
+        }
+        table.insert(split.split_id.clone(), open.clone());
+        Ok(open)
+    }
+
+    async fn search_split(
+        &self,
+        storage: &dyn Storage,
+        split: &SplitMetadata,
+        query: Arc<dyn Query>,
+        sort_by: SortBy,
+        k: usize,
+    ) -> Result<(u64, Vec<(SortKey, DocAddress)>), (String, bool)> {
+        // The permit bounds downloads as well as searches.
+        let _permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|err| (err.to_string(), false))?;
+        let open = self.open_split(storage, split).await?;
+        tokio::task::spawn_blocking(move || run_leaf(&open.searcher, query.as_ref(), &sort_by, k))
+            .await
+            .map_err(|err| (err.to_string(), false))?
+            .map_err(|err| (err, false))
+    }
+
+    /// Number of splits kept open between searches.
+    pub fn num_open_splits(&self) -> usize {
+        self.open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Forgets an open split (its object was deleted).
+    pub fn forget_split(&self, split_id: &str) {
+        self.open_splits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(split_id);
+    }
+}
+
+fn run_leaf(
+    searcher: &Searcher,
+    query: &dyn Query,
+    sort_by: &SortBy,
+    k: usize,
+) -> Result<(u64, Vec<(SortKey, DocAddress)>), String> {
+    let err = |e: tantivy::TantivyError| e.to_string();
+    if k == 0 {
+        let count = searcher.search(query, &Count).map_err(err)?;
+        return Ok((count as u64, Vec::new()));
+    }
+    match sort_by {
+        SortBy::Score => {
+            let (count, top) = searcher
+                .search(query, &(Count, TopDocs::with_limit(k).order_by_score()))
+                .map_err(err)?;
+            Ok((
+                count as u64,
+                top.into_iter()
+                    .map(|(score, doc)| (SortKey::Score(score), doc))
+                    .collect(),
+            ))
+        }
+        SortBy::Field { field, order } => {
+            let order = match order {
+                SortOrder::Asc => Order::Asc,
+                SortOrder::Desc => Order::Desc,
+            };
+            let collector =
+                TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
+            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
+            Ok((
+                count as u64,
+                top.into_iter()
+                    .map(|(value, doc)| {
+                        (
+                            SortKey::Value(value.map(|v| v.into_timestamp_micros())),
+                            doc,
+                        )
+                    })
+                    .collect(),
+            ))
+        }
+    }
+}
+
+/// Sorts hits best first; ties broken by split id, segment and doc, so that pages are the
+/// same whichever nodes served them.
+pub(crate) fn sort_hits(hits: &mut [PartialHit], sort_by: &SortBy) {
+    hits.sort_by(|a, b| compare_hits(a, b, sort_by));
+}
+
+/// Merges two lists sorted by [`sort_hits`], keeping the first `k`.
+pub(crate) fn merge_hits(
+    a: Vec<PartialHit>,
+    b: Vec<PartialHit>,
+    k: usize,
+    sort_by: &SortBy,
+) -> Vec<PartialHit> {
+    let mut merged = Vec::with_capacity(k.min(a.len() + b.len()));
+    let mut a = a.into_iter().peekable();
+    let mut b = b.into_iter().peekable();
+    while merged.len() < k {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => compare_hits(x, y, sort_by) != std::cmp::Ordering::Greater,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_a { a.next() } else { b.next() };
+        merged.extend(next);
+    }
+    merged
+}
+
+/// Best first, then by split id, segment and doc.
+fn compare_hits(a: &PartialHit, b: &PartialHit, sort_by: &SortBy) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let primary = match (a.key, b.key) {
+        (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+        (SortKey::Value(x), SortKey::Value(y)) => {
+            let desc = matches!(
+                sort_by,
+                SortBy::Field {
+                    order: SortOrder::Desc,
+                    ..
+                }
+            );
+            match (x, y) {
+                (Some(x), Some(y)) => {
+                    if desc {
+                        y.cmp(&x)
+                    } else {
+                        x.cmp(&y)
+                    }
+                }
+                // Documents without a value come last either way.
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => Ordering::Equal,
+            }
+        }
+        _ => Ordering::Equal,
+    };
+    primary.then_with(|| {
+        (&a.doc.split_id, a.doc.segment_ord, a.doc.doc_id).cmp(&(
+            &b.doc.split_id,
+            b.doc.segment_ord,
+            b.doc.doc_id,
+        ))
+    })
+}
