@@ -53,7 +53,8 @@ async fn the_planner_asks_only_for_immature_published_splits() {
         scratch_dir: tmp.path().join("merging"),
         config: CompactionConfig::default(),
     };
-    assert_eq!(plan_round(&env, &metastore, now).await.unwrap(), 1);
+    let live = std::collections::HashSet::from(["node-1".to_string()]);
+    assert_eq!(plan_round(&env, &metastore, &live, now).await.unwrap(), 1);
     let queries = recording.take_queries();
     assert_eq!(queries.len(), 1, "{queries:?}");
     assert_eq!(queries[0].index_uid.as_ref(), Some(&uid));

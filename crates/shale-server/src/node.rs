@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shale_cluster::control::{control_round, ShardSettings};
 use shale_cluster::{ClusterError, Membership};
-use shale_compaction::service::LeaderHandle;
+use shale_compaction::service::PlanningContext;
 use shale_compaction::service::{CompactionEnv, CompactionError, CompactionService, JanitorReport};
 use shale_config::{IndexConfig, NodeConfig, Role, WalPersistPolicy};
 use shale_ingest::{IngestLimits, IngestRouter, PersistPolicy, PipelineEnv, Wal};
@@ -144,20 +144,19 @@ async fn shard_sync_loop(node: std::sync::Weak<Node>) {
     }
 }
 
-/// The leader's fenced metastore handle, republished as this node gains or loses the lease.
-fn leader_handle(membership: &Arc<Membership>) -> LeaderHandle {
-    let mut leadership = membership.subscribe_leadership();
-    let initial = leadership.borrow().as_ref().map(|l| l.metastore.clone());
-    let (tx, rx) = tokio::sync::watch::channel(initial);
-    tokio::spawn(async move {
-        while leadership.changed().await.is_ok() {
-            let handle = leadership.borrow().as_ref().map(|l| l.metastore.clone());
-            if tx.send(handle).is_err() {
-                return;
-            }
-        }
-    });
-    rx
+/// The planner's context: the leader's fenced handle and the live nodes, while this node leads.
+fn planning_context(membership: &Arc<Membership>) -> PlanningContext {
+    let membership = Arc::downgrade(membership);
+    Arc::new(move || {
+        let membership = membership.upgrade()?;
+        let leadership = membership.leadership()?;
+        let live = membership
+            .view()
+            .live_nodes()
+            .map(|node| node.node_id.clone())
+            .collect();
+        Some((leadership.metastore, live))
+    })
 }
 
 fn ensure_dir(path: &Path) -> Result<(), NodeError> {
@@ -232,7 +231,7 @@ impl Node {
                 scratch_dir: merge_scratch,
                 config: config.compaction.clone(),
             },
-            leader_handle(&membership),
+            planning_context(&membership),
             config.roles.contains(&Role::Compactor),
         );
         let env = PipelineEnv {

@@ -71,8 +71,10 @@ pub enum CompactionError {
     NotLeader,
 }
 
-/// The leader's fenced metastore handle while this node leads, `None` otherwise.
-pub type LeaderHandle = tokio::sync::watch::Receiver<Option<Arc<dyn Metastore>>>;
+/// What a planning round needs from the cluster: the leader's fenced metastore handle and the
+/// ids of the live nodes — `None` while this node does not lead.
+pub type PlanningContext =
+    Arc<dyn Fn() -> Option<(Arc<dyn Metastore>, std::collections::HashSet<String>)> + Send + Sync>;
 
 /// The running compaction services of a node (planner, workers, janitor loops).
 pub struct CompactionService {
@@ -84,10 +86,15 @@ pub struct CompactionService {
 }
 
 impl CompactionService {
-    /// Starts the planner loop (it plans only while `leader` holds a handle, through it) and,
+    /// Starts the planner loop (it plans only while `leader` gives a context, through its
+    /// handle) and,
     /// when `run_merges`, the worker loop (the [`Janitor`] is driven by the node, which also
     /// forgets deleted splits in its search caches).
-    pub fn start(env: CompactionEnv, leader: LeaderHandle, run_merges: bool) -> CompactionService {
+    pub fn start(
+        env: CompactionEnv,
+        leader: PlanningContext,
+        run_merges: bool,
+    ) -> CompactionService {
         metrics::register();
         let env = Arc::new(env);
         let wake_planner = Arc::new(tokio::sync::Notify::new());
@@ -158,15 +165,14 @@ impl Drop for CompactionService {
 
 async fn planner_loop(
     env: Arc<CompactionEnv>,
-    leader: LeaderHandle,
+    leader: PlanningContext,
     wake: Arc<tokio::sync::Notify>,
     wake_workers: Arc<tokio::sync::Notify>,
 ) {
     let interval = std::time::Duration::from_secs(env.config.planner_interval_secs.max(1));
     loop {
-        let leader_metastore = leader.borrow().clone();
-        if let Some(metastore) = leader_metastore {
-            match plan_round(&env, &metastore, shale_types::now_unix_secs()).await {
+        if let Some((metastore, live_nodes)) = leader() {
+            match plan_round(&env, &metastore, &live_nodes, shale_types::now_unix_secs()).await {
                 Ok(created) if created > 0 => wake_workers.notify_one(),
                 Ok(_) => {}
                 Err(err) => tracing::warn!(%err, "merge planning round failed"),

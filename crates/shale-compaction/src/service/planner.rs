@@ -3,6 +3,9 @@
 //! operations as merge tasks. Concurrent planners on several nodes are safe: the metastore
 //! never puts a split in two live tasks.
 //!
+//! One planner (the leader's) plans for the whole cluster. In `node_local` mode it plans each
+//! live node's splits in that node's scope; the node's own workers claim them.
+//!
 //! Scope mode changes never strand a task: in `cluster` mode workers claim any task (a task of
 //! one node's splits is a valid cluster merge too); in `node_local` mode workers claim only the
 //! tasks of their own node, so the planner releases the claimable cluster-scope tasks (left by
@@ -24,10 +27,13 @@ pub const RELEASED_FOR_SCOPE_MODE: &str =
     "released: cluster-scope task, and this node merges in node_local scope";
 
 /// One planning round over every index, through `metastore` (the leader's fenced handle);
-/// returns the number of merge tasks created.
+/// returns the number of merge tasks created. In `node_local` mode the splits of nodes not
+/// in `live_nodes` are left alone, as Quickwit leaves a departed node's splits: nobody would
+/// claim their merges.
 pub async fn plan_round(
     env: &CompactionEnv,
     metastore: &Arc<dyn Metastore>,
+    live_nodes: &HashSet<String>,
     now: i64,
 ) -> Result<usize, CompactionError> {
     let node_local = env.config.scope == ScopeMode::NodeLocal;
@@ -71,8 +77,9 @@ pub async fn plan_round(
             .into_iter()
             .map(|split| split.split_metadata)
             .filter(|split| !busy.contains(&split.split_id))
-            // node_local: a node only merges its own splits (Quickwit's behaviour).
-            .filter(|split| !node_local || split.node_id == env.node_id)
+            // node_local: a node only merges its own splits (Quickwit's behaviour), so the
+            // splits of a departed node are never merged again.
+            .filter(|split| !node_local || live_nodes.contains(&split.node_id))
             .collect();
         if candidates.len() < 2 {
             continue;
