@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::ffi::OsString;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
