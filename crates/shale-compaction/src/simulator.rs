@@ -28,6 +28,10 @@
 //! `num_docs × bytes_per_doc`).
 //!
 //! The simulation holds only the immature splits of live scopes; everything else is counted.
+//!
+//! With `searchers > 0`, searchers are simulated too (module `searchers`): every
+//! `query_every` ticks a query over every existing split is placed on them with the cluster's
+//! placement code, under churn; the summary reports placement balance and cache hit rates.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -36,6 +40,21 @@ use serde::Serialize;
 use shale_types::{IndexUid, MergeScope, SplitMaturity, SplitMetadata, TimeRange};
 
 use crate::policy::{MergePolicy, SplitOrder};
+
+mod searchers;
+
+/// How far above the mean a simulated searcher may be loaded (as in the cluster).
+const MAX_PLACEMENT_IMBALANCE: f64 = 0.2;
+
+/// The mean of `values` (0 for none).
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, count) = values.fold((0.0, 0usize), |(sum, count), v| (sum + v, count + 1));
+    if count == 0 {
+        0.0
+    } else {
+        sum / count as f64
+    }
+}
 
 /// Most ticks a simulation may run (the per-tick tables are this long).
 pub const MAX_TICKS: u64 = 100_000_000;
@@ -63,6 +82,12 @@ pub struct SimulationConfig {
     pub seed: u64,
     /// Unix time at which the simulation starts.
     pub start_timestamp: i64,
+    /// Searchers to place queries on (0: no search simulation).
+    pub searchers: usize,
+    /// Searchers replaced per simulated day.
+    pub searcher_departures_per_day: f64,
+    /// Ticks between simulated queries.
+    pub query_every: u64,
 }
 
 impl Default for SimulationConfig {
@@ -78,6 +103,9 @@ impl Default for SimulationConfig {
             departures_per_day: 0.0,
             seed: 0,
             start_timestamp: 1_767_225_600, // 2026-01-01T00:00:00Z
+            searchers: 0,
+            searcher_departures_per_day: 0.0,
+            query_every: 60,
         }
     }
 }
@@ -118,6 +146,15 @@ impl SimulationConfig {
         }
         if !self.departures_per_day.is_finite() || self.departures_per_day < 0.0 {
             return invalid("departures_per_day", "must be a non-negative number");
+        }
+        if !self.searcher_departures_per_day.is_finite() || self.searcher_departures_per_day < 0.0 {
+            return invalid(
+                "searcher_departures_per_day",
+                "must be a non-negative number",
+            );
+        }
+        if self.query_every == 0 {
+            return invalid("query_every", "must be at least 1");
         }
         Ok(())
     }
@@ -214,6 +251,18 @@ pub struct SimulationSummary {
     pub bytes_written_by_merges: u64,
     /// `(bytes ingested + bytes written by merges) / bytes ingested`.
     pub write_amplification: f64,
+    /// Simulated queries (0 without searchers).
+    pub queries: u64,
+    /// Searchers replaced.
+    pub searcher_departures: u64,
+    /// Mean over the queries of the most splits on one searcher over the mean.
+    pub mean_placement_balance: f64,
+    /// Worst placement balance of a query.
+    pub max_placement_balance: f64,
+    /// Mean over the queries of the fraction of splits found in their searcher's cache.
+    pub mean_cache_hit_rate: f64,
+    /// Lowest cache hit rate of a query after the first.
+    pub min_cache_hit_rate: f64,
     /// Calls to the merge policy.
     pub policy_calls: u64,
 }
@@ -393,6 +442,10 @@ struct Engine<'a> {
     max_immature: u64,
     max_orphaned: u64,
     max_last_hour: u64,
+    searchers: Option<searchers::Searchers>,
+    queries: Vec<searchers::QueryStats>,
+    /// Every existing split and its documents, kept only when searchers are simulated.
+    existing: std::collections::BTreeMap<String, u64>,
 }
 
 impl<'a> Engine<'a> {
@@ -433,6 +486,16 @@ impl<'a> Engine<'a> {
             max_immature: 0,
             max_orphaned: 0,
             max_last_hour: 0,
+            searchers: (config.searchers > 0).then(|| {
+                searchers::Searchers::new(
+                    config.searchers,
+                    config.searcher_departures_per_day * config.tick_secs as f64 / 86_400.0,
+                    config.seed,
+                    MAX_PLACEMENT_IMBALANCE,
+                )
+            }),
+            queries: Vec::new(),
+            existing: std::collections::BTreeMap::new(),
         };
         for _ in 0..config.nodes {
             let node = engine.join();
@@ -486,6 +549,19 @@ impl<'a> Engine<'a> {
             let dirty = std::mem::take(&mut self.dirty_scopes);
             for scope in dirty {
                 self.plan_scope(scope);
+            }
+        }
+        // 5. Searchers and a query.
+        if let Some(searchers) = &mut self.searchers {
+            searchers.tick();
+            if (tick + 1).is_multiple_of(self.config.query_every) {
+                let splits: Vec<(String, u64)> = self
+                    .existing
+                    .iter()
+                    .map(|(id, docs)| (id.clone(), *docs))
+                    .collect();
+                let stats = searchers.query(&splits);
+                self.queries.push(stats);
             }
         }
         self.stats(tick)
@@ -542,6 +618,18 @@ impl<'a> Engine<'a> {
             merges: self.merges,
             bytes_written_by_merges: self.merge_bytes,
             write_amplification: self.write_amplification(),
+            queries: self.queries.len() as u64,
+            searcher_departures: self.searchers.as_ref().map_or(0, |s| s.departures),
+            mean_placement_balance: mean(self.queries.iter().map(|q| q.balance)),
+            max_placement_balance: self.queries.iter().map(|q| q.balance).fold(0.0, f64::max),
+            mean_cache_hit_rate: mean(self.queries.iter().skip(1).map(|q| q.cache_hit_rate)),
+            min_cache_hit_rate: self
+                .queries
+                .iter()
+                .skip(1)
+                .map(|q| q.cache_hit_rate)
+                .fold(f64::INFINITY, f64::min)
+                .min(1.0),
             policy_calls: self.policy_calls,
         };
         SimulationReport { series, summary }
@@ -631,6 +719,9 @@ impl<'a> Engine<'a> {
     /// Counts a new split and hands it to its scope if it is still to be merged.
     fn add_split(&mut self, scope: usize, split: SplitMetadata) {
         self.total += 1;
+        if self.searchers.is_some() {
+            self.existing.insert(split.split_id.clone(), split.num_docs);
+        }
         let end_tick = self.end_tick(&split);
         self.ending_in[end_tick] += 1;
         if !split.is_mature(self.now) {
@@ -652,6 +743,7 @@ impl<'a> Engine<'a> {
     /// Uncounts a split consumed by a merge.
     fn remove_split(&mut self, split: &SplitMetadata) {
         self.total -= 1;
+        self.existing.remove(&split.split_id);
         let end_tick = self.end_tick(split);
         self.ending_in[end_tick] -= 1;
         if !split.is_mature(self.now) {

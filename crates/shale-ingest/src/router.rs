@@ -74,6 +74,10 @@ pub enum IngestError {
     /// An unexpected failure before anything was written to the WAL.
     #[error("internal error, nothing was ingested: {0}")]
     Internal(String),
+    /// The documents were handed to another node, which did not answer: they may or may not
+    /// have been ingested (sending them again may index them twice).
+    #[error("the node holding the shard did not answer, the documents may or may not have been ingested: {0}")]
+    OutcomeUnknown(String),
     /// The shard is not (or no longer) open on this node: try another one.
     #[error("shard `{0}` is not open on this node")]
     ShardNotOpen(String),
@@ -511,6 +515,19 @@ impl IngestRouter {
             }
         }
         Ok(())
+    }
+
+    /// The open shards of `index_uid` served here.
+    pub async fn open_shards_of(&self, index_uid: &IndexUid) -> Vec<ShardKey> {
+        self.shards
+            .read()
+            .await
+            .values()
+            .filter(|s| {
+                &s.key.index_uid == index_uid && s.open.load(std::sync::atomic::Ordering::Acquire)
+            })
+            .map(|s| s.key.clone())
+            .collect()
     }
 
     /// The shards served here, with their positions.

@@ -256,6 +256,7 @@ impl Leaf {
             });
         }
         let mut response = LeafResponse::default();
+        crate::service::LEAF_SPLITS.inc_by(request.splits.len() as u64);
         while let Some((split, result)) = futures.next().await {
             match result {
                 Ok((count, hits)) => {

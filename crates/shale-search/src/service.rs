@@ -47,8 +47,18 @@ static SPLITS_PRUNED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+/// Splits this node searched as a leaf (for any root).
+pub static LEAF_SPLITS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "shale_search_leaf_splits_total",
+        "Splits searched by this node as a leaf, for any root."
+    )
+    .expect("metric registered once")
+});
+
 /// Registers the search metrics (so they are exported before the first search).
 pub fn register_metrics() {
+    LazyLock::force(&LEAF_SPLITS);
     LazyLock::force(&SEARCH_LATENCY);
     LazyLock::force(&SPLITS_SEARCHED);
     LazyLock::force(&SPLITS_PRUNED);

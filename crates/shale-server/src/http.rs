@@ -112,6 +112,9 @@ impl From<IngestError> for ApiError {
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
             },
             IngestError::ShardNotOpen(_) => ApiError::new(StatusCode::CONFLICT, err.to_string()),
+            IngestError::OutcomeUnknown(_) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, err.to_string())
+            }
             IngestError::Metastore(err) => err.into(),
             other => ApiError::internal(other.to_string()),
         }
@@ -378,9 +381,21 @@ async fn list_splits(
 /// Recent finished merges shown by the compaction endpoint.
 const RECENT_MERGES: usize = 20;
 
+#[derive(Deserialize)]
+struct CompactionParams {
+    /// How many finished merges to show (newest first).
+    #[serde(default = "default_recent_merges")]
+    recent_merges: usize,
+}
+
+fn default_recent_merges() -> usize {
+    RECENT_MERGES
+}
+
 async fn compaction_status(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
+    ApiQuery(params): ApiQuery<CompactionParams>,
 ) -> ApiResult<Json<Value>> {
     use shale_metastore::MergeTaskState as S;
     let metastore = &state.node.metastore;
@@ -389,7 +404,7 @@ async fn compaction_status(
     let pending = metastore.list_merge_tasks(uid, &[S::Pending], None).await?;
     let running = metastore.list_merge_tasks(uid, &[S::Running], None).await?;
     let recent = metastore
-        .list_merge_tasks(uid, &[S::Succeeded, S::Failed], Some(RECENT_MERGES))
+        .list_merge_tasks(uid, &[S::Succeeded, S::Failed], Some(params.recent_merges))
         .await?;
     let splits = metastore
         .list_splits(

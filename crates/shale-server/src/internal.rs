@@ -139,9 +139,18 @@ async fn control_round(State(state): State<AppState>) -> Result<Json<Value>, Api
 /// A failed internal call.
 #[derive(Debug, thiserror::Error)]
 pub enum InternalError {
-    /// The node could not be reached or did not answer in time.
+    /// The node could not be reached: the request was not delivered.
     #[error("node {address} unreachable: {message}")]
     Unreachable {
+        /// The node.
+        address: String,
+        /// Why.
+        message: String,
+    },
+    /// The request was sent but no answer came (timeout, connection lost): whether the node
+    /// applied it is unknown.
+    #[error("no answer from node {address}: {message}")]
+    NoAnswer {
         /// The node.
         address: String,
         /// Why.
@@ -198,18 +207,24 @@ impl InternalClient {
         if let Some(secret) = &self.secret {
             request = request.header(SECRET_HEADER, secret);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|err| InternalError::Unreachable {
-                address: address.to_string(),
-                message: err.to_string(),
-            })?;
+        let response = request.send().await.map_err(|err| {
+            if err.is_connect() {
+                InternalError::Unreachable {
+                    address: address.to_string(),
+                    message: err.to_string(),
+                }
+            } else {
+                InternalError::NoAnswer {
+                    address: address.to_string(),
+                    message: err.to_string(),
+                }
+            }
+        })?;
         let status = response.status().as_u16();
         let value: Value = response
             .json()
             .await
-            .map_err(|err| InternalError::Unreachable {
+            .map_err(|err| InternalError::NoAnswer {
                 address: address.to_string(),
                 message: format!("invalid answer: {err}"),
             })?;
@@ -270,6 +285,10 @@ impl InternalClient {
                 message,
                 ..
             }) => Err(IngestError::IndexNotFound(message)),
+            // Sent, but no answer: the documents may be in that shard.
+            Err(err @ InternalError::NoAnswer { .. }) => {
+                Err(IngestError::OutcomeUnknown(err.to_string()))
+            }
             Err(err) => Err(IngestError::Internal(err.to_string())),
         }
     }

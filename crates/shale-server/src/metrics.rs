@@ -36,8 +36,18 @@ static WRITE_AMPLIFICATION: LazyLock<Gauge> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+static SPLIT_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "shale_split_cache",
+        "The local split cache: `hits` and `misses` since start, `bytes` held, `splits` held.",
+        &["stat"]
+    )
+    .expect("metric registered once")
+});
+
 /// Registers every metric of the node, so a scrape shows them all from the start.
 pub fn register_all() {
+    LazyLock::force(&SPLIT_CACHE);
     LazyLock::force(&SPLITS_BY_STATE);
     LazyLock::force(&SPLITS_BY_SCOPE);
     LazyLock::force(&WRITE_AMPLIFICATION);
@@ -49,6 +59,18 @@ pub fn register_all() {
 /// Refreshes scrape-time gauges: one aggregate query to the metastore (no split is listed).
 pub async fn refresh(node: &Node) {
     node.router.update_wal_metrics().await;
+    let cache = node.search.cache();
+    let (hits, misses) = cache.hit_miss();
+    for (stat, value) in [
+        ("hits", hits),
+        ("misses", misses),
+        ("bytes", cache.size_bytes()),
+        ("splits", cache.len() as u64),
+    ] {
+        SPLIT_CACHE
+            .with_label_values(&[stat])
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
     let ingest_bytes = shale_ingest::metrics::SPLIT_BYTES_WRITTEN.get();
     let merge_bytes = shale_compaction::service::metrics::MERGE_BYTES_WRITTEN.get();
     if ingest_bytes > 0 {

@@ -2,7 +2,9 @@
 //! errors are answered by the node that received them), and hands the valid ones to an open
 //! shard of the index — a shard of its own first, else the next one in round-robin order
 //! among the open shards of live nodes, through the internal API. If that shard's node fails
-//! or refuses (shard closed meanwhile, node down), the batch goes to the next shard. The
+//! or refuses before taking the batch (shard closed meanwhile, node down), the batch goes to
+//! the next shard; if it took the request but did not answer, the batch is NOT sent again
+//! (it may be in that shard already) and the client is told the outcome is unknown. The
 //! answer comes once the owning node has persisted the batch under the requested commit mode.
 //!
 //! When an index has no open shard yet (just created), the leader is asked to run a control
@@ -126,6 +128,18 @@ impl IngestDispatcher {
             .filter(|s| &s.node_id == me || view.is_node_live(&s.node_id))
             .cloned()
             .collect();
+        // The shards this node serves are its own, even if the cached table lags.
+        for key in self.router.open_shards_of(&index.index_uid).await {
+            if !open.iter().any(|s| s.key == key) {
+                open.push(Shard {
+                    key,
+                    node_id: me.clone(),
+                    state: ShardState::Open,
+                    create_timestamp: 0,
+                    update_timestamp: 0,
+                });
+            }
+        }
         let (mut local, mut remote): (Vec<Shard>, Vec<Shard>) =
             open.drain(..).partition(|s| &s.node_id == me);
         if !remote.is_empty() {
@@ -195,9 +209,14 @@ impl IngestDispatcher {
                             .parsed
                     }
                 };
-                self.router
-                    .append(&shard.key, &validated.raw, docs, commit)
-                    .await
+                match self.ensure_local_shard(&shard.key).await {
+                    Ok(_) => {
+                        self.router
+                            .append(&shard.key, &validated.raw, docs, commit)
+                            .await
+                    }
+                    Err(err) => Err(err),
+                }
             } else {
                 let address = self
                     .membership
@@ -219,8 +238,11 @@ impl IngestDispatcher {
                 Err(err @ (IngestError::RateLimited(_) | IngestError::IndexNotFound(_))) => {
                     return Err(err)
                 }
-                // The documents are in that shard's WAL: do not send them again.
-                Err(IngestError::PipelineStopped) => return Err(IngestError::PipelineStopped),
+                // The documents are (or may be) in that shard's WAL: never send them to another
+                // shard, they would be indexed twice.
+                Err(err @ (IngestError::PipelineStopped | IngestError::OutcomeUnknown(_))) => {
+                    return Err(err)
+                }
                 Err(err) => {
                     debug!(shard = %shard.key.queue_name(), node = %shard.node_id, %err, "shard failed; trying the next one");
                     last_error = err.to_string();
@@ -246,32 +268,36 @@ impl IngestDispatcher {
         docs: Vec<Bytes>,
         commit: CommitMode,
     ) -> Result<IngestOutcome, IngestError> {
-        let doc_mapper = match self.router.open_shard_mapper(key).await {
-            Some(mapper) => mapper,
-            None => {
-                let me = &self.membership.identity().node_id;
-                let shards = self.metastore.list_shards(Some(&key.index_uid)).await?;
-                let assigned = shards
-                    .iter()
-                    .any(|s| &s.key == key && &s.node_id == me && s.state == ShardState::Open);
-                if !assigned {
-                    return Err(IngestError::ShardNotOpen(key.queue_name()));
-                }
-                let index = self.index(&key.index_uid.index_id).await?;
-                if index.index_uid != key.index_uid {
-                    return Err(IngestError::ShardNotOpen(key.queue_name()));
-                }
-                self.router.serve_shard(&index, key, true).await?;
-                self.router
-                    .open_shard_mapper(key)
-                    .await
-                    .ok_or_else(|| IngestError::ShardNotOpen(key.queue_name()))?
-            }
-        };
+        let doc_mapper = self.ensure_local_shard(key).await?;
         let validated = validate(doc_mapper, docs).await?;
         self.router
             .append(key, &validated.raw, validated.parsed, commit)
             .await?;
         Ok(validated.outcome)
+    }
+
+    /// The doc mapper of the open shard `key` of this node, serving the shard first if the
+    /// shards table says it is this node's and open (allocated since the last sync).
+    async fn ensure_local_shard(&self, key: &ShardKey) -> Result<Arc<DocMapper>, IngestError> {
+        if let Some(mapper) = self.router.open_shard_mapper(key).await {
+            return Ok(mapper);
+        }
+        let me = &self.membership.identity().node_id;
+        let shards = self.metastore.list_shards(Some(&key.index_uid)).await?;
+        let assigned = shards
+            .iter()
+            .any(|s| &s.key == key && &s.node_id == me && s.state == ShardState::Open);
+        if !assigned {
+            return Err(IngestError::ShardNotOpen(key.queue_name()));
+        }
+        let index = self.index(&key.index_uid.index_id).await?;
+        if index.index_uid != key.index_uid {
+            return Err(IngestError::ShardNotOpen(key.queue_name()));
+        }
+        self.router.serve_shard(&index, key, true).await?;
+        self.router
+            .open_shard_mapper(key)
+            .await
+            .ok_or_else(|| IngestError::ShardNotOpen(key.queue_name()))
     }
 }

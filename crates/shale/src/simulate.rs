@@ -5,6 +5,7 @@
 //! ```text
 //! shale simulate --nodes 3 --ticks 13 --plan-every 13 --docs-per-split 100000 --scope node_local
 //! shale simulate --nodes 1000 --days 7 --departures-per-day 24 --scope cluster --out sim
+//! shale simulate --nodes 20 --days 1 --departures-per-day 24 --searchers 100 --out sim
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,16 @@ pub struct SimulateArgs {
     /// Unix time at which the simulation starts.
     #[arg(long, default_value_t = SimulationConfig::default().start_timestamp)]
     start: i64,
+    /// Searchers to simulate queries on (0: none).
+    #[arg(long, default_value_t = 0)]
+    searchers: usize,
+    /// Searchers that depart per simulated day, each replaced by a new one with an empty
+    /// cache (default: as `--departures-per-day`).
+    #[arg(long)]
+    searcher_departures_per_day: Option<f64>,
+    /// Ticks between simulated queries (a query opens the recent, immature splits).
+    #[arg(long, default_value_t = 60)]
+    query_every: u64,
     /// Output directory (created if needed).
     #[arg(long, default_value = "simulation")]
     out: PathBuf,
@@ -94,6 +105,11 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         departures_per_day: args.departures_per_day,
         seed: args.seed,
         start_timestamp: args.start,
+        searchers: args.searchers,
+        searcher_departures_per_day: args
+            .searcher_departures_per_day
+            .unwrap_or(args.departures_per_day),
+        query_every: args.query_every,
     };
     config.validate().map_err(|err| {
         let simulator::SimulationError::Invalid { field, message } = err;

@@ -433,3 +433,40 @@ fn thousand_nodes_for_a_week() {
         );
     }
 }
+
+#[test]
+fn searchers_get_balanced_placements_and_keep_their_caches_under_churn() {
+    // Enough splits for 10 searchers: 30 nodes, an hour, small targets.
+    let base = SimulationConfig {
+        nodes: 30,
+        ticks: 60,
+        docs_per_split: 10_000,
+        searchers: 10,
+        query_every: 6,
+        ..SimulationConfig::default()
+    };
+    let policy = stable_log(100_000);
+    let steady = simulate(&base, policy.as_ref()).unwrap();
+    let summary = &steady.summary;
+    assert_eq!(summary.queries, 10);
+    assert!(summary.max_placement_balance <= 1.3 + 1e-9, "{summary:?}");
+    assert!(summary.mean_cache_hit_rate >= 0.5, "{summary:?}");
+    let churn = SimulationConfig {
+        searcher_departures_per_day: 24.0 * 5.0,
+        ..base.clone()
+    };
+    let churned = simulate(&churn, policy.as_ref()).unwrap();
+    let with_churn = &churned.summary;
+    assert_eq!(with_churn.searcher_departures, 5);
+    assert!(
+        with_churn.max_placement_balance <= 1.3 + 1e-9,
+        "{with_churn:?}"
+    );
+    assert!(
+        with_churn.mean_cache_hit_rate <= summary.mean_cache_hit_rate,
+        "churn can only cost cache hits: {with_churn:?} vs {summary:?}"
+    );
+    // No searchers, no queries.
+    let none = simulate(&config(3, 10), policy.as_ref()).unwrap();
+    assert_eq!(none.summary.queries, 0);
+}

@@ -7,7 +7,10 @@
 //!   raw Tantivy `merge_indices` of the same inputs.
 //! - `shale-bench compaction --docs 2000000`: sustained ingest with the default merge policy:
 //!   split count and write amplification, search before and after compaction.
+//! - `shale-bench cluster`: three `shale run` processes vs one on the same corpus: ingest
+//!   throughput, a query over ≥ 50 splits through one root, placement balance, cache hits.
 
+mod cluster;
 mod compaction;
 mod corpus;
 mod ingest;
@@ -29,6 +32,8 @@ enum Command {
     Merge(merge::Args),
     /// Compaction under sustained ingest.
     Compaction(compaction::Args),
+    /// Three nodes vs one: ingest, distributed search, placement, cache affinity.
+    Cluster(cluster::Args),
 }
 
 #[tokio::main]
@@ -44,5 +49,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Ingest(args) => ingest::run(args).await,
         Command::Merge(args) => merge::run(args).await,
         Command::Compaction(args) => compaction::run(args).await,
+        Command::Cluster(args) => cluster::run(args).await,
     }
 }
