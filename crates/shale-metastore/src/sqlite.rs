@@ -39,6 +39,23 @@ impl Dialect for Sqlite {
     }
 }
 
+/// Opens (creating it) and locks `path` exclusively, waiting for another process to release it;
+/// the lock is released when the returned file is dropped.
+async fn lock_exclusive(path: std::path::PathBuf) -> MetastoreResult<std::fs::File> {
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await
+    .map_err(|err| MetastoreError::Db(format!("migration lock task failed: {err}")))?
+    .map_err(|err| MetastoreError::Db(format!("cannot lock the metastore for migrations: {err}")))
+}
+
 /// Whether `uri` names an in-memory database.
 fn is_in_memory(uri: &str) -> bool {
     matches!(uri, ":memory:" | "sqlite::memory:" | "sqlite://:memory:")
@@ -95,7 +112,19 @@ impl SqlMetastore<Sqlite> {
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Full)
         };
+        let lock_path = (!in_memory).then(|| {
+            let mut name = options.get_filename().as_os_str().to_owned();
+            name.push("-migrations.lock");
+            std::path::PathBuf::from(name)
+        });
         let pool = pool_options.connect_with(options).await?;
+        // sqlx's SQLite migrator takes no lock of its own: two processes opening a fresh file
+        // at once would both try to apply migration 1. An exclusive lock on a file next to the
+        // database serializes them; the second one then finds every migration applied.
+        let _lock = match lock_path {
+            Some(path) => Some(lock_exclusive(path).await?),
+            None => None,
+        };
         migrations::sqlite().run(&pool).await?;
         tracing::debug!(uri = path_or_uri, "opened SQLite metastore");
         Ok(SqlMetastore::from_pool(pool, true))

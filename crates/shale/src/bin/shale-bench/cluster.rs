@@ -92,7 +92,7 @@ async fn start_nodes(root: &Path, n: usize) -> anyhow::Result<Nodes> {
             .env("SHALE_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(root.join(format!("n{i}.log")))?)
             .spawn()
             .context("spawn shale run")?;
         nodes.children.push(child);
@@ -107,7 +107,16 @@ async fn start_nodes(root: &Path, n: usize) -> anyhow::Result<Nodes> {
                     break;
                 }
             }
-            anyhow::ensure!(Instant::now() < deadline, "{base} did not start");
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = (0..n)
+                    .map(|i| {
+                        let log = std::fs::read_to_string(root.join(format!("n{i}.log")))
+                            .unwrap_or_default();
+                        format!("--- n{i}:\n{log}")
+                    })
+                    .collect();
+                anyhow::bail!("{base} did not start\n{}", logs.join("\n"));
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
