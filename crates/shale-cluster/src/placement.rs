@@ -45,8 +45,9 @@ pub struct Placement {
 }
 
 /// Places `jobs` on `nodes` (returned in the order of `jobs`). A job goes to the first node in
-/// its rendezvous order whose load stays within `(1 + max_imbalance) × mean load` (plus one
-/// job's cost, so that a single big job always fits); jobs are placed biggest first.
+/// its rendezvous order whose load stays within `(1 + max_imbalance) × mean load`, or that has
+/// no job yet (so that a job bigger than the cap still has a place); jobs are placed biggest
+/// first.
 pub fn place(jobs: &[Job], nodes: &[String], max_imbalance: f64) -> Vec<Placement> {
     if nodes.is_empty() {
         return jobs
@@ -64,16 +65,16 @@ pub fn place(jobs: &[Job], nodes: &[String], max_imbalance: f64) -> Vec<Placemen
             .cmp(&jobs[a].cost)
             .then_with(|| jobs[a].split_id.cmp(&jobs[b].split_id))
     });
+    let cap = (mean * (1.0 + max_imbalance)).ceil() as u64;
     let mut placements = vec![Placement { nodes: Vec::new() }; jobs.len()];
     for job_index in by_cost {
         let job = &jobs[job_index];
         let cost = job.cost.max(1);
-        let cap = ((mean * (1.0 + max_imbalance)).ceil() as u64).saturating_add(cost);
         let order = rendezvous_order(&job.split_id, nodes);
         let chosen = order
             .iter()
             .copied()
-            .find(|&node| loads[node].saturating_add(cost) <= cap)
+            .find(|&node| loads[node] == 0 || loads[node].saturating_add(cost) <= cap)
             .unwrap_or_else(|| {
                 // Every node is at its cap (rounding): take the least loaded.
                 (0..nodes.len())
@@ -117,10 +118,46 @@ mod tests {
             let mean = num_jobs as f64 / num_nodes as f64;
             let max = *loads.iter().max().unwrap() as f64;
             assert!(
-                max <= (mean * 1.2).ceil() + 1.0,
+                max <= (mean * 1.2).ceil(),
                 "{num_jobs}/{num_nodes}: {loads:?}"
             );
         }
+    }
+
+    #[test]
+    fn mixed_costs_stay_within_the_bound_unless_one_job_is_bigger() {
+        // Fresh splits of 10 000 docs and merged ones of 100 000, as a log index has.
+        let jobs: Vec<Job> = (0..200)
+            .map(|i| Job {
+                split_id: format!("split-{i:04}"),
+                cost: if i % 10 == 0 { 100_000 } else { 10_000 },
+            })
+            .collect();
+        let total: u64 = jobs.iter().map(|j| j.cost).sum();
+        for num_nodes in [3, 7, 10, 30] {
+            let placements = place(&jobs, &nodes(num_nodes), 0.2);
+            let mut loads = vec![0u64; num_nodes];
+            for (placement, job) in placements.iter().zip(&jobs) {
+                loads[placement.nodes[0]] += job.cost;
+            }
+            let mean = total as f64 / num_nodes as f64;
+            let bound = (mean * 1.2).ceil().max(100_000.0);
+            let max = *loads.iter().max().unwrap() as f64;
+            assert!(max <= bound, "{num_nodes} nodes: {loads:?}");
+        }
+        // A job bigger than the cap still gets a node, alone.
+        let big = [
+            Job {
+                split_id: "big".into(),
+                cost: 1_000_000,
+            },
+            Job {
+                split_id: "small".into(),
+                cost: 1,
+            },
+        ];
+        let placements = place(&big, &nodes(2), 0.2);
+        assert_ne!(placements[0].nodes[0], placements[1].nodes[0]);
     }
 
     #[test]

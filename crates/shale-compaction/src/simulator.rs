@@ -253,9 +253,11 @@ pub struct SimulationSummary {
     pub write_amplification: f64,
     /// Simulated queries (0 without searchers).
     pub queries: u64,
+    /// Mean number of splits a query opened.
+    pub mean_query_splits: f64,
     /// Searchers replaced.
     pub searcher_departures: u64,
-    /// Mean over the queries of the most splits on one searcher over the mean.
+    /// Mean over the queries of the most work (documents) on one searcher over the mean.
     pub mean_placement_balance: f64,
     /// Worst placement balance of a query.
     pub max_placement_balance: f64,
@@ -263,6 +265,10 @@ pub struct SimulationSummary {
     pub mean_cache_hit_rate: f64,
     /// Lowest cache hit rate of a query after the first.
     pub min_cache_hit_rate: f64,
+    /// Mean over the queries of the cache hit rate among splits an earlier query opened.
+    pub mean_cache_affinity: f64,
+    /// Lowest such rate of a query.
+    pub min_cache_affinity: f64,
     /// Calls to the merge policy.
     pub policy_calls: u64,
 }
@@ -560,8 +566,10 @@ impl<'a> Engine<'a> {
                     .iter()
                     .map(|(id, docs)| (id.clone(), *docs))
                     .collect();
-                let stats = searchers.query(&splits);
-                self.queries.push(stats);
+                // A query over no split says nothing about placement or caches.
+                if let Some(stats) = searchers.query(&splits) {
+                    self.queries.push(stats);
+                }
             }
         }
         self.stats(tick)
@@ -619,6 +627,7 @@ impl<'a> Engine<'a> {
             bytes_written_by_merges: self.merge_bytes,
             write_amplification: self.write_amplification(),
             queries: self.queries.len() as u64,
+            mean_query_splits: mean(self.queries.iter().map(|q| q.splits as f64)),
             searcher_departures: self.searchers.as_ref().map_or(0, |s| s.departures),
             mean_placement_balance: mean(self.queries.iter().map(|q| q.balance)),
             max_placement_balance: self.queries.iter().map(|q| q.balance).fold(0.0, f64::max),
@@ -628,6 +637,13 @@ impl<'a> Engine<'a> {
                 .iter()
                 .skip(1)
                 .map(|q| q.cache_hit_rate)
+                .fold(f64::INFINITY, f64::min)
+                .min(1.0),
+            mean_cache_affinity: mean(self.queries.iter().filter_map(|q| q.cache_affinity)),
+            min_cache_affinity: self
+                .queries
+                .iter()
+                .filter_map(|q| q.cache_affinity)
                 .fold(f64::INFINITY, f64::min)
                 .min(1.0),
             policy_calls: self.policy_calls,
@@ -864,6 +880,10 @@ impl<'a> Engine<'a> {
         // The output goes through the same accounting as a fresh split, but is not handed to
         // a scope here: the caller keeps it in the scope being planned.
         self.total += 1;
+        if self.searchers.is_some() {
+            self.existing
+                .insert(merged.split_id.clone(), merged.num_docs);
+        }
         let end_tick = self.end_tick(&merged);
         self.ending_in[end_tick] += 1;
         if !merged.is_mature(self.now) {

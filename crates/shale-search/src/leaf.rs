@@ -351,6 +351,8 @@ impl Leaf {
             .unwrap_or_else(|p| p.into_inner())
             .get(&split.split_id)
         {
+            // An open split pins its cache entry: it is a cache hit that needed no lookup.
+            self.cache.record_hit();
             return Ok(open.clone());
         }
         let cached = self

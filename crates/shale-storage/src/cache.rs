@@ -439,6 +439,12 @@ impl SplitCache {
         self.len() == 0
     }
 
+    /// Counts a hit served above the cache: a reader kept open on a split this cache holds
+    /// (pinned), so the split was local without a lookup.
+    pub fn record_hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// (hits, misses) since open.
     pub fn hit_miss(&self) -> (u64, u64) {
         (

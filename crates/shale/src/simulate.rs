@@ -64,7 +64,7 @@ pub struct SimulateArgs {
     /// cache (default: as `--departures-per-day`).
     #[arg(long)]
     searcher_departures_per_day: Option<f64>,
-    /// Ticks between simulated queries (a query opens the recent, immature splits).
+    /// Ticks between simulated queries (a query opens every existing split).
     #[arg(long, default_value_t = 60)]
     query_every: u64,
     /// Output directory (created if needed).

@@ -1,8 +1,8 @@
 //! Searchers in the simulator: every `query_every` ticks a query opens every existing split,
 //! placed on the searchers by the cluster's own placement code (rendezvous hashing, load-capped). Searchers
 //! come and go (`searcher_departures_per_day`, each replaced by a new one with an empty
-//! cache). Each query records the placement balance (most splits on one searcher over the
-//! mean) and the cache hit rate (splits placed on a searcher that searched them before).
+//! cache). Each query records the placement balance (most documents to search on one searcher
+//! over the mean) and the cache hit rate (splits placed on a searcher that searched them before).
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,15 +15,20 @@ use super::SplitMix64;
 pub(crate) struct QueryStats {
     /// Splits the query opened.
     pub(crate) splits: usize,
-    /// Most splits on one searcher over the mean.
+    /// Most work (documents to search) on one searcher over the mean.
     pub(crate) balance: f64,
     /// Fraction of the splits placed on a searcher whose cache holds them.
     pub(crate) cache_hit_rate: f64,
+    /// The same among the splits an earlier query opened (new splits, fresh or merged, miss
+    /// wherever they go); `None` when every split is new.
+    pub(crate) cache_affinity: Option<f64>,
 }
 
 pub(crate) struct Searchers {
     ids: Vec<String>,
     caches: HashMap<String, HashSet<String>>,
+    /// Splits some earlier query opened.
+    seen: HashSet<String>,
     next_id: u64,
     rng: SplitMix64,
     departure_credit: f64,
@@ -42,6 +47,7 @@ impl Searchers {
         let mut searchers = Searchers {
             ids: Vec::with_capacity(count),
             caches: HashMap::new(),
+            seen: HashSet::new(),
             next_id: 0,
             rng: SplitMix64::new(seed ^ 0x5EA4_C4E5),
             departure_credit: 0.0,
@@ -77,14 +83,11 @@ impl Searchers {
         }
     }
 
-    /// Places a query over `splits` (id, cost) and records what each searcher caches.
-    pub(crate) fn query(&mut self, splits: &[(String, u64)]) -> QueryStats {
+    /// Places a query over `splits` (id, cost) and records what each searcher caches; `None`
+    /// when there is no split or no searcher.
+    pub(crate) fn query(&mut self, splits: &[(String, u64)]) -> Option<QueryStats> {
         if splits.is_empty() || self.ids.is_empty() {
-            return QueryStats {
-                splits: splits.len(),
-                balance: 1.0,
-                cache_hit_rate: 1.0,
-            };
+            return None;
         }
         let mut nodes = self.ids.clone();
         nodes.sort();
@@ -96,24 +99,29 @@ impl Searchers {
             })
             .collect();
         let placements = place(&jobs, &nodes, self.max_imbalance);
-        let mut load = vec![0usize; nodes.len()];
+        let mut load = vec![0u64; nodes.len()];
         let mut hits = 0usize;
-        for (placement, (split_id, _)) in placements.iter().zip(splits) {
+        let mut known = 0usize;
+        for (placement, (split_id, cost)) in placements.iter().zip(splits) {
             let Some(&node) = placement.nodes.first() else {
                 continue;
             };
-            load[node] += 1;
+            load[node] += cost;
+            if !self.seen.insert(split_id.clone()) {
+                known += 1;
+            }
             let cache = self.caches.entry(nodes[node].clone()).or_default();
             if !cache.insert(split_id.clone()) {
                 hits += 1;
             }
         }
-        let mean = splits.len() as f64 / nodes.len() as f64;
+        let mean = splits.iter().map(|(_, cost)| *cost).sum::<u64>() as f64 / nodes.len() as f64;
         let max = load.iter().copied().max().unwrap_or(0) as f64;
-        QueryStats {
+        Some(QueryStats {
             splits: splits.len(),
             balance: max / mean,
             cache_hit_rate: hits as f64 / splits.len() as f64,
-        }
+            cache_affinity: (known > 0).then(|| hits as f64 / known as f64),
+        })
     }
 }
