@@ -117,15 +117,18 @@ impl SqlMetastore<Sqlite> {
             name.push("-migrations.lock");
             std::path::PathBuf::from(name)
         });
-        let pool = pool_options.connect_with(options).await?;
-        // sqlx's SQLite migrator takes no lock of its own: two processes opening a fresh file
-        // at once would both try to apply migration 1. An exclusive lock on a file next to the
-        // database serializes them; the second one then finds every migration applied.
-        let _lock = match lock_path {
+        // Two processes opening a fresh file at once race twice: switching it to WAL mode (the
+        // loser gets "database is locked" at once, the busy handler is not consulted), and
+        // sqlx's SQLite migrator, which takes no lock of its own (both apply migration 1). An
+        // exclusive lock on a file next to the database, held from the first connection to
+        // the last migration, serializes them; the second one finds everything done.
+        let lock = match lock_path {
             Some(path) => Some(lock_exclusive(path).await?),
             None => None,
         };
+        let pool = pool_options.connect_with(options).await?;
         migrations::sqlite().run(&pool).await?;
+        drop(lock);
         tracing::debug!(uri = path_or_uri, "opened SQLite metastore");
         Ok(SqlMetastore::from_pool(pool, true))
     }

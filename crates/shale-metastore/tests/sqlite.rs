@@ -40,8 +40,9 @@ async fn open_creates_missing_directories_and_reopens_with_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nodes_opening_a_fresh_file_at_once_all_start() {
     // Several nodes of a cluster started together on one shared SQLite file: each applies the
-    // pending migrations or finds them applied, none fails with "table already exists".
-    for _ in 0..5 {
+    // pending migrations or finds them applied, none fails with "table already exists" or
+    // "database is locked" (switching a fresh file to WAL mode).
+    for _ in 0..20 {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("metastore.db");
         let path = path.to_str().expect("utf-8 path").to_string();
