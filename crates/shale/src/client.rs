@@ -152,10 +152,19 @@ pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
         state["cluster_id"].as_str().unwrap_or("?"),
         state["self_node_id"].as_str().unwrap_or("?")
     );
-    println!(
-        "{:<20} {:>4} {:<6} {:<7} {:<28} {:<26} {:>6} {:>6} {:>9}",
-        "NODE", "GEN", "STATE", "LEADER", "ADDRESS", "ROLES", "SHARDS", "MERGES", "HEARTBEAT"
-    );
+    let mut rows: Vec<Vec<String>> = vec![[
+        "NODE",
+        "GEN",
+        "STATE",
+        "LEADER",
+        "ADDRESS",
+        "ROLES",
+        "SHARDS",
+        "MERGES",
+        "HEARTBEAT",
+    ]
+    .map(String::from)
+    .to_vec()];
     for (key, label) in [("live_nodes", "live"), ("dead_nodes", "dead")] {
         for node in state[key].as_array().cloned().unwrap_or_default() {
             let roles: Vec<&str> = node["roles"]
@@ -166,21 +175,59 @@ pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 .as_array()
                 .map(|shards| shards.iter().filter(|s| s["shard_state"] == "Open").count())
                 .unwrap_or(0);
-            println!(
-                "{:<20} {:>4} {:<6} {:<7} {:<28} {:<26} {:>6} {:>6} {:>7}ms",
-                node["node_id"].as_str().unwrap_or("?"),
-                node["generation"],
-                label,
-                if node["is_leader"] == true { "yes" } else { "" },
-                node["advertise_address"].as_str().unwrap_or("?"),
+            let number = |v: &Value| {
+                v.as_u64()
+                    .map_or_else(|| "?".to_string(), |n| n.to_string())
+            };
+            rows.push(vec![
+                node["node_id"].as_str().unwrap_or("?").to_string(),
+                number(&node["generation"]),
+                label.to_string(),
+                if node["is_leader"] == true { "yes" } else { "" }.to_string(),
+                node["advertise_address"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string(),
                 roles.join(","),
-                open_shards,
-                node["running_merges"],
-                node["heartbeat_age_ms"],
-            );
+                open_shards.to_string(),
+                number(&node["running_merges"]),
+                format!("{} ms ago", number(&node["heartbeat_age_ms"])),
+            ]);
         }
     }
+    print!("{}", table(&rows, &[1, 6, 7, 8]));
     Ok(())
+}
+
+/// Renders `rows` as columns two spaces apart, the columns in `right` aligned right.
+fn table(rows: &[Vec<String>], right: &[usize]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|row| row.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if right.contains(&c) {
+                    format!("{cell:>width$}", width = widths[c])
+                } else {
+                    format!("{cell:<width$}", width = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 fn http() -> anyhow::Result<reqwest::Client> {
@@ -477,4 +524,28 @@ pub async fn compaction(cmd: CompactionCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table;
+
+    #[test]
+    fn table_columns_line_up_whatever_the_cell_widths() {
+        let rows = vec![
+            vec!["NODE".to_string(), "GEN".to_string(), "LEADER".to_string()],
+            vec![
+                "a-long-node-name".to_string(),
+                "12".to_string(),
+                "yes".to_string(),
+            ],
+            vec!["n".to_string(), "1".to_string(), String::new()],
+        ];
+        assert_eq!(
+            table(&rows, &[1]),
+            "NODE              GEN  LEADER\n\
+             a-long-node-name   12  yes\n\
+             n                   1\n"
+        );
+    }
 }
