@@ -3,6 +3,7 @@
 //! data path (ingest → index → storage/metastore → compaction → search).
 
 mod checkpoint;
+pub mod sort_key;
 mod split;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
