@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod index_config;
+mod locality;
 mod merge_policy;
 mod node_config;
 mod partition;
@@ -23,6 +24,10 @@ mod validation;
 pub use validation::RetentionSchedule;
 
 pub use index_config::*;
+pub use locality::{
+    LocalityConfig, DEFAULT_LOCALITY_MAX_MERGE_OPS, DEFAULT_TARGET_SPLIT_NUM_DOCS,
+    DEFAULT_TIME_BUCKET_SECS,
+};
 pub use merge_policy::{
     format_duration, LimitMergeConfig, MergePolicyConfig, PolicyConfigError, StableLogConfig,
     DEFAULT_MATURATION_PERIOD_SECS, DEFAULT_MAX_MERGE_FACTOR, DEFAULT_MAX_MERGE_OPS,

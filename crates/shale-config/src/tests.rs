@@ -485,6 +485,17 @@ fn merge_policy_is_typed_and_validated_at_parse_time() {
         "indexing_settings.merge_policy.max_merge_factor",
         "at least `merge_factor`",
     );
+    // `locality`: its settings are checked first, then the policy is refused for now.
+    assert_invalid(
+        &format!("{base}    type: locality\n    sort_fields: [service]\n    time_bucket: 7m\n"),
+        "indexing_settings.merge_policy.time_bucket",
+        "divides an hour",
+    );
+    assert_invalid(
+        &format!("{base}    type: locality\n    sort_fields: [service]\n"),
+        "indexing_settings.merge_policy.type",
+        "not available in this version yet",
+    );
     // JSON configs name the field the same way.
     let err = IndexConfig::parse(
         br#"{"index_id": "abc", "doc_mapping": {}, "indexing_settings": {"merge_policy": {"type": "no_merge", "merge_factor": 3}}}"#,
