@@ -125,7 +125,11 @@ impl LocalityConfig {
             }
         }
         let bucket = self.time_bucket_secs;
-        if bucket == 0 || bucket % 60 != 0 || bucket > 3600 || 3600 % bucket != 0 {
+        if bucket == 0
+            || !bucket.is_multiple_of(60)
+            || bucket > 3600
+            || !3600u64.is_multiple_of(bucket)
+        {
             return Err(PolicyConfigError::new(
                 format!("{FIELD}.time_bucket"),
                 format!(
