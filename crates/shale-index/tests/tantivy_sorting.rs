@@ -18,6 +18,9 @@ use tantivy::{
     TantivyDocument,
 };
 
+/// A key range: from the lower bound (included) to the upper one (excluded); `None` is open.
+type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// A small deterministic generator (no dependency).
 struct Rng(u64);
 
@@ -147,14 +150,13 @@ fn filtered_merges_cut_sorted_inputs_into_sorted_key_ranges() {
         .collect();
     // Cut the key space at two service boundaries: three outputs.
     let cuts: [&[u8]; 2] = [b"svc-07", b"svc-14"];
-    let ranges: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+    let ranges: Vec<KeyRange> = vec![
         (None, Some(cuts[0])),
         (Some(cuts[0]), Some(cuts[1])),
         (Some(cuts[1]), None),
     ];
-    let in_range = |k: &[u8], (lo, hi): (Option<&[u8]>, Option<&[u8]>)| {
-        lo.is_none_or(|lo| k >= lo) && hi.is_none_or(|hi| k < hi)
-    };
+    let in_range =
+        |k: &[u8], (lo, hi): KeyRange| lo.is_none_or(|lo| k >= lo) && hi.is_none_or(|hi| k < hi);
     let mut total = 0;
     for range in &ranges {
         let filters: Vec<Option<AliveBitSet>> = readers
