@@ -389,6 +389,10 @@ pub fn simulated_split(
         num_merge_ops: 0,
         delete_opstamp: 0,
         footer_offsets: (0, 0),
+        time_bucket_start: None,
+        sort_key_min: None,
+        sort_key_max: None,
+        key_level: 0,
     }
 }
 

@@ -165,6 +165,10 @@ pub fn split_metadata(index_uid: &IndexUid, split_id: &str) -> SplitMetadata {
         num_merge_ops: 0,
         delete_opstamp: 0,
         footer_offsets: (0, 0),
+        time_bucket_start: None,
+        sort_key_min: None,
+        sort_key_max: None,
+        key_level: 0,
     }
 }
 

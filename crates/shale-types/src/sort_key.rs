@@ -44,6 +44,40 @@ pub enum SortValue {
     Text(String),
 }
 
+/// An encoded sort key, written as lowercase hex in JSON (split metadata, the splits API).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SortKey(pub Vec<u8>);
+
+impl Serialize for SortKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut hex = String::with_capacity(self.0.len() * 2);
+        for byte in &self.0 {
+            hex.push_str(&format!("{byte:02x}"));
+        }
+        serializer.serialize_str(&hex)
+    }
+}
+
+impl<'de> Deserialize<'de> for SortKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let hex = String::deserialize(deserializer)?;
+        if hex.len() % 2 != 0 {
+            return Err(serde::de::Error::custom(
+                "a sort key is an even number of hex digits",
+            ));
+        }
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom(format!("not hex: `{hex}`")))
+            })
+            .collect::<Result<Vec<u8>, _>>()
+            .map(SortKey)
+    }
+}
+
 const MISSING: u8 = 0x00;
 const PRESENT: u8 = 0x01;
 const ESCAPE: u8 = 0xFF;
@@ -339,6 +373,17 @@ mod tests {
             key("b", SortValue::Missing, None),
         ] {
             assert!(!(prefix <= outside && outside < upper), "{outside:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_hex_in_json() {
+        let key = SortKey(vec![0x00, 0x1f, 0xff]);
+        let json = serde_json::to_string(&key).expect("json");
+        assert_eq!(json, "\"001fff\"");
+        assert_eq!(serde_json::from_str::<SortKey>(&json).expect("back"), key);
+        for bad in ["\"0\"", "\"zz\"", "\"é1\"", "3"] {
+            assert!(serde_json::from_str::<SortKey>(bad).is_err(), "{bad}");
         }
     }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sort_key::SortKey;
 use crate::{DocMappingUid, IndexUid, NodeId, PartitionId, SourceId, SplitId, TimeRange};
 
 /// The life cycle of a split in the metastore.
@@ -97,6 +98,25 @@ pub struct SplitMetadata {
     /// Byte range of the bundle footer within the split object (for range reads).
     #[serde(default)]
     pub footer_offsets: (u64, u64),
+    /// Locality indexes: start (seconds) of the time bucket holding every document; `None`
+    /// for other indexes and for the bucket of documents without a timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_bucket_start: Option<i64>,
+    /// Locality indexes: the smallest sort key of the documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_key_min: Option<SortKey>,
+    /// Locality indexes: the largest sort key of the documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_key_max: Option<SortKey>,
+    /// Locality indexes: 0 while the split's key range may overlap others of its bucket
+    /// (fresh splits, size-tiered merges), 1 once written by a locality merge (key ranges of
+    /// the bucket's level-1 splits do not overlap).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub key_level: u8,
+}
+
+fn is_zero(level: &u8) -> bool {
+    *level == 0
 }
 
 impl SplitMetadata {

@@ -317,6 +317,10 @@ fn parse_split(
         num_merge_ops,
         delete_opstamp: 0,
         footer_offsets: (0, 0),
+        time_bucket_start: None,
+        sort_key_min: None,
+        sort_key_max: None,
+        key_level: 0,
     })
 }
 

@@ -403,6 +403,10 @@ fn plan_over_a_live_index() {
             num_merge_ops: 0,
             delete_opstamp: 0,
             footer_offsets: (9_000, 10_000),
+            time_bucket_start: None,
+            sort_key_min: None,
+            sort_key_max: None,
+            key_level: 0,
         },
     };
     let splits: Vec<Split> = (0..3)

@@ -6,6 +6,7 @@
 //! | `stable_log` (alias `default`) | [`StableLogMergePolicy`] | Quickwit's `StableLogMergePolicy`, exactly |
 //! | `limit_merge` | [`LimitMergePolicy`] | Quickwit's `ConstWriteAmplificationMergePolicy`: no byte rewritten more than `max_merge_ops` times |
 //! | `no_merge` | [`NoMergePolicy`] | never merges; every split is born mature |
+//! | `locality` (not accepted by index configs yet) | [`LocalityMergePolicy`] | per time bucket: size-tiered while the bucket is written, then merges into non-overlapping sort-key ranges |
 //!
 //! The config is Quickwit's (`indexing_settings.merge_policy` plus
 //! `indexing_settings.split_num_docs_target`), parsed by [`MergePolicyConfig::parse`] with
@@ -13,6 +14,7 @@
 //! each scope; the node's planner, `shale plan` and the simulator all go through it.
 
 mod limit_merge;
+mod locality;
 mod no_merge;
 mod stable_log;
 
@@ -28,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use shale_types::{MergeScope, SplitId, SplitMaturity, SplitMetadata};
 
 pub use limit_merge::LimitMergePolicy;
+pub use locality::LocalityMergePolicy;
 pub use no_merge::NoMergePolicy;
 pub use shale_config::{
     LimitMergeConfig, MergePolicyConfig, PolicyConfigError, StableLogConfig,

@@ -18,7 +18,11 @@ fn index_uid() -> IndexUid {
     }
 }
 
-fn split(split_id: &str, num_docs: u64, time_range: Option<(i64, i64)>) -> SplitMetadata {
+pub(crate) fn split(
+    split_id: &str,
+    num_docs: u64,
+    time_range: Option<(i64, i64)>,
+) -> SplitMetadata {
     SplitMetadata {
         split_id: split_id.to_string(),
         index_uid: index_uid(),
@@ -38,6 +42,10 @@ fn split(split_id: &str, num_docs: u64, time_range: Option<(i64, i64)>) -> Split
         num_merge_ops: 0,
         delete_opstamp: 0,
         footer_offsets: (0, 0),
+        time_bucket_start: None,
+        sort_key_min: None,
+        sort_key_max: None,
+        key_level: 0,
     }
 }
 

@@ -289,6 +289,10 @@ fn output_metadata(env: &CompactionEnv, prepared: &Prepared, built: &BuiltSplit)
             .min()
             .unwrap_or(0),
         footer_offsets: built.footer_offsets,
+        time_bucket_start: None,
+        sort_key_min: None,
+        sort_key_max: None,
+        key_level: 0,
     }
 }
 

@@ -62,6 +62,10 @@ impl Uploader {
                     num_merge_ops: 0,
                     delete_opstamp: 0,
                     footer_offsets: split.footer_offsets,
+                    time_bucket_start: None,
+                    sort_key_min: None,
+                    sort_key_max: None,
+                    key_level: 0,
                 };
                 (meta, split.path)
             })

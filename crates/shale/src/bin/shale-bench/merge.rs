@@ -140,6 +140,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 num_merge_ops: 0,
                 delete_opstamp: 0,
                 footer_offsets: built.footer_offsets,
+                time_bucket_start: None,
+                sort_key_min: None,
+                sort_key_max: None,
+                key_level: 0,
             });
             ids.push(split_id);
         }
