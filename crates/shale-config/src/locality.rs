@@ -11,11 +11,12 @@
 //!
 //! Parsed and validated here — on its own and against the doc mapping (the sort fields must
 //! be columnar and comparable as stored; the index needs a timestamp field). Index creation
-//! does not accept the policy yet: sorted splits and key-range merges are being built (see
-//! `docs/design/locality-compaction.md`).
+//! ([`IndexConfig::validate`](crate::IndexConfig::validate)) does not accept the policy yet:
+//! key-range merges and pruning are being built (see `docs/design/locality-compaction.md`).
 
 use serde_json::{json, Map, Value};
 use shale_types::sort_key::SortFieldType;
+use shale_types::SplitMaturity;
 
 use crate::index_config::{DocMapping, FieldKind, Tokenizer};
 use crate::merge_policy::{check_keys, format_duration, get_duration, get_u64, PolicyConfigError};
@@ -158,6 +159,18 @@ impl LocalityConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Maturity of a split made by `num_merge_ops` merges: mature once its bytes have been
+    /// rewritten `max_merge_ops` times. (The maturation period only bounds what the planner
+    /// reads; late data still joins older level-1 splits with budget left.)
+    pub fn split_maturity(&self, num_merge_ops: u32) -> SplitMaturity {
+        if num_merge_ops >= self.max_merge_ops {
+            return SplitMaturity::Mature;
+        }
+        SplitMaturity::Immature {
+            maturation_period_secs: crate::DEFAULT_MATURATION_PERIOD_SECS,
+        }
     }
 
     /// The document target of a merge output (the default when only a byte target is set is

@@ -3,7 +3,7 @@
 //!
 //! ```yaml
 //! merge_policy:
-//!   type: stable_log          # or `default`; `limit_merge`; `no_merge`
+//!   type: stable_log          # or `default`; `limit_merge`; `no_merge`; `locality`
 //!   min_level_num_docs: 100000
 //!   merge_factor: 10
 //!   max_merge_factor: 12
@@ -125,6 +125,9 @@ pub enum MergePolicyConfig {
     LimitMerge(LimitMergeConfig),
     /// `type: stable_log` (or `default`).
     StableLog(StableLogConfig),
+    /// `type: locality`: sorted splits per time bucket merged into non-overlapping key ranges
+    /// (refused at index creation until it is built through).
+    Locality(crate::locality::LocalityConfig),
 }
 
 impl Default for MergePolicyConfig {
@@ -262,15 +265,7 @@ impl MergePolicyConfig {
                 MergePolicyConfig::NoMerge
             }
             "locality" => {
-                // The settings are checked, so that a mistake is reported first; the policy
-                // itself is not available yet.
-                crate::locality::LocalityConfig::parse(object)?;
-                return Err(PolicyConfigError::new(
-                    format!("{FIELD}.type"),
-                    "`locality` compaction is not available in this version yet (sorted splits \
-                     and key-range merges are being built); use stable_log, limit_merge or \
-                     no_merge",
-                ));
+                MergePolicyConfig::Locality(crate::locality::LocalityConfig::parse(object)?)
             }
             other => {
                 return Err(PolicyConfigError::new(
@@ -300,6 +295,7 @@ impl MergePolicyConfig {
             MergePolicyConfig::StableLog(config) => {
                 config.split_maturity(split_num_docs_target, num_docs)
             }
+            MergePolicyConfig::Locality(config) => config.split_maturity(num_merge_ops),
         }
     }
 
@@ -331,6 +327,7 @@ impl MergePolicyConfig {
                 }
                 value
             }
+            MergePolicyConfig::Locality(config) => config.to_json(),
         }
     }
 
@@ -338,6 +335,7 @@ impl MergePolicyConfig {
     pub fn validate(&self) -> Result<(), PolicyConfigError> {
         let (merge_factor, max_merge_factor) = match self {
             MergePolicyConfig::NoMerge => return Ok(()),
+            MergePolicyConfig::Locality(config) => return config.validate(),
             MergePolicyConfig::LimitMerge(config) => (config.merge_factor, config.max_merge_factor),
             MergePolicyConfig::StableLog(config) => (config.merge_factor, config.max_merge_factor),
         };
@@ -356,6 +354,7 @@ impl MergePolicyConfig {
             MergePolicyConfig::NoMerge => "no_merge",
             MergePolicyConfig::LimitMerge(_) => "limit_merge",
             MergePolicyConfig::StableLog(_) => "stable_log",
+            MergePolicyConfig::Locality(_) => "locality",
         }
     }
 }

@@ -485,7 +485,8 @@ fn merge_policy_is_typed_and_validated_at_parse_time() {
         "indexing_settings.merge_policy.max_merge_factor",
         "at least `merge_factor`",
     );
-    // `locality`: its settings are checked first, then the policy is refused for now.
+    // `locality`: its settings are checked first (alone, then against the doc mapping), then
+    // the policy is refused for now.
     assert_invalid(
         &format!("{base}    type: locality\n    sort_fields: [service]\n    time_bucket: 7m\n"),
         "indexing_settings.merge_policy.time_bucket",
@@ -493,6 +494,17 @@ fn merge_policy_is_typed_and_validated_at_parse_time() {
     );
     assert_invalid(
         &format!("{base}    type: locality\n    sort_fields: [service]\n"),
+        "doc_mapping.timestamp_field",
+        "needs a timestamp field",
+    );
+    let logs = "index_id: abc\ndoc_mapping:\n  timestamp_field: ts\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n    - {name: service, type: text, tokenizer: raw, fast: true}\nindexing_settings:\n  merge_policy:\n";
+    assert_invalid(
+        &format!("{logs}    type: locality\n    sort_fields: [service, host]\n"),
+        "indexing_settings.merge_policy.sort_fields[1]",
+        "no field named `host`",
+    );
+    assert_invalid(
+        &format!("{logs}    type: locality\n    sort_fields: [service]\n"),
         "indexing_settings.merge_policy.type",
         "not available in this version yet",
     );

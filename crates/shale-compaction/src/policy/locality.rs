@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use shale_config::LocalityConfig;
 use shale_types::{SplitMaturity, SplitMetadata};
 
-use super::{MergePolicy, DEFAULT_MATURATION_PERIOD_SECS};
+use super::MergePolicy;
 
 /// Fewest level-0 splits of one tier merged in an active bucket.
 const TIER_MERGE_FACTOR: usize = 10;
@@ -155,12 +155,7 @@ impl MergePolicy for LocalityMergePolicy {
     }
 
     fn split_maturity(&self, _num_docs: u64, num_merge_ops: u32) -> SplitMaturity {
-        if num_merge_ops >= self.config.max_merge_ops {
-            return SplitMaturity::Mature;
-        }
-        SplitMaturity::Immature {
-            maturation_period_secs: DEFAULT_MATURATION_PERIOD_SECS,
-        }
+        self.config.split_maturity(num_merge_ops)
     }
 
     /// Only the merge budget makes a split mature here: late data must still be able to join
@@ -336,6 +331,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_locality_block_builds_this_policy() {
+        let built = crate::policy::merge_policy_from_config(
+            &json!({"type": "locality", "sort_fields": ["service"], "max_merge_ops": 2}),
+            1000,
+        )
+        .expect("valid block");
+        assert_eq!(built.split_maturity(10, 2), SplitMaturity::Mature);
+        assert!(format!("{built:?}").contains("LocalityMergePolicy"));
     }
 
     #[test]

@@ -145,7 +145,14 @@ pub fn merge_policy_from_config(
 
 /// The policy of an index, from its (typed, validated) indexing settings.
 pub fn index_merge_policy(settings: &shale_config::IndexingSettings) -> Arc<dyn MergePolicy> {
-    build_policy(&settings.merge_policy, settings.split_num_docs_target)
+    match &settings.merge_policy {
+        // A bucket closes a few commit timeouts after its end.
+        MergePolicyConfig::Locality(config) => Arc::new(LocalityMergePolicy::new(
+            config.clone(),
+            settings.commit_timeout_secs,
+        )),
+        other => build_policy(other, settings.split_num_docs_target),
+    }
 }
 
 /// The policy described by `config` for splits of `split_num_docs_target` documents.
@@ -161,6 +168,10 @@ pub fn build_policy(
         MergePolicyConfig::StableLog(config) => Arc::new(StableLogMergePolicy::new(
             config.clone(),
             split_num_docs_target,
+        )),
+        MergePolicyConfig::Locality(config) => Arc::new(LocalityMergePolicy::new(
+            config.clone(),
+            shale_config::DEFAULT_COMMIT_TIMEOUT_SECS,
         )),
     }
 }
