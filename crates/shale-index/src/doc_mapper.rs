@@ -6,15 +6,16 @@ use std::fmt;
 
 use serde_json::{Map, Number, Value};
 use shale_config::{
-    DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexRecord, Mode, PartitionKey,
-    SearchSettings, Tokenizer,
+    DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexConfig, IndexRecord,
+    LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings, Tokenizer,
 };
+use shale_types::sort_key::{self, SortFieldType, SortValue};
 use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
 use tantivy::schema::{
     DateOptions, DateTimePrecision, Field, IndexRecordOption, JsonObjectOptions, NumericOptions,
-    Schema, TextFieldIndexing, TextOptions, Value as _, STORED,
+    Schema, TextFieldIndexing, TextOptions, Value as _, FAST, STORED,
 };
-use tantivy::{DateTime, TantivyDocument};
+use tantivy::{DateTime, IndexSettings, IndexSortByField, Order, TantivyDocument};
 
 use crate::date::{format_rfc3339, parse_datetime};
 use crate::error::{DocParsingError, IndexError};
@@ -48,6 +49,25 @@ pub struct ParsedDoc {
     pub tags: Vec<String>,
     /// Size of the JSON document.
     pub num_bytes: usize,
+    /// Locality indexes: the document's sort key (see [`shale_types::sort_key`]).
+    pub sort_key: Option<Vec<u8>>,
+    /// Locality indexes: the start of the document's time bucket (`None` without timestamp).
+    pub time_bucket_start: Option<i64>,
+}
+
+/// The hidden fast bytes field holding the sort key of a locality index's documents; the
+/// splits of such an index are sorted by it.
+pub const SORT_KEY_FIELD_NAME: &str = "_sk";
+
+/// The sort key of a locality index: where its values come from.
+#[derive(Clone, Debug)]
+struct SortKeySpec {
+    /// The hidden [`SORT_KEY_FIELD_NAME`] field.
+    field: Field,
+    /// The sort fields, most significant first, with their types.
+    sources: Vec<(Field, SortFieldType)>,
+    /// Width of a time bucket, in seconds.
+    bucket_secs: u64,
 }
 
 /// Type of a declared field, as the parser needs it.
@@ -84,6 +104,7 @@ pub struct DocMapper {
     source_field: Option<Field>,
     default_search_fields: Vec<String>,
     partition_key: Option<PartitionKey>,
+    sort_key: Option<SortKeySpec>,
 }
 
 impl fmt::Debug for DocMapper {
@@ -239,6 +260,25 @@ impl DocMapper {
         doc_mapping: &DocMapping,
         search_settings: &SearchSettings,
     ) -> Result<DocMapper, IndexError> {
+        Self::build(doc_mapping, search_settings, None)
+    }
+
+    /// The doc mapper of an index: [`new`](DocMapper::new), plus, when its merge policy is
+    /// `locality`, the hidden sort key field ([`SORT_KEY_FIELD_NAME`]) its splits are sorted by
+    /// and the time bucket of every document.
+    pub fn for_index(config: &IndexConfig) -> Result<DocMapper, IndexError> {
+        let locality = match &config.indexing_settings.merge_policy {
+            MergePolicyConfig::Locality(locality) => Some(locality),
+            _ => None,
+        };
+        Self::build(&config.doc_mapping, &config.search_settings, locality)
+    }
+
+    fn build(
+        doc_mapping: &DocMapping,
+        search_settings: &SearchSettings,
+        locality: Option<&LocalityConfig>,
+    ) -> Result<DocMapper, IndexError> {
         doc_mapping.validate()?;
         let mut builder = Schema::builder();
         let mut fields = Vec::with_capacity(doc_mapping.field_mappings.len());
@@ -337,6 +377,33 @@ impl DocMapper {
         let source_field = doc_mapping
             .store_source
             .then(|| builder.add_text_field(SOURCE_FIELD_NAME, STORED));
+        let sort_key = match locality {
+            None => None,
+            Some(locality) => {
+                let kinds = locality.sort_field_types(doc_mapping).map_err(|err| {
+                    IndexError::from(shale_config::ConfigError::Invalid {
+                        field: err.field,
+                        message: err.message,
+                    })
+                })?;
+                let sources = locality
+                    .sort_fields
+                    .iter()
+                    .zip(kinds)
+                    .filter_map(|(name, kind)| {
+                        fields
+                            .iter()
+                            .find(|mapped| &mapped.name == name)
+                            .map(|mapped| (mapped.field, kind))
+                    })
+                    .collect();
+                Some(SortKeySpec {
+                    field: builder.add_bytes_field(SORT_KEY_FIELD_NAME, FAST),
+                    sources,
+                    bucket_secs: locality.time_bucket_secs,
+                })
+            }
+        };
         let schema = builder.build();
 
         let by_name: HashMap<String, usize> = fields
@@ -381,7 +448,64 @@ impl DocMapper {
             dynamic_field,
             source_field,
             default_search_fields,
+            sort_key,
         })
+    }
+
+    /// The settings of a split's Tantivy index: sorted by [`SORT_KEY_FIELD_NAME`] for a
+    /// locality index, Tantivy's defaults otherwise.
+    pub fn index_settings(&self) -> IndexSettings {
+        IndexSettings {
+            sort_by_field: self.sort_key.as_ref().map(|_| IndexSortByField {
+                field: SORT_KEY_FIELD_NAME.to_string(),
+                order: Order::Asc,
+            }),
+            ..IndexSettings::default()
+        }
+    }
+
+    /// The types of the sort fields of a locality index, most significant first.
+    pub fn sort_field_types(&self) -> Option<Vec<SortFieldType>> {
+        self.sort_key
+            .as_ref()
+            .map(|spec| spec.sources.iter().map(|(_, kind)| *kind).collect())
+    }
+
+    /// The sort key of a parsed document (its first value of each sort field, then its
+    /// timestamp), for a locality index.
+    fn sort_key_of(
+        &self,
+        spec: &SortKeySpec,
+        doc: &TantivyDocument,
+        micros: Option<i64>,
+    ) -> Vec<u8> {
+        let mut key = Vec::with_capacity(32);
+        for (field, kind) in &spec.sources {
+            let value = doc.get_first(*field);
+            let value = match (kind, value) {
+                (_, None) => SortValue::Missing,
+                (SortFieldType::Text, Some(v)) => v
+                    .as_str()
+                    .map_or(SortValue::Missing, |t| SortValue::Text(t.to_string())),
+                (SortFieldType::U64, Some(v)) => {
+                    v.as_u64().map_or(SortValue::Missing, SortValue::U64)
+                }
+                (SortFieldType::I64, Some(v)) => {
+                    v.as_i64().map_or(SortValue::Missing, SortValue::I64)
+                }
+                (SortFieldType::Bool, Some(v)) => {
+                    v.as_bool().map_or(SortValue::Missing, SortValue::Bool)
+                }
+                (SortFieldType::DateTime, Some(v)) => {
+                    v.as_datetime().map_or(SortValue::Missing, |d| {
+                        SortValue::I64(d.into_timestamp_micros())
+                    })
+                }
+            };
+            sort_key::push_value(&mut key, *kind, &value);
+        }
+        sort_key::push_timestamp(&mut key, micros);
+        key
     }
 
     /// The Tantivy schema.
@@ -510,12 +634,25 @@ impl DocMapper {
                 })
             }
         };
+        let (sort_key, time_bucket_start) = match &self.sort_key {
+            None => (None, None),
+            Some(spec) => {
+                let key = self.sort_key_of(spec, &doc, timestamp_micros);
+                doc.add_bytes(spec.field, &key);
+                let width = spec.bucket_secs.max(1) as i64;
+                let bucket = timestamp_micros
+                    .map(|micros| micros.div_euclid(1_000_000).div_euclid(width) * width);
+                (Some(key), bucket)
+            }
+        };
         Ok(ParsedDoc {
             doc,
             timestamp_micros,
             partition_id,
             tags,
             num_bytes,
+            sort_key,
+            time_bucket_start,
         })
     }
 

@@ -33,7 +33,9 @@ mod query;
 mod split;
 
 pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
-pub use doc_mapper::{DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SOURCE_FIELD_NAME};
+pub use doc_mapper::{
+    DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
+};
 pub use error::{DocParsingError, IndexError};
 pub use merge::{merge_split_files, merge_splits, merge_splits_to};
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};

@@ -1,7 +1,9 @@
 //! Merging splits into one.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use shale_types::sort_key::SortKey;
 use shale_types::TimeRange;
 use tantivy::directory::MmapDirectory;
 use tantivy::Index;
@@ -65,11 +67,21 @@ pub fn merge_splits_to(
     let mut time_range: Option<TimeRange> = None;
     let mut tags = TagCollector::default();
     let mut uncompressed_docs_size_bytes = 0u64;
+    let mut sort_key_min: Option<SortKey> = None;
+    let mut sort_key_max: Option<SortKey> = None;
+    let mut buckets = BTreeSet::new();
     for input in inputs {
         let stats = match split_stats(input)? {
             Some(stats) => stats,
             None => stats_from_index(doc_mapper, input)?,
         };
+        if let Some(min) = stats.sort_key_min {
+            sort_key_min = Some(sort_key_min.map_or(min.clone(), |current| current.min(min)));
+        }
+        if let Some(max) = stats.sort_key_max {
+            sort_key_max = Some(sort_key_max.map_or(max.clone(), |current| current.max(max)));
+        }
+        buckets.insert(stats.time_bucket_start);
         if let Some(range) = stats.time_range {
             time_range = Some(time_range.map_or(range, |current| current.union(&range)));
         }
@@ -96,6 +108,13 @@ pub fn merge_splits_to(
         time_range,
         tags: tags.into_tags(),
         uncompressed_docs_size_bytes,
+        sort_key_min,
+        sort_key_max,
+        // Inputs of one bucket keep it; a merge across buckets (not a locality merge) has none.
+        time_bucket_start: match buckets.len() {
+            1 => buckets.into_iter().next().flatten(),
+            _ => None,
+        },
     };
     let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
     commit_stats(&mut writer, &stats)?;
@@ -132,5 +151,8 @@ fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats,
             .map(|field| crate::query::any_value_tag(field))
             .collect(),
         uncompressed_docs_size_bytes: 0,
+        sort_key_min: None,
+        sort_key_max: None,
+        time_bucket_start: None,
     })
 }

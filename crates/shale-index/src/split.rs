@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use shale_types::sort_key::SortKey;
 use shale_types::TimeRange;
 use tantivy::indexer::{IndexWriterOptions, NoMergePolicy};
 use tantivy::{Index, IndexWriter, TantivyDocument};
@@ -38,6 +39,15 @@ pub struct SplitStats {
     pub tags: BTreeSet<String>,
     /// Sum of the documents' JSON sizes.
     pub uncompressed_docs_size_bytes: u64,
+    /// Locality indexes: the smallest sort key of the documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_key_min: Option<SortKey>,
+    /// Locality indexes: the largest sort key of the documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_key_max: Option<SortKey>,
+    /// Locality indexes: the time bucket every document belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_bucket_start: Option<i64>,
 }
 
 /// A split bundle written to disk, and what it holds.
@@ -58,6 +68,12 @@ pub struct BuiltSplit {
     /// Byte range of the footer JSON plus trailer (to the end of the bundle): one range read
     /// gets everything needed to open the split.
     pub footer_offsets: (u64, u64),
+    /// Locality indexes: the smallest sort key of the documents.
+    pub sort_key_min: Option<SortKey>,
+    /// Locality indexes: the largest sort key of the documents.
+    pub sort_key_max: Option<SortKey>,
+    /// Locality indexes: the time bucket of the documents.
+    pub time_bucket_start: Option<i64>,
 }
 
 /// Collects tags with the per-field cardinality cap.
@@ -126,6 +142,9 @@ pub struct SplitBuilder {
     time_range: Option<TimeRange>,
     tags: TagCollector,
     uncompressed_docs_size_bytes: u64,
+    sort_key_min: Option<Vec<u8>>,
+    sort_key_max: Option<Vec<u8>>,
+    time_bucket_start: Option<i64>,
 }
 
 impl std::fmt::Debug for SplitBuilder {
@@ -174,7 +193,10 @@ impl SplitBuilder {
         num_threads: usize,
     ) -> Result<Self, IndexError> {
         std::fs::create_dir_all(scratch_dir).map_err(|err| IndexError::io(scratch_dir, err))?;
-        let index = Index::create_in_dir(scratch_dir, doc_mapper.schema().clone())?;
+        let index = Index::builder()
+            .schema(doc_mapper.schema().clone())
+            .settings(doc_mapper.index_settings())
+            .create_in_dir(scratch_dir)?;
         let writer = writer_for(&index, heap_bytes, num_threads)?;
         Ok(SplitBuilder {
             doc_mapper,
@@ -185,11 +207,30 @@ impl SplitBuilder {
             time_range: None,
             tags: TagCollector::default(),
             uncompressed_docs_size_bytes: 0,
+            sort_key_min: None,
+            sort_key_max: None,
+            time_bucket_start: None,
         })
     }
 
-    /// Adds a document parsed by this builder's [`DocMapper`].
+    /// Adds a document parsed by this builder's [`DocMapper`]. Documents of a locality index
+    /// must all belong to one time bucket (the indexer keeps a builder per bucket).
     pub fn add(&mut self, doc: ParsedDoc) -> Result<(), IndexError> {
+        if let Some(key) = &doc.sort_key {
+            if self.num_docs > 0 && self.time_bucket_start != doc.time_bucket_start {
+                return Err(IndexError::InvalidArgument(format!(
+                    "a split holds one time bucket: {:?}, not {:?}",
+                    self.time_bucket_start, doc.time_bucket_start
+                )));
+            }
+            self.time_bucket_start = doc.time_bucket_start;
+            if self.sort_key_min.as_ref().is_none_or(|min| key < min) {
+                self.sort_key_min = Some(key.clone());
+            }
+            if self.sort_key_max.as_ref().is_none_or(|max| key > max) {
+                self.sort_key_max = Some(key.clone());
+            }
+        }
         self.writer.add_document(doc.doc)?;
         self.num_docs += 1;
         self.uncompressed_docs_size_bytes += doc.num_bytes as u64;
@@ -245,6 +286,9 @@ impl SplitBuilder {
             time_range,
             tags,
             uncompressed_docs_size_bytes,
+            sort_key_min,
+            sort_key_max,
+            time_bucket_start,
             ..
         } = self;
         let stats = SplitStats {
@@ -253,6 +297,9 @@ impl SplitBuilder {
             time_range,
             tags: tags.into_tags(),
             uncompressed_docs_size_bytes,
+            sort_key_min: sort_key_min.map(SortKey),
+            sort_key_max: sort_key_max.map(SortKey),
+            time_bucket_start,
         };
         writer.commit()?;
         // A fresh split keeps the segments its writer flushed (merging them would cost about
@@ -336,6 +383,9 @@ pub(crate) fn bundle_index(
         uncompressed_docs_size_bytes: stats.uncompressed_docs_size_bytes,
         size_bytes: written.size_bytes,
         footer_offsets: written.footer_offsets,
+        sort_key_min: stats.sort_key_min,
+        sort_key_max: stats.sort_key_max,
+        time_bucket_start: stats.time_bucket_start,
     })
 }
 

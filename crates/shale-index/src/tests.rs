@@ -829,3 +829,157 @@ fn types_are_thread_safe() {
     assert_send::<SplitBuilder>();
     assert_send::<ParsedDoc>();
 }
+
+// --- Locality indexes: sorted splits with key ranges and one time bucket ---
+
+/// A locality index's config (index creation refuses the policy for now: set directly).
+fn locality_config() -> IndexConfig {
+    let mut config = IndexConfig::parse(
+        br#"
+index_id: sorted
+doc_mapping:
+  timestamp_field: ts
+  field_mappings:
+    - {name: ts, type: datetime, fast: true, input_formats: [unix_timestamp]}
+    - {name: service, type: text, tokenizer: raw, fast: true}
+    - {name: host, type: text, tokenizer: raw, fast: true}
+    - {name: message, type: text}
+"#,
+    )
+    .expect("config");
+    let settings = json!({"sort_fields": ["service", "host"], "time_bucket": "15m"});
+    config.indexing_settings.merge_policy = shale_config::MergePolicyConfig::Locality(
+        shale_config::LocalityConfig::parse(settings.as_object().expect("object"))
+            .expect("settings"),
+    );
+    config
+}
+
+/// (service, host, ts) of every document of a split, in doc id order per segment.
+fn sorted_rows(index: &Index) -> Vec<Vec<(String, String, i64)>> {
+    let searcher = index.reader().expect("reader").searcher();
+    searcher
+        .segment_readers()
+        .iter()
+        .map(|segment| {
+            let text = |name: &str| {
+                segment
+                    .fast_fields()
+                    .str(name)
+                    .expect("column")
+                    .expect("str")
+            };
+            let (service, host) = (text("service"), text("host"));
+            let ts = segment.fast_fields().date("ts").expect("ts");
+            segment
+                .doc_ids_alive()
+                .map(|doc| {
+                    let read = |column: &tantivy::columnar::StrColumn| {
+                        let ord = column.ords().first(doc).expect("a value");
+                        let mut out = String::new();
+                        column.ord_to_str(ord, &mut out).expect("term");
+                        out
+                    };
+                    let secs = ts.first(doc).expect("ts").into_timestamp_secs();
+                    (read(&service), read(&host), secs)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn locality_splits_are_sorted_by_key_then_recent_first_and_record_their_key_range() {
+    let config = locality_config();
+    let mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+    assert!(mapper.schema().get_field(SORT_KEY_FIELD_NAME).is_ok());
+    assert!(mapper.index_settings().sort_by_field.is_some());
+    // A bucket start: a multiple of 15 minutes.
+    let bucket: i64 = 1_700_000_100;
+    assert_eq!(bucket % 900, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut builder = SplitBuilder::new(mapper.clone(), &dir.path().join("s"), 50_000_000).unwrap();
+    let mut expected = Vec::new();
+    // Pseudo-random order: services and hosts interleaved, timestamps shuffled.
+    for i in 0..500i64 {
+        let service = format!("svc-{}", (i * 7) % 5);
+        let host = format!("host-{}", (i * 13) % 11);
+        let ts = bucket + (i * 37) % 900;
+        let doc = json!({"ts": ts, "service": service, "host": host, "message": format!("m{i}")});
+        let parsed = mapper.parse_doc(doc.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.time_bucket_start, Some(bucket));
+        builder.add(parsed).unwrap();
+        expected.push((service, host, ts));
+    }
+    // A document of another bucket does not belong in this split.
+    let late = json!({"ts": bucket - 1, "service": "svc-0", "host": "h", "message": "late"});
+    let err = builder
+        .add(mapper.parse_doc(late.to_string().as_bytes()).unwrap())
+        .expect_err("another bucket");
+    assert!(err.to_string().contains("one time bucket"), "{err}");
+    let built = builder.finish().unwrap();
+    assert_eq!(built.num_docs, 500);
+    assert_eq!(built.time_bucket_start, Some(bucket));
+    let index = open_split(&built.path).unwrap();
+    let rows: Vec<(String, String, i64)> = sorted_rows(&index).concat();
+    // Sorted by service, host, then timestamp descending.
+    expected.sort_by(|a, b| (&a.0, &a.1, b.2).cmp(&(&b.0, &b.1, a.2)));
+    assert_eq!(rows, expected);
+    // The recorded key range is the first and last document's key.
+    let kinds = mapper.sort_field_types().expect("locality");
+    let decode = |key: &Option<shale_types::sort_key::SortKey>| {
+        let key = key.as_ref().expect("a key range");
+        shale_types::sort_key::decode(&kinds, &key.0).expect("decodes")
+    };
+    let text = |s: &str| shale_types::sort_key::SortValue::Text(s.to_string());
+    let first = &expected[0];
+    let last = &expected[expected.len() - 1];
+    assert_eq!(
+        decode(&built.sort_key_min),
+        (
+            vec![text(&first.0), text(&first.1)],
+            Some(first.2 * 1_000_000)
+        )
+    );
+    assert_eq!(
+        decode(&built.sort_key_max),
+        (vec![text(&last.0), text(&last.1)], Some(last.2 * 1_000_000))
+    );
+    // The footer keeps the range: a merge of two splits unites them and stays sorted.
+    let mut second = SplitBuilder::new(mapper.clone(), &dir.path().join("t"), 50_000_000).unwrap();
+    for (service, host) in [("a-first", "h"), ("zz-last", "h")] {
+        let doc = json!({"ts": bucket + 5, "service": service, "host": host, "message": "x"});
+        second
+            .add(mapper.parse_doc(doc.to_string().as_bytes()).unwrap())
+            .unwrap();
+    }
+    let second = second.finish().unwrap();
+    let merged = merge_split_files(
+        &mapper,
+        &[built.path.clone(), second.path.clone()],
+        &dir.path().join("m"),
+    )
+    .unwrap();
+    assert_eq!(merged.num_docs, 502);
+    assert_eq!(merged.time_bucket_start, Some(bucket));
+    assert_eq!(merged.sort_key_min, second.sort_key_min);
+    assert_eq!(merged.sort_key_max, second.sort_key_max);
+    let merged_rows = sorted_rows(&open_split(&merged.path).unwrap());
+    assert_eq!(merged_rows.len(), 1, "one segment");
+    let services: Vec<&str> = merged_rows[0].iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(services.first(), Some(&"a-first"));
+    assert_eq!(services.last(), Some(&"zz-last"));
+    assert!(merged_rows[0]
+        .windows(2)
+        .all(|w| (&w[0].0, &w[0].1) <= (&w[1].0, &w[1].1)));
+}
+
+#[test]
+fn other_indexes_have_no_sort_key() {
+    let mapper = DocMapper::for_index(&config_with(Mode::Dynamic, false)).expect("mapper");
+    assert!(mapper.schema().get_field(SORT_KEY_FIELD_NAME).is_err());
+    assert!(mapper.index_settings().sort_by_field.is_none());
+    assert!(mapper.sort_field_types().is_none());
+    let parsed = parse(&mapper, test_doc(1)).unwrap();
+    assert_eq!((parsed.sort_key, parsed.time_bucket_start), (None, None));
+}

@@ -228,10 +228,7 @@ pub fn pipeline_params(
     storage: StorageRef,
 ) -> Result<PipelineParams, shale_index::IndexError> {
     let config = &index.index_config;
-    let doc_mapper = Arc::new(DocMapper::new(
-        &config.doc_mapping,
-        &config.search_settings,
-    )?);
+    let doc_mapper = Arc::new(DocMapper::for_index(config)?);
     let settings = &config.indexing_settings;
     Ok(PipelineParams {
         index_uid: index.index_uid.clone(),

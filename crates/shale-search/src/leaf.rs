@@ -182,11 +182,8 @@ impl Leaf {
             return Ok(mapper.clone());
         }
         let mapper = Arc::new(
-            DocMapper::new(
-                &index.index_config.doc_mapping,
-                &index.index_config.search_settings,
-            )
-            .map_err(|err| LeafError::Internal(err.to_string()))?,
+            DocMapper::for_index(&index.index_config)
+                .map_err(|err| LeafError::Internal(err.to_string()))?,
         );
         mappers.insert(key, mapper.clone());
         Ok(mapper)

@@ -106,10 +106,7 @@ impl IngestDispatcher {
         if let Some(mapper) = mappers.get(&key) {
             return Ok(mapper.clone());
         }
-        let mapper = Arc::new(DocMapper::new(
-            &index.index_config.doc_mapping,
-            &index.index_config.search_settings,
-        )?);
+        let mapper = Arc::new(DocMapper::for_index(&index.index_config)?);
         mappers.insert(key, mapper.clone());
         Ok(mapper)
     }

@@ -166,7 +166,7 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
         return Err(inapplicable("fewer than two inputs".to_string()));
     }
     let config = &index.index_config;
-    let doc_mapper = DocMapper::new(&config.doc_mapping, &config.search_settings)?;
+    let doc_mapper = DocMapper::for_index(config)?;
     let storage = env
         .storages
         .for_index(index.index_id(), config.index_uri.as_deref())?;
@@ -289,9 +289,10 @@ fn output_metadata(env: &CompactionEnv, prepared: &Prepared, built: &BuiltSplit)
             .min()
             .unwrap_or(0),
         footer_offsets: built.footer_offsets,
-        time_bucket_start: None,
-        sort_key_min: None,
-        sort_key_max: None,
+        time_bucket_start: built.time_bucket_start,
+        sort_key_min: built.sort_key_min.clone(),
+        sort_key_max: built.sort_key_max.clone(),
+        // The m → n locality merge (level 1) is not built yet: merged splits stay level 0.
         key_level: 0,
     }
 }

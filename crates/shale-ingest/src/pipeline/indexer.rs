@@ -1,8 +1,9 @@
 //! The indexer stage: turns records (parsed at ingest, or read back from the WAL) into
-//! splits being built — one Tantivy builder per partition — and finishes them into split
-//! bundles when the batch is cut.
+//! splits being built — one Tantivy builder per partition, and for a locality index per time
+//! bucket too (a batch that straddles a bucket boundary gives a split on each side) — and
+//! finishes them into split bundles when the batch is cut.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +22,12 @@ pub(super) enum Record {
     Raw(Vec<u8>),
 }
 
-/// Splits being built: one builder per partition, and the WAL positions they cover.
+/// Splits being built: one builder per partition and time bucket (`None` unless the index is
+/// a locality index), and the WAL positions they cover.
 pub(super) struct Batch {
-    builders: BTreeMap<PartitionId, SplitBuilder>,
+    builders: BTreeMap<(PartitionId, Option<i64>), SplitBuilder>,
+    /// The partitions of `builders` (capped at `max_num_partitions`).
+    partitions: BTreeSet<PartitionId>,
     /// Documents added.
     pub(super) num_docs: u64,
     /// Position of the last record added.
@@ -57,6 +61,7 @@ impl Indexer {
         std::fs::create_dir_all(&self.scratch_dir)?;
         Ok(Batch {
             builders: BTreeMap::new(),
+            partitions: BTreeSet::new(),
             num_docs: 0,
             last_position: 0,
             deadline: Instant::now() + self.commit_timeout,
@@ -76,8 +81,9 @@ impl Indexer {
         let max_partitions = self.max_num_partitions.max(1) as usize;
         let threads = self.writer_threads;
         let has_partitions = doc_mapper.partition_key().is_some();
-        // Several partitions share the heap budget.
-        let heap = if has_partitions {
+        let has_buckets = doc_mapper.sort_field_types().is_some();
+        // Several partitions (or time buckets) share the heap budget.
+        let heap = if has_partitions || has_buckets {
             self.writer_heap_bytes / 4
         } else {
             self.writer_heap_bytes
@@ -98,15 +104,20 @@ impl Indexer {
                     },
                 };
                 let mut partition = doc.partition_id;
-                if !batch.builders.contains_key(&partition)
-                    && batch.builders.len() >= max_partitions
+                if !batch.partitions.contains(&partition)
+                    && batch.partitions.len() >= max_partitions
                 {
                     partition = OTHER_PARTITION_ID;
                 }
-                let builder = match batch.builders.entry(partition) {
+                batch.partitions.insert(partition);
+                let bucket = doc.time_bucket_start;
+                let builder = match batch.builders.entry((partition, bucket)) {
                     std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::btree_map::Entry::Vacant(e) => {
-                        let dir = batch.scratch.path().join(format!("p{partition}"));
+                        let dir = batch.scratch.path().join(match bucket {
+                            None => format!("p{partition}"),
+                            Some(start) => format!("p{partition}-b{start}"),
+                        });
                         std::fs::create_dir_all(&dir)?;
                         e.insert(SplitBuilder::with_threads(
                             doc_mapper.clone(),
@@ -135,7 +146,7 @@ impl Indexer {
         let splits = tokio::task::spawn_blocking(move || {
             builders
                 .into_iter()
-                .map(|(partition, builder)| Ok((partition, builder.finish()?)))
+                .map(|((partition, _), builder)| Ok((partition, builder.finish()?)))
                 .collect::<Result<Vec<_>, shale_index::IndexError>>()
         })
         .await??;
@@ -147,5 +158,85 @@ impl Indexer {
             last_position,
             scratch,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_batch_straddling_bucket_boundaries_gives_one_split_per_bucket() {
+        let mut config = shale_config::IndexConfig::parse(
+            br#"
+index_id: sorted
+doc_mapping:
+  timestamp_field: ts
+  field_mappings:
+    - {name: ts, type: datetime, fast: true, input_formats: [unix_timestamp]}
+    - {name: service, type: text, tokenizer: raw, fast: true}
+"#,
+        )
+        .expect("config");
+        let settings = json!({"sort_fields": ["service"], "time_bucket": "5m"});
+        config.indexing_settings.merge_policy = shale_config::MergePolicyConfig::Locality(
+            shale_config::LocalityConfig::parse(settings.as_object().expect("object"))
+                .expect("settings"),
+        );
+        let doc_mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+        let scratch = tempfile::tempdir().expect("scratch");
+        let indexer = Indexer {
+            doc_mapper: doc_mapper.clone(),
+            scratch_dir: scratch.path().to_path_buf(),
+            commit_timeout: Duration::from_secs(60),
+            max_num_partitions: 10,
+            writer_heap_bytes: 15_000_000,
+            writer_threads: 1,
+        };
+        // 1 000 documents over 20 minutes starting mid-bucket, in two batches' worth of
+        // records, with late documents of the first bucket at the end.
+        let start = 1_800_000_000 + 120;
+        let mut records: Vec<(u64, Record)> = (0..1000u64)
+            .map(|i| {
+                let doc = json!({"ts": start + (i as i64 * 1200) / 1000, "service": format!("s{}", i % 7)});
+                (i, Record::Raw(doc.to_string().into_bytes()))
+            })
+            .collect();
+        for i in 0..5u64 {
+            let late = json!({"ts": start + 1, "service": "late"});
+            let parsed = doc_mapper
+                .parse_doc(late.to_string().as_bytes())
+                .expect("parses");
+            records.push((1000 + i, Record::Parsed(parsed)));
+        }
+        let batch = indexer.new_batch().expect("batch");
+        let batch = indexer.add(batch, records).await.expect("added");
+        let finished = indexer.finish(batch).await.expect("finished");
+        assert_eq!(finished.last_position, 1004);
+        let mut by_bucket: Vec<(Option<i64>, u64)> = finished
+            .splits
+            .iter()
+            .map(|(_, split)| (split.time_bucket_start, split.num_docs))
+            .collect();
+        by_bucket.sort();
+        let first = start - start % 300;
+        let buckets: Vec<Option<i64>> = by_bucket.iter().map(|(b, _)| *b).collect();
+        assert_eq!(
+            buckets,
+            (0..5).map(|k| Some(first + 300 * k)).collect::<Vec<_>>(),
+            "{by_bucket:?}"
+        );
+        assert_eq!(by_bucket.iter().map(|(_, n)| n).sum::<u64>(), 1005);
+        for (_, split) in &finished.splits {
+            let bucket = split.time_bucket_start.expect("bucket");
+            let range = split.time_range.expect("time range");
+            assert!(
+                range.start >= bucket && range.end < bucket + 300,
+                "{range:?} in {bucket}"
+            );
+            assert!(split.sort_key_min <= split.sort_key_max);
+        }
     }
 }

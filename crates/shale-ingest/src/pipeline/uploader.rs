@@ -62,9 +62,9 @@ impl Uploader {
                     num_merge_ops: 0,
                     delete_opstamp: 0,
                     footer_offsets: split.footer_offsets,
-                    time_bucket_start: None,
-                    sort_key_min: None,
-                    sort_key_max: None,
+                    time_bucket_start: split.time_bucket_start,
+                    sort_key_min: split.sort_key_min,
+                    sort_key_max: split.sort_key_max,
                     key_level: 0,
                 };
                 (meta, split.path)

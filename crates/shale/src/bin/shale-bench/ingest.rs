@@ -186,7 +186,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let config = IndexConfig::parse(corpus::INDEX_YAML.as_bytes())?;
-    let mapper = shale_index::DocMapper::new(&config.doc_mapping, &config.search_settings)?;
+    let mapper = shale_index::DocMapper::for_index(&config)?;
 
     eprintln!("raw tantivy…");
     let lines = Arc::new(lines);

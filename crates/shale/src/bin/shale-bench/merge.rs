@@ -35,10 +35,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("generating {total} documents…");
     let lines = corpus::generate(total, 7);
     let config = IndexConfig::parse(corpus::INDEX_YAML.as_bytes())?;
-    let mapper = Arc::new(DocMapper::new(
-        &config.doc_mapping,
-        &config.search_settings,
-    )?);
+    let mapper = Arc::new(DocMapper::for_index(&config)?);
     let work = tempfile::tempdir()?;
 
     eprintln!("building {} input splits…", args.splits);
