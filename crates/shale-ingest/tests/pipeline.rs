@@ -90,6 +90,14 @@ async fn commit_timeout_cuts_splits_while_a_backlog_is_drained() {
         meta.checkpoint(INGEST_API_SOURCE_ID).position(&queue),
         Some(39_999)
     );
-    // the WAL was truncated up to the checkpoint
-    assert!(wal.read(&queue, 0, 10, 1 << 20).await.unwrap().is_empty());
+    // the WAL was truncated up to the checkpoint (the publisher truncates right after it
+    // reports the publish, so give it a moment)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !wal.read(&queue, 0, 10, 1 << 20).await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WAL was never truncated"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
