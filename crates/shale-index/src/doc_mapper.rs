@@ -66,8 +66,8 @@ struct SortKeySpec {
     field: Field,
     /// The sort fields, most significant first, with their types.
     sources: Vec<(Field, SortFieldType)>,
-    /// Width of a time bucket, in seconds.
-    bucket_secs: u64,
+    /// The policy's settings (time buckets).
+    locality: LocalityConfig,
 }
 
 /// Type of a declared field, as the parser needs it.
@@ -400,7 +400,7 @@ impl DocMapper {
                 Some(SortKeySpec {
                     field: builder.add_bytes_field(SORT_KEY_FIELD_NAME, FAST),
                     sources,
-                    bucket_secs: locality.time_bucket_secs,
+                    locality: locality.clone(),
                 })
             }
         };
@@ -639,9 +639,8 @@ impl DocMapper {
             Some(spec) => {
                 let key = self.sort_key_of(spec, &doc, timestamp_micros);
                 doc.add_bytes(spec.field, &key);
-                let width = spec.bucket_secs.max(1) as i64;
                 let bucket = timestamp_micros
-                    .map(|micros| micros.div_euclid(1_000_000).div_euclid(width) * width);
+                    .map(|micros| spec.locality.bucket_start(micros.div_euclid(1_000_000)));
                 (Some(key), bucket)
             }
         };

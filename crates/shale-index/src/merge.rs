@@ -75,12 +75,8 @@ pub fn merge_splits_to(
             Some(stats) => stats,
             None => stats_from_index(doc_mapper, input)?,
         };
-        if let Some(min) = stats.sort_key_min {
-            sort_key_min = Some(sort_key_min.map_or(min.clone(), |current| current.min(min)));
-        }
-        if let Some(max) = stats.sort_key_max {
-            sort_key_max = Some(sort_key_max.map_or(max.clone(), |current| current.max(max)));
-        }
+        sort_key_min = sort_key_min.into_iter().chain(stats.sort_key_min).min();
+        sort_key_max = sort_key_max.into_iter().chain(stats.sort_key_max).max();
         buckets.insert(stats.time_bucket_start);
         if let Some(range) = stats.time_range {
             time_range = Some(time_range.map_or(range, |current| current.union(&range)));

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeSet;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tantivy::directory::OwnedBytes;
 use tantivy::fastfield::{write_alive_bitset, AliveBitSet};
 use tantivy::indexer::merge_filtered_segments;
@@ -20,19 +22,6 @@ use tantivy::{
 
 /// A key range: from the lower bound (included) to the upper one (excluded); `None` is open.
 type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
-
-/// A small deterministic generator (no dependency).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
 
 fn sorted_settings() -> IndexSettings {
     IndexSettings {
@@ -52,21 +41,21 @@ fn schema() -> Schema {
 }
 
 /// A key like the locality sort key: a service, a host, then a timestamp.
-fn key(rng: &mut Rng) -> Vec<u8> {
-    let service = format!("svc-{:02}", rng.next() % 20);
-    let host = format!("host-{:03}", rng.next() % 200);
+fn key(rng: &mut StdRng) -> Vec<u8> {
+    let service = format!("svc-{:02}", rng.random::<u64>() % 20);
+    let host = format!("host-{:03}", rng.random::<u64>() % 200);
     let mut key = Vec::new();
     key.extend_from_slice(service.as_bytes());
     key.extend_from_slice(&[0, 1]);
     key.extend_from_slice(host.as_bytes());
     key.extend_from_slice(&[0, 1]);
-    key.extend_from_slice(&rng.next().to_be_bytes());
+    key.extend_from_slice(&rng.random::<u64>().to_be_bytes());
     key
 }
 
 /// An index of `docs` documents with random keys, added in random order, committed in
 /// several segments; returns it with every (key, id).
-fn sorted_index(rng: &mut Rng, first_id: u64, docs: u64) -> (Index, Vec<(Vec<u8>, u64)>) {
+fn sorted_index(rng: &mut StdRng, first_id: u64, docs: u64) -> (Index, Vec<(Vec<u8>, u64)>) {
     let schema = schema();
     let sk = schema.get_field("_sk").expect("_sk");
     let id = schema.get_field("id").expect("id");
@@ -122,7 +111,7 @@ fn assert_in_key_order(docs: &[(Vec<u8>, u64)]) {
 
 #[test]
 fn every_segment_of_a_sorted_index_is_in_key_order() {
-    let mut rng = Rng(1);
+    let mut rng = StdRng::seed_from_u64(1);
     let (index, all) = sorted_index(&mut rng, 0, 3000);
     let searcher = index.reader().expect("reader").searcher();
     assert!(searcher.segment_readers().len() >= 4, "several segments");
@@ -137,7 +126,7 @@ fn every_segment_of_a_sorted_index_is_in_key_order() {
 
 #[test]
 fn filtered_merges_cut_sorted_inputs_into_sorted_key_ranges() {
-    let mut rng = Rng(2);
+    let mut rng = StdRng::seed_from_u64(2);
     let (a, docs_a) = sorted_index(&mut rng, 0, 2500);
     let (b, docs_b) = sorted_index(&mut rng, 10_000, 1800);
     let segments: Vec<Segment> = [&a, &b]

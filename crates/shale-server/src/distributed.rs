@@ -122,23 +122,29 @@ fn leaf_error(err: LeafError) -> ApiError {
     }
 }
 
+/// Parses an internal request body; `what` names it in the 400.
+fn parse_request<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("invalid {what} request: {err}")))
+}
+
+/// A leaf's answer as the JSON body of an internal response.
+fn leaf_response<T: serde::Serialize>(
+    response: Result<T, LeafError>,
+) -> Result<Json<Value>, ApiError> {
+    let response = response.map_err(leaf_error)?;
+    Ok(Json(
+        serde_json::to_value(response).map_err(|err| ApiError::internal(err.to_string()))?,
+    ))
+}
+
 /// `POST /internal/v1/search/leaf`: searches splits for another node's search.
 pub async fn leaf_search(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request: LeafRequest = serde_json::from_slice(&body)
-        .map_err(|err| ApiError::bad_request(format!("invalid leaf request: {err}")))?;
-    let response = state
-        .node
-        .search
-        .leaf()
-        .search(request)
-        .await
-        .map_err(leaf_error)?;
-    Ok(Json(
-        serde_json::to_value(response).map_err(|err| ApiError::internal(err.to_string()))?,
-    ))
+    let request: LeafRequest = parse_request(&body, "leaf")?;
+    leaf_response(state.node.search.leaf().search(request).await)
 }
 
 /// `POST /internal/v1/search/docs`: fetches documents for another node's search.
@@ -146,16 +152,6 @@ pub async fn fetch_docs(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request: FetchDocsRequest = serde_json::from_slice(&body)
-        .map_err(|err| ApiError::bad_request(format!("invalid fetch request: {err}")))?;
-    let response = state
-        .node
-        .search
-        .leaf()
-        .fetch_docs(request)
-        .await
-        .map_err(leaf_error)?;
-    Ok(Json(
-        serde_json::to_value(response).map_err(|err| ApiError::internal(err.to_string()))?,
-    ))
+    let request: FetchDocsRequest = parse_request(&body, "fetch")?;
+    leaf_response(state.node.search.leaf().fetch_docs(request).await)
 }

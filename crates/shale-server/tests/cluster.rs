@@ -23,6 +23,20 @@ fn fast_cluster(dir: &std::path::Path, metastore_uri: &str, node_id: &str) -> No
     config
 }
 
+/// Nodes `a`, `b` and `c` on one metastore, once each sees the three live.
+async fn three_nodes(dir: &std::path::Path, metastore: &str) -> [TestNode; 3] {
+    let a = TestNode::start_with(fast_cluster(dir, metastore, "a")).await;
+    let b = TestNode::start_with(fast_cluster(dir, metastore, "b")).await;
+    let c = TestNode::start_with(fast_cluster(dir, metastore, "c")).await;
+    for node in [&a, &b, &c] {
+        wait_for("three live nodes", async || {
+            node_ids(&cluster_state(node).await, "live_nodes").len() == 3
+        })
+        .await;
+    }
+    [a, b, c]
+}
+
 async fn cluster_state(node: &TestNode) -> Value {
     let (status, body) = node.get("/api/v1/cluster").await;
     assert_eq!(status, 200, "{body}");
@@ -69,13 +83,7 @@ async fn a_single_node_is_a_cluster_of_one_and_leads_it() {
 async fn one_leader_at_a_time_and_a_takeover_when_it_leaves_or_dies() {
     let tmp = tempfile::tempdir().unwrap();
     let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
-    let a = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "a")).await;
-    let b = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "b")).await;
-    let c = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "c")).await;
-    wait_for("three live nodes", async || {
-        node_ids(&cluster_state(&b).await, "live_nodes").len() == 3
-    })
-    .await;
+    let [a, b, c] = three_nodes(tmp.path(), &metastore).await;
     let leaders = |nodes: [&TestNode; 3]| {
         nodes
             .iter()
@@ -238,13 +246,7 @@ async fn ingest_through_any_node_is_routed_to_the_shards() {
 async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
     let tmp = tempfile::tempdir().unwrap();
     let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
-    let a = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "a")).await;
-    let b = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "b")).await;
-    let c = TestNode::start_with(fast_cluster(tmp.path(), &metastore, "c")).await;
-    wait_for("three live nodes", async || {
-        node_ids(&cluster_state(&a).await, "live_nodes").len() == 3
-    })
-    .await;
+    let [a, b, c] = three_nodes(tmp.path(), &metastore).await;
     let no_merge = common::LOGS_INDEX.replace(
         "  commit_timeout_secs: 1\n",
         "  commit_timeout_secs: 1\n  merge_policy:\n    type: no_merge\n",

@@ -236,22 +236,8 @@ pub fn decode(
 mod tests {
     use super::*;
 
-    /// A small deterministic generator, so the test needs no dependency.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     const KINDS: [SortFieldType; 4] = [
         SortFieldType::Text,
@@ -260,27 +246,29 @@ mod tests {
         SortFieldType::U64,
     ];
 
-    fn random_value(rng: &mut Rng, kind: SortFieldType) -> SortValue {
-        if rng.below(8) == 0 {
+    fn random_value(rng: &mut StdRng, kind: SortFieldType) -> SortValue {
+        if rng.random_range(0..8) == 0 {
             return SortValue::Missing;
         }
         match kind {
             SortFieldType::Text => {
                 // Short strings over a tiny alphabet with 0x00 in it: prefixes and escapes
                 // collide often.
-                let len = rng.below(4) as usize;
+                let len = rng.random_range(0..4) as usize;
                 let alphabet = ["\0", "a", "b", "\u{7f}", "é"];
                 SortValue::Text(
                     (0..len)
-                        .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+                        .map(|_| alphabet[rng.random_range(0..alphabet.len() as u64) as usize])
                         .collect(),
                 )
             }
-            SortFieldType::I64 | SortFieldType::DateTime => {
-                SortValue::I64([i64::MIN, -2, -1, 0, 1, 2, i64::MAX][rng.below(7) as usize])
+            SortFieldType::I64 | SortFieldType::DateTime => SortValue::I64(
+                [i64::MIN, -2, -1, 0, 1, 2, i64::MAX][rng.random_range(0..7) as usize],
+            ),
+            SortFieldType::U64 => {
+                SortValue::U64([0, 1, 255, 256, u64::MAX][rng.random_range(0..5) as usize])
             }
-            SortFieldType::U64 => SortValue::U64([0, 1, 255, 256, u64::MAX][rng.below(5) as usize]),
-            SortFieldType::Bool => SortValue::Bool(rng.below(2) == 1),
+            SortFieldType::Bool => SortValue::Bool(rng.random_range(0..2) == 1),
         }
     }
 
@@ -316,15 +304,15 @@ mod tests {
 
     #[test]
     fn byte_order_is_key_order_and_keys_decode_back() {
-        let mut rng = Rng(7);
+        let mut rng = StdRng::seed_from_u64(7);
         let keys: Vec<(Vec<SortValue>, Option<i64>)> = (0..400)
             .map(|_| {
                 let values = KINDS.iter().map(|k| random_value(&mut rng, *k)).collect();
-                let ts = match rng.below(5) {
+                let ts = match rng.random_range(0..5) {
                     0 => None,
                     1 => Some(i64::MIN),
                     2 => Some(i64::MAX),
-                    _ => Some(rng.below(5) as i64 - 2),
+                    _ => Some(rng.random_range(0..5) as i64 - 2),
                 };
                 (values, ts)
             })

@@ -209,29 +209,21 @@ compaction:
 
     /// POSTs `body` to `path` of node `i`; returns the status and the JSON answer.
     pub async fn post(&self, i: usize, path: &str, body: String) -> (u16, Value) {
-        match self
+        let request = self
             .client
             .post(format!("{}{path}", self.base(i)))
-            .body(body)
-            .send()
-            .await
-        {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                (status, resp.json().await.unwrap_or(Value::Null))
-            }
-            Err(err) => (0, json!({ "message": err.to_string() })),
-        }
+            .body(body);
+        Self::answer(request).await
     }
 
     /// GETs `path` of node `i`.
     pub async fn get(&self, i: usize, path: &str) -> (u16, Value) {
-        match self
-            .client
-            .get(format!("{}{path}", self.base(i)))
-            .send()
-            .await
-        {
+        Self::answer(self.client.get(format!("{}{path}", self.base(i)))).await
+    }
+
+    /// Sends `request`: the status and the JSON answer (status 0 when it got no answer).
+    async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+        match request.send().await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 (status, resp.json().await.unwrap_or(Value::Null))
