@@ -485,8 +485,7 @@ fn merge_policy_is_typed_and_validated_at_parse_time() {
         "indexing_settings.merge_policy.max_merge_factor",
         "at least `merge_factor`",
     );
-    // `locality`: its settings are checked first (alone, then against the doc mapping), then
-    // the policy is refused for now.
+    // `locality`: its settings are checked alone, then against the doc mapping.
     assert_invalid(
         &format!("{base}    type: locality\n    sort_fields: [service]\n    time_bucket: 7m\n"),
         "indexing_settings.merge_policy.time_bucket",
@@ -504,9 +503,17 @@ fn merge_policy_is_typed_and_validated_at_parse_time() {
         "no field named `host`",
     );
     assert_invalid(
-        &format!("{logs}    type: locality\n    sort_fields: [service]\n"),
-        "indexing_settings.merge_policy.type",
-        "not available in this version yet",
+        &format!("{logs}    type: locality\n    sort_fields: [service]\n    time_bucket: 15m\n    target_split_num_docs: 0\n"),
+        "indexing_settings.merge_policy.target_split_num_docs",
+        "",
+    );
+    let accepted = IndexConfig::parse(
+        format!("{logs}    type: locality\n    sort_fields: [service]\n    time_bucket: 15m\n    max_merge_ops: 4\n").as_bytes(),
+    )
+    .expect("a valid locality config is accepted");
+    assert_eq!(
+        accepted.indexing_settings.merge_policy.type_name(),
+        "locality"
     );
     // JSON configs name the field the same way.
     let err = IndexConfig::parse(

@@ -142,16 +142,11 @@ impl IndexConfig {
             .validate()
             .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
         if let crate::MergePolicyConfig::Locality(locality) = &settings.merge_policy {
-            // Its settings are checked against the doc mapping first, so that a mistake is
-            // reported; the policy itself is not accepted yet.
+            // The sort fields must be fast fields of a supported type, and a timestamp field
+            // must exist (it makes the time buckets).
             locality
                 .sort_field_types(mapping)
                 .map_err(|err| invalid(err.field, err.message))?;
-            return Err(invalid(
-                "indexing_settings.merge_policy.type",
-                "`locality` compaction is not available in this version yet (key-range merges \
-                 and pruning are being built); use stable_log, limit_merge or no_merge",
-            ));
         }
         if let Some(retention) = &self.retention {
             retention.period_secs()?;

@@ -464,6 +464,16 @@ impl DocMapper {
         }
     }
 
+    /// The sort fields of a locality index (names and types), most significant first.
+    pub fn sort_fields(&self) -> Option<Vec<(String, SortFieldType)>> {
+        self.sort_key.as_ref().map(|spec| {
+            spec.sources
+                .iter()
+                .map(|(field, kind)| (self.schema.get_field_name(*field).to_string(), *kind))
+                .collect()
+        })
+    }
+
     /// The types of the sort fields of a locality index, most significant first.
     pub fn sort_field_types(&self) -> Option<Vec<SortFieldType>> {
         self.sort_key
@@ -478,9 +488,18 @@ impl DocMapper {
         spec: &SortKeySpec,
         doc: &TantivyDocument,
         micros: Option<i64>,
-    ) -> Vec<u8> {
+    ) -> Result<Vec<u8>, DocParsingError> {
         let mut key = Vec::with_capacity(32);
         for (field, kind) in &spec.sources {
+            // One value per sort field: a document sorts at one place, and a split's key range
+            // then bounds every value a query can match (pruning stays exact).
+            if doc.get_all(*field).nth(1).is_some() {
+                return Err(DocParsingError::InvalidValue {
+                    field: self.schema.get_field_name(*field).to_string(),
+                    message: "a sort field of a `locality` index takes one value, not an array"
+                        .to_string(),
+                });
+            }
             let value = doc.get_first(*field);
             let value = match (kind, value) {
                 (_, None) => SortValue::Missing,
@@ -505,7 +524,7 @@ impl DocMapper {
             sort_key::push_value(&mut key, *kind, &value);
         }
         sort_key::push_timestamp(&mut key, micros);
-        key
+        Ok(key)
     }
 
     /// The Tantivy schema.
@@ -637,7 +656,7 @@ impl DocMapper {
         let (sort_key, time_bucket_start) = match &self.sort_key {
             None => (None, None),
             Some(spec) => {
-                let key = self.sort_key_of(spec, &doc, timestamp_micros);
+                let key = self.sort_key_of(spec, &doc, timestamp_micros)?;
                 doc.add_bytes(spec.field, &key);
                 let bucket = timestamp_micros
                     .map(|micros| spec.locality.bucket_start(micros.div_euclid(1_000_000)));

@@ -28,6 +28,8 @@ pub mod bundle;
 mod date;
 mod doc_mapper;
 mod error;
+mod key_filter;
+mod locality_merge;
 mod merge;
 mod query;
 mod split;
@@ -37,6 +39,8 @@ pub use doc_mapper::{
     DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
 };
 pub use error::{DocParsingError, IndexError};
+pub use key_filter::KeyFilter;
+pub use locality_merge::{locality_merge_split_files, LocalityCut, LocalityOutput};
 pub use merge::{merge_split_files, merge_splits, merge_splits_to};
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
 pub use shale_config::OTHER_PARTITION_ID;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use shale_config::{IndexConfig, Mode};
+use shale_types::sort_key::SortKey;
 use shale_types::TimeRange;
 use tantivy::collector::{Count, TopDocs};
 use tantivy::query::Query;
@@ -982,4 +983,293 @@ fn other_indexes_have_no_sort_key() {
     assert!(mapper.sort_field_types().is_none());
     let parsed = parse(&mapper, test_doc(1)).unwrap();
     assert_eq!((parsed.sort_key, parsed.time_bucket_start), (None, None));
+}
+
+/// Builds a split of `bucket` with one document per `(service, host, ts, id)`.
+fn locality_split(
+    mapper: &Arc<DocMapper>,
+    dir: &std::path::Path,
+    name: &str,
+    docs: &[(String, String, i64, u64)],
+) -> crate::BuiltSplit {
+    // Small heap: several segments per split, as ingest makes them.
+    let mut builder = SplitBuilder::new(mapper.clone(), &dir.join(name), 15_000_000).unwrap();
+    for (service, host, ts, id) in docs {
+        let doc = json!({"ts": ts, "service": service, "host": host, "message": format!("id{id}")});
+        builder
+            .add(mapper.parse_doc(doc.to_string().as_bytes()).unwrap())
+            .unwrap();
+    }
+    builder.finish().unwrap()
+}
+
+/// `(service, host)` → document ids (from the stored message) of a split, and its rows.
+fn ids_of(path: &std::path::Path) -> Vec<u64> {
+    let index = open_split(path).unwrap();
+    let searcher = index.reader().unwrap().searcher();
+    let message = index.schema().get_field("message").unwrap();
+    let mut ids = Vec::new();
+    for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+        for doc in segment.doc_ids_alive() {
+            let stored: TantivyDocument = searcher
+                .doc(tantivy::DocAddress::new(ord as u32, doc))
+                .unwrap();
+            let text = stored
+                .get_first(message)
+                .and_then(|v| tantivy::schema::Value::as_str(&v).map(str::to_string));
+            ids.push(text.unwrap()[2..].parse().unwrap());
+        }
+    }
+    ids
+}
+
+#[test]
+fn a_locality_merge_cuts_sorted_outputs_at_key_boundaries_and_conserves_rows() {
+    use rand::{Rng, SeedableRng};
+    let config = locality_config();
+    let mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+    let kinds = mapper.sort_field_types().unwrap();
+    let bucket: i64 = 1_700_000_100;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    let mut next_id = 0u64;
+    let mut paths = Vec::new();
+    let mut all_ids = Vec::new();
+    for s in 0..4 {
+        let docs: Vec<(String, String, i64, u64)> = (0..1500)
+            .map(|_| {
+                next_id += 1;
+                let service = format!("svc-{:02}", rng.random_range(0..12));
+                let host = format!("host-{}", rng.random_range(0..7));
+                (service, host, bucket + rng.random_range(0..900), next_id)
+            })
+            .collect();
+        all_ids.extend(docs.iter().map(|d| d.3));
+        paths.push(locality_split(&mapper, dir.path(), &format!("in{s}"), &docs).path);
+    }
+    let cut = crate::LocalityCut {
+        target_num_docs: 1000,
+        target_bytes: None,
+        fixed_ranges: Vec::new(),
+    };
+    let outputs =
+        crate::locality_merge_split_files(&mapper, &paths, &dir.path().join("m"), &cut).unwrap();
+    assert!(
+        outputs.len() >= 5,
+        "6000 docs cut at ~1000: {}",
+        outputs.len()
+    );
+    let mut merged_ids = Vec::new();
+    let mut prefixes_seen: Vec<std::collections::BTreeSet<(String, String)>> = Vec::new();
+    for output in &outputs {
+        assert_eq!(output.key_level, 1);
+        assert_eq!(output.built.time_bucket_start, Some(bucket));
+        let ids = ids_of(&output.built.path);
+        assert_eq!(ids.len() as u64, output.built.num_docs);
+        merged_ids.extend(ids);
+        let rows = sorted_rows(&open_split(&output.built.path).unwrap());
+        assert_eq!(rows.len(), 1, "one segment per output");
+        let rows = &rows[0];
+        assert!(rows
+            .windows(2)
+            .all(|w| (&w[0].0, &w[0].1, w[1].2) <= (&w[1].0, &w[1].1, w[0].2)));
+        prefixes_seen.push(rows.iter().map(|r| (r.0.clone(), r.1.clone())).collect());
+        let decode = |key: &Option<SortKey>| {
+            shale_types::sort_key::decode(&kinds, &key.as_ref().unwrap().0).unwrap()
+        };
+        let text = |s: &str| shale_types::sort_key::SortValue::Text(s.to_string());
+        let (first, last) = (&rows[0], &rows[rows.len() - 1]);
+        assert_eq!(
+            decode(&output.built.sort_key_min).0,
+            [text(&first.0), text(&first.1)]
+        );
+        assert_eq!(
+            decode(&output.built.sort_key_max).0,
+            [text(&last.0), text(&last.1)]
+        );
+    }
+    // Ranges do not overlap, and no (service, host) is in two outputs.
+    for pair in outputs.windows(2) {
+        assert!(pair[0].built.sort_key_max < pair[1].built.sort_key_min);
+    }
+    let total: usize = prefixes_seen.iter().map(|p| p.len()).sum();
+    let union: std::collections::BTreeSet<_> = prefixes_seen.into_iter().flatten().collect();
+    assert_eq!(total, union.len(), "a prefix lives in one output");
+    merged_ids.sort_unstable();
+    all_ids.sort_unstable();
+    assert_eq!(merged_ids, all_ids, "every row exactly once");
+
+    // A fixed level-1 range (a split that is not an input): its keys go to a level-0 output
+    // and no level-1 output overlaps it.
+    let fixed_min = shale_types::sort_key::encode(
+        &kinds,
+        &[
+            shale_types::sort_key::SortValue::Text("svc-05".into()),
+            shale_types::sort_key::SortValue::Text("host-0".into()),
+        ],
+        Some(0),
+    );
+    let fixed_max = shale_types::sort_key::encode(
+        &kinds,
+        &[
+            shale_types::sort_key::SortValue::Text("svc-06".into()),
+            shale_types::sort_key::SortValue::Text("host-9".into()),
+        ],
+        Some(0),
+    );
+    let cut = crate::LocalityCut {
+        target_num_docs: 1000,
+        target_bytes: None,
+        fixed_ranges: vec![(SortKey(fixed_min.clone()), SortKey(fixed_max.clone()))],
+    };
+    let outputs =
+        crate::locality_merge_split_files(&mapper, &paths, &dir.path().join("f"), &cut).unwrap();
+    let mut level0 = 0;
+    let mut total_docs = 0;
+    for output in &outputs {
+        let (min, max) = (
+            output.built.sort_key_min.as_ref().unwrap(),
+            output.built.sort_key_max.as_ref().unwrap(),
+        );
+        total_docs += output.built.num_docs;
+        let overlaps = min.0 <= fixed_max && fixed_min <= max.0;
+        if output.key_level == 0 {
+            level0 += output.built.num_docs;
+            assert!(overlaps);
+        } else {
+            assert!(!overlaps, "a level-1 output overlaps the fixed range");
+        }
+    }
+    assert!(level0 > 0);
+    assert_eq!(total_docs, 6000);
+}
+
+/// A random query over the locality test index's fields.
+fn random_query(rng: &mut rand::rngs::StdRng, depth: u32) -> String {
+    use rand::Rng;
+    let service = |rng: &mut rand::rngs::StdRng| format!("svc-{}", rng.random_range(0..6));
+    let host = |rng: &mut rand::rngs::StdRng| format!("h-{}", rng.random_range(0..4));
+    if depth == 0 || rng.random_range(0..3) == 0 {
+        return match rng.random_range(0..11) {
+            0 | 1 => format!("service:{}", service(rng)),
+            2 => format!("host:{}", host(rng)),
+            3 => format!("service:IN [{} {}]", service(rng), service(rng)),
+            4 | 5 => {
+                // Bounds in order (an inverted range trips an overflow check inside Tantivy's
+                // fast-field range in debug builds).
+                let (a, b) = (service(rng), service(rng));
+                let (low, high) = if a <= b { (a, b) } else { (b, a) };
+                if rng.random_range(0..2) == 0 {
+                    format!("service:[{low} TO {high}]")
+                } else {
+                    format!("service:{{{low} TO {high}]")
+                }
+            }
+            6 => format!("host:[{} TO *]", host(rng)),
+            7 => format!("-service:{}", service(rng)),
+            8 => "service:svc*".to_string(),
+            9 => format!("message:m{}", rng.random_range(0..5)),
+            _ => format!("service:\"{}\"", service(rng)),
+        };
+    }
+    let a = random_query(rng, depth - 1);
+    let b = random_query(rng, depth - 1);
+    match rng.random_range(0..4) {
+        0 => format!("({a}) OR ({b})"),
+        1 => format!("{a} {b}"),
+        2 => format!("({a}) AND NOT ({b})"),
+        _ => format!("({a}) AND ({b})"),
+    }
+}
+
+#[test]
+fn key_filters_never_exclude_a_matching_document_and_prune_what_they_can() {
+    use rand::{Rng, SeedableRng};
+    use tantivy::collector::DocSetCollector;
+    let config = locality_config();
+    let mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+    let bucket: i64 = 1_700_000_100;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let docs: Vec<(String, String, i64, u64)> = (0..800)
+        .map(|i| {
+            let service = format!("svc-{}", rng.random_range(0..6));
+            let host = format!("h-{}", rng.random_range(0..4));
+            (service, host, bucket + rng.random_range(0..900), i % 5)
+        })
+        .collect();
+    let built = locality_split(&mapper, dir.path(), "s", &docs);
+    let index = open_split(&built.path).unwrap();
+    let searcher = index.reader().unwrap().searcher();
+    let mut constrained = 0;
+    for _ in 0..600 {
+        let query = random_query(&mut rng, 3);
+        let filter = mapper.sort_key_filter(&query);
+        let Some(filter) = filter else { continue };
+        constrained += 1;
+        let parsed = mapper
+            .parse_query(&query, Some(&["message".to_string()]))
+            .unwrap();
+        let matches = searcher.search(&parsed, &DocSetCollector).unwrap();
+        for address in matches {
+            let segment = searcher.segment_reader(address.segment_ord);
+            let column = segment
+                .fast_fields()
+                .bytes(SORT_KEY_FIELD_NAME)
+                .unwrap()
+                .unwrap();
+            let ord = column.ords().first(address.doc_id).unwrap();
+            let mut key = Vec::new();
+            column.ord_to_bytes(ord, &mut key).unwrap();
+            let key = SortKey(key);
+            assert!(
+                filter.may_match(&key, &key),
+                "`{query}` matches a document its key filter excludes"
+            );
+        }
+    }
+    assert!(
+        constrained > 150,
+        "most random queries constrain the key: {constrained}"
+    );
+
+    // What the filters prune, on splits holding one service each.
+    let kinds = mapper.sort_field_types().unwrap();
+    let key = |service: &str, host: &str| {
+        SortKey(shale_types::sort_key::encode(
+            &kinds,
+            &[
+                shale_types::sort_key::SortValue::Text(service.into()),
+                shale_types::sort_key::SortValue::Text(host.into()),
+            ],
+            Some(1),
+        ))
+    };
+    let split_of = |service: &str| (key(service, "a"), key(service, "z"));
+    let may_match = |query: &str, service: &str| {
+        let (min, max) = split_of(service);
+        mapper
+            .sort_key_filter(query)
+            .is_none_or(|filter| filter.may_match(&min, &max))
+    };
+    assert!(may_match("service:b", "b"));
+    assert!(!may_match("service:b", "c"));
+    assert!(!may_match("service:b AND host:x", "c"));
+    assert!(may_match("service:b AND host:x", "b"));
+    assert!(may_match("service:a OR service:c", "c"));
+    assert!(!may_match("service:a OR service:c", "b"));
+    assert!(!may_match("service:IN [a c]", "b"));
+    assert!(!may_match("service:[c TO e]", "b"));
+    assert!(may_match("service:[c TO e]", "d"));
+    assert!(!may_match("service:{c TO e}", "e"));
+    assert!(!may_match("(service:a OR service:b) AND message:x", "c"));
+    // Nothing to prune on: a negation, a non-leading field alone, a disjunction with one.
+    assert!(mapper.sort_key_filter("-service:b").is_none());
+    assert!(mapper.sort_key_filter("host:x").is_none());
+    assert!(mapper.sort_key_filter("service:a OR message:x").is_none());
+    assert!(mapper.sort_key_filter("service:a*").is_none());
+    // A leading field and the next one, combined into one prefix.
+    let (min, max) = (key("b", "x"), key("b", "x"));
+    let filter = mapper.sort_key_filter("host:y AND service:b").unwrap();
+    assert!(!filter.may_match(&min, &max));
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use shale_config::IndexConfig;
 use shale_types::{
-    CheckpointDelta, IndexUid, MergeScope, Split, SplitId, SplitMaturity, SplitMetadata,
+    CheckpointDelta, IndexUid, MergeKind, MergeScope, Split, SplitId, SplitMaturity, SplitMetadata,
     SplitState, TimeRange,
 };
 use tokio::sync::Barrier;
@@ -1333,12 +1333,19 @@ pub async fn create_merge_tasks_creates_tasks_and_skips_unavailable_splits(
         new_task(&uid, &["e", "marked"]),
         new_task(&uid, &["e", "missing"]),
         new_task(&uid, &["e", "foreign"]),
-        new_task(&uid, &["f", "e"]),
+        new_task(&uid, &["f", "e"]).with_kind(MergeKind::Locality),
     ];
     let created = metastore
         .create_merge_tasks(&uid, tasks, 3)
         .await
         .expect("create_merge_tasks");
+    // The merge kind round-trips.
+    assert_eq!(created[0].kind, MergeKind::Merge);
+    assert_eq!(created[2].kind, MergeKind::Locality);
+    assert_eq!(
+        stored_task(&metastore, &created[2].task_id).await.kind,
+        MergeKind::Locality
+    );
     assert_eq!(
         inputs(&created),
         [ids(&["b", "a"]), ids(&["c", "d"]), ids(&["f", "e"])]

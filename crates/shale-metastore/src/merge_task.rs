@@ -12,7 +12,7 @@
 //! Invariant: a split is an input of at most one *live* (`Pending` or `Running`) task.
 
 use serde::{Deserialize, Serialize};
-use shale_types::{IndexUid, MergeScope, SplitId};
+use shale_types::{IndexUid, MergeKind, MergeScope, SplitId};
 
 /// The state of a [`MergeTask`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -76,6 +76,9 @@ pub struct MergeTask {
     pub scope: MergeScope,
     /// The input splits, in the order the merge policy produced them.
     pub split_ids: Vec<SplitId>,
+    /// What the merge does with them.
+    #[serde(default)]
+    pub kind: MergeKind,
     /// Where the task is in its life cycle.
     pub state: MergeTaskState,
     /// The node holding the lease while `Running`; afterwards the node that last held it
@@ -114,12 +117,25 @@ pub struct NewMergeTask {
     pub scope: MergeScope,
     /// The input splits, in the policy's order; at least one, no duplicates.
     pub split_ids: Vec<SplitId>,
+    /// What the merge does with them.
+    #[serde(default)]
+    pub kind: MergeKind,
 }
 
 impl NewMergeTask {
-    /// A merge of `split_ids` in `scope`.
+    /// A (plain) merge of `split_ids` in `scope`.
     pub fn new(scope: MergeScope, split_ids: Vec<SplitId>) -> Self {
-        NewMergeTask { scope, split_ids }
+        NewMergeTask {
+            scope,
+            split_ids,
+            kind: MergeKind::Merge,
+        }
+    }
+
+    /// The same task, doing a merge of `kind`.
+    pub fn with_kind(mut self, kind: MergeKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 

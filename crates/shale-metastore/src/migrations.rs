@@ -30,6 +30,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "cluster",
         include_str!("../migrations/sqlite/0004_cluster.sql"),
     ),
+    (
+        5,
+        "merge kind",
+        include_str!("../migrations/sqlite/0005_merge_kind.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -53,6 +58,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         4,
         "cluster",
         include_str!("../migrations/postgres/0004_cluster.sql"),
+    ),
+    (
+        5,
+        "merge kind",
+        include_str!("../migrations/postgres/0005_merge_kind.sql"),
     ),
 ];
 

@@ -186,6 +186,9 @@ pub struct SearchService {
     nodes: RwLock<Arc<dyn SearchNodes>>,
     search_permits: Arc<Semaphore>,
     max_concurrent_searches: usize,
+    /// Whether splits are pruned by sort-key range (locality indexes); on unless turned off
+    /// to compare (results never depend on it, only the splits opened).
+    key_pruning: std::sync::atomic::AtomicBool,
 }
 
 impl SearchService {
@@ -208,6 +211,7 @@ impl SearchService {
             leaf,
             search_permits: Arc::new(Semaphore::new(max_concurrent_searches)),
             max_concurrent_searches,
+            key_pruning: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -320,7 +324,8 @@ impl SearchService {
             .into_iter()
             .map(|s: Split| s.split_metadata)
             .collect();
-        let (splits, pruned) = prune(candidates, &request, &doc_mapper);
+        let key_filter = self.key_filter(&request, &doc_mapper);
+        let (splits, pruned) = prune(candidates, &request, &doc_mapper, key_filter.as_ref());
         self.execute(
             &index,
             &request,
@@ -330,6 +335,24 @@ impl SearchService {
             started,
         )
         .await
+    }
+
+    /// Turns pruning by sort-key range on or off (it is on by default). Off, a search of a
+    /// locality index opens every split of its time range; its results are the same.
+    pub fn set_key_pruning(&self, on: bool) {
+        self.key_pruning
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn key_filter(
+        &self,
+        request: &SearchRequest,
+        doc_mapper: &DocMapper,
+    ) -> Option<shale_index::KeyFilter> {
+        if !self.key_pruning.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        doc_mapper.sort_key_filter(&request.query)
     }
 
     /// Runs `request` on `splits` (listed earlier by the caller, e.g. before a merge replaced
@@ -343,7 +366,8 @@ impl SearchService {
         let started = Instant::now();
         let _permit = self.admit()?;
         let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
-        let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper);
+        let key_filter = self.key_filter(&request, &doc_mapper);
+        let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, key_filter.as_ref());
         self.execute(
             &index,
             &request,
@@ -619,12 +643,14 @@ impl SearchService {
     }
 }
 
-/// Drops the splits that cannot match: time range outside the request's, or missing a tag
-/// term the query requires. Returns the kept splits and the number pruned.
+/// Drops the splits that cannot match: time range outside the request's, missing a tag
+/// term the query requires, or (locality indexes) a sort-key range outside `key_filter`.
+/// Returns the kept splits and the number pruned.
 fn prune(
     splits: Vec<SplitMetadata>,
     request: &SearchRequest,
     doc_mapper: &DocMapper,
+    key_filter: Option<&shale_index::KeyFilter>,
 ) -> (Vec<SplitMetadata>, usize) {
     let total = splits.len();
     let required_tags = doc_mapper
@@ -638,6 +664,12 @@ fn prune(
             })
         })
         .filter(|split| shale_index::split_may_match_tags(&split.tags, &required_tags))
+        .filter(
+            |split| match (key_filter, &split.sort_key_min, &split.sort_key_max) {
+                (Some(filter), Some(min), Some(max)) => filter.may_match(min, max),
+                _ => true,
+            },
+        )
         .collect();
     let pruned = total - kept.len();
     (kept, pruned)

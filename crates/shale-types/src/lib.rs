@@ -7,7 +7,9 @@ pub mod sort_key;
 mod split;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
-pub use split::{split_object_key, MergeScope, Split, SplitMaturity, SplitMetadata, SplitState};
+pub use split::{
+    split_object_key, MergeKind, MergeScope, Split, SplitMaturity, SplitMetadata, SplitState,
+};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -175,6 +175,35 @@ fn take_u64(bytes: &mut &[u8]) -> Result<u64, SortKeyError> {
     Ok(u64::from_be_bytes(buf))
 }
 
+/// The length of `key`'s sort-field part (everything before the timestamp component): two
+/// keys with the same prefix hold the same sort field values.
+pub fn prefix_len(kinds: &[SortFieldType], key: &[u8]) -> Result<usize, SortKeyError> {
+    let mut rest = key;
+    for kind in kinds {
+        let tag = take(&mut rest, 1)?[0];
+        if tag == MISSING {
+            continue;
+        }
+        if tag != PRESENT {
+            return Err(SortKeyError(format!("unknown tag {tag:#04x}")));
+        }
+        match kind {
+            SortFieldType::Text => loop {
+                if take(&mut rest, 1)?[0] == 0x00 && take(&mut rest, 1)?[0] == TEXT_END {
+                    break;
+                }
+            },
+            SortFieldType::U64 | SortFieldType::I64 | SortFieldType::DateTime => {
+                take(&mut rest, 8)?;
+            }
+            SortFieldType::Bool => {
+                take(&mut rest, 1)?;
+            }
+        }
+    }
+    Ok(key.len() - rest.len())
+}
+
 /// Decodes a key back into its sort field values and timestamp.
 pub fn decode(
     kinds: &[SortFieldType],
@@ -320,6 +349,10 @@ mod tests {
         let encoded: Vec<Vec<u8>> = keys.iter().map(|(v, t)| encode(&KINDS, v, *t)).collect();
         for (key, bytes) in keys.iter().zip(&encoded) {
             assert_eq!(&decode(&KINDS, bytes).expect("decodes"), key);
+            // The prefix is the encoding of the values alone.
+            let values_only = encode(&KINDS, &key.0, None);
+            let len = prefix_len(&KINDS, bytes).expect("prefix");
+            assert_eq!(&bytes[..len], &values_only[..values_only.len() - 1]);
         }
         for i in 0..keys.len() {
             for j in 0..keys.len() {

@@ -211,3 +211,40 @@ pub struct MergeScope {
     /// Schema version.
     pub doc_mapping_uid: DocMappingUid,
 }
+
+/// What a merge does with its inputs, decided by the merge policy when it plans it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeKind {
+    /// The inputs become one split (kept at the inputs' key level).
+    #[default]
+    Merge,
+    /// A locality merge: the inputs (one time bucket) are rewritten as level-1 splits of at
+    /// most the target size, cut at sort-key boundaries, whose key ranges do not overlap.
+    Locality,
+}
+
+impl MergeKind {
+    /// The kind's name, as stored and serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeKind::Merge => "merge",
+            MergeKind::Locality => "locality",
+        }
+    }
+
+    /// The kind named `name` (as produced by [`MergeKind::as_str`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        [MergeKind::Merge, MergeKind::Locality]
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for MergeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use shale_config::LocalityConfig;
-use shale_types::{SplitMaturity, SplitMetadata};
+use shale_types::{MergeKind, SplitMaturity, SplitMetadata};
 
 use super::MergePolicy;
 
@@ -152,6 +152,20 @@ impl MergePolicy for LocalityMergePolicy {
             }
         }
         operations
+    }
+
+    /// A merge in a closed bucket is a locality merge (level-1 outputs); a merge in an active
+    /// bucket is a size-tiered one (one level-0 output).
+    fn operation_kind(
+        &self,
+        splits: &[&SplitMetadata],
+        positions: &[usize],
+        now: i64,
+    ) -> MergeKind {
+        match positions.first() {
+            Some(&pos) if self.is_closed(splits[pos].time_bucket_start, now) => MergeKind::Locality,
+            _ => MergeKind::Merge,
+        }
     }
 
     fn split_maturity(&self, _num_docs: u64, num_merge_ops: u32) -> SplitMaturity {

@@ -27,7 +27,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use shale_types::{MergeScope, SplitId, SplitMaturity, SplitMetadata};
+use shale_types::{MergeKind, MergeScope, SplitId, SplitMaturity, SplitMetadata};
 
 pub use limit_merge::LimitMergePolicy;
 pub use locality::LocalityMergePolicy;
@@ -39,11 +39,15 @@ pub use shale_config::{
 };
 pub use stable_log::StableLogMergePolicy;
 
-/// One merge: the ids of the splits to merge into one, in the order the policy produced them.
+/// One merge: the ids of the splits to merge, in the order the policy produced them, and
+/// what the merge does with them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeOperation {
     /// Ids of the input splits (at least two).
     pub split_ids: Vec<SplitId>,
+    /// `merge` (one output) or `locality` (level-1 outputs cut at sort-key boundaries).
+    #[serde(default)]
+    pub kind: MergeKind,
 }
 
 /// The order in which a policy considers splits (see [`MergePolicy::planning_order`]).
@@ -84,11 +88,23 @@ pub trait MergePolicy: Send + Sync + fmt::Debug {
         None
     }
 
+    /// What the operation `positions` (one of [`merge_positions`](MergePolicy::merge_positions)'
+    /// results for the same `splits` and `now`) does: a plain merge unless the policy says so.
+    fn operation_kind(
+        &self,
+        _splits: &[&SplitMetadata],
+        _positions: &[usize],
+        _now: i64,
+    ) -> MergeKind {
+        MergeKind::Merge
+    }
+
     /// The operations for one merge scope's splits, each's ids in the policy's order,
     /// operations in the order the policy returns them.
     fn operations(&self, splits: &[SplitMetadata], now: i64) -> Vec<MergeOperation> {
         let refs: Vec<&SplitMetadata> = splits.iter().collect();
-        to_operations(&refs, self.merge_positions(&refs, now))
+        let positions = self.merge_positions(&refs, now);
+        with_kinds(self, &refs, positions, now)
     }
 
     /// [`finalize_positions`](MergePolicy::finalize_positions) as operations.
@@ -98,11 +114,28 @@ pub trait MergePolicy: Send + Sync + fmt::Debug {
     }
 }
 
-/// Turns positions into operations carrying split ids.
+/// Turns positions into (plain) operations carrying split ids.
 pub fn to_operations(splits: &[&SplitMetadata], positions: Vec<Vec<usize>>) -> Vec<MergeOperation> {
     positions
         .into_iter()
         .map(|op| MergeOperation {
+            split_ids: op.iter().map(|&pos| splits[pos].split_id.clone()).collect(),
+            kind: MergeKind::Merge,
+        })
+        .collect()
+}
+
+/// Turns positions into operations carrying split ids and the kind `policy` gives them.
+pub fn with_kinds<P: MergePolicy + ?Sized>(
+    policy: &P,
+    splits: &[&SplitMetadata],
+    positions: Vec<Vec<usize>>,
+    now: i64,
+) -> Vec<MergeOperation> {
+    positions
+        .into_iter()
+        .map(|op| MergeOperation {
+            kind: policy.operation_kind(splits, &op, now),
             split_ids: op.iter().map(|&pos| splits[pos].split_id.clone()).collect(),
         })
         .collect()
@@ -127,7 +160,8 @@ pub fn plan(
     scopes
         .into_iter()
         .filter_map(|(scope, members)| {
-            let operations = to_operations(&members, policy.merge_positions(&members, now));
+            let positions = policy.merge_positions(&members, now);
+            let operations = with_kinds(policy, &members, positions, now);
             (!operations.is_empty()).then_some((scope, operations))
         })
         .collect()

@@ -14,9 +14,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use shale_config::ScopeMode;
-use shale_metastore::{ListSplitsQuery, MergeTaskState, Metastore, NewMergeTask};
-use shale_types::{SplitMetadata, SplitState};
+use shale_config::{MergePolicyConfig, ScopeMode};
+use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTaskState, Metastore, NewMergeTask};
+use shale_types::{MergeKind, MergeScope, SplitMetadata, SplitState};
 use tracing::{debug, info};
 
 use super::{CompactionEnv, CompactionError};
@@ -71,27 +71,56 @@ pub async fn plan_round(
         let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
             .with_states(&[SplitState::Published]);
         query.immature_at = Some(now);
-        let candidates: Vec<SplitMetadata> = metastore
+        let listed: Vec<SplitMetadata> = metastore
             .list_splits(query)
             .await?
             .into_iter()
             .map(|split| split.split_metadata)
-            .filter(|split| !busy.contains(&split.split_id))
             // node_local: a node only merges its own splits (Quickwit's behaviour), so the
             // splits of a departed node are never merged again.
             .filter(|split| !node_local || live_nodes.contains(&split.node_id))
             .collect();
+        let locality = matches!(
+            index.index_config.indexing_settings.merge_policy,
+            MergePolicyConfig::Locality(_)
+        );
+        // Locality: the buckets (per scope) with a merge in flight get no other locality
+        // merge, which could cut level-1 ranges overlapping the running one's outputs.
+        let busy_buckets: HashSet<(MergeScope, Option<i64>)> = listed
+            .iter()
+            .filter(|split| locality && busy.contains(&split.split_id))
+            .map(|split| (split.merge_scope(node_local), split.time_bucket_start))
+            .collect();
+        let mut candidates: Vec<SplitMetadata> = listed
+            .into_iter()
+            .filter(|split| !busy.contains(&split.split_id))
+            .collect();
+        if locality {
+            let extra = bucket_neighbours(metastore, &index, &candidates, &busy, now).await?;
+            candidates.extend(
+                extra
+                    .into_iter()
+                    .filter(|split| !node_local || live_nodes.contains(&split.node_id)),
+            );
+        }
         if candidates.len() < 2 {
             continue;
         }
-        let tasks: Vec<NewMergeTask> = plan(&candidates, policy.as_ref(), node_local, now)
-            .into_iter()
-            .flat_map(|(scope, operations)| {
-                operations
-                    .into_iter()
-                    .map(move |op| NewMergeTask::new(scope.clone(), op.split_ids))
-            })
-            .collect();
+        let mut tasks: Vec<NewMergeTask> = Vec::new();
+        for (scope, operations) in plan(&candidates, policy.as_ref(), node_local, now) {
+            for op in operations {
+                if op.kind == MergeKind::Locality {
+                    let bucket = candidates
+                        .iter()
+                        .find(|split| Some(&split.split_id) == op.split_ids.first())
+                        .and_then(|split| split.time_bucket_start);
+                    if busy_buckets.contains(&(scope.clone(), bucket)) {
+                        continue;
+                    }
+                }
+                tasks.push(NewMergeTask::new(scope.clone(), op.split_ids).with_kind(op.kind));
+            }
+        }
         if tasks.is_empty() {
             continue;
         }
@@ -102,4 +131,47 @@ pub async fn plan_round(
         created += new_tasks.len();
     }
     Ok(created)
+}
+
+/// Locality: the Published splits of every ended bucket that holds a fresh (level-0)
+/// candidate, mature by time or not, that are not candidates already nor in a live task. Late
+/// data must meet its bucket's level-1 splits, however old they are; the usual listing only
+/// holds splits younger than their maturation period.
+async fn bucket_neighbours(
+    metastore: &Arc<dyn Metastore>,
+    index: &IndexMetadata,
+    candidates: &[SplitMetadata],
+    busy: &HashSet<String>,
+    now: i64,
+) -> Result<Vec<SplitMetadata>, CompactionError> {
+    let MergePolicyConfig::Locality(config) = &index.index_config.indexing_settings.merge_policy
+    else {
+        return Ok(Vec::new());
+    };
+    let bucket_secs = config.time_bucket_secs as i64;
+    let buckets: std::collections::BTreeSet<i64> = candidates
+        .iter()
+        .filter(|split| split.key_level == 0)
+        .filter_map(|split| split.time_bucket_start)
+        .filter(|start| start.saturating_add(bucket_secs) <= now)
+        .collect();
+    let known: HashSet<&str> = candidates.iter().map(|s| s.split_id.as_str()).collect();
+    let mut extra = Vec::new();
+    for bucket in buckets {
+        let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
+            .with_states(&[SplitState::Published]);
+        query.time_range_start = Some(bucket);
+        query.time_range_end = Some(bucket.saturating_add(bucket_secs));
+        for split in metastore.list_splits(query).await? {
+            let split = split.split_metadata;
+            if split.time_bucket_start == Some(bucket)
+                && split.key_level > 0
+                && !known.contains(split.split_id.as_str())
+                && !busy.contains(&split.split_id)
+            {
+                extra.push(split);
+            }
+        }
+    }
+    Ok(extra)
 }

@@ -5,11 +5,13 @@
 //!    incarnation;
 //! 2. **download**: the inputs, through the split cache (which pins them while merging), or
 //!    straight into scratch space when they would take more than half the cache;
-//! 3. **merge**: Tantivy merges them into one split bundle; its doc count is checked;
-//! 4. **upload**: the output is staged in the metastore and uploaded (durably);
-//! 5. **publish**: ONE metastore transaction publishes the output and marks the inputs
+//! 3. **merge**: Tantivy merges them into one split bundle — or, for a `locality` task, into
+//!    level-1 splits cut at sort-key boundaries (`shale_index::locality_merge_split_files`),
+//!    kept clear of the bucket's other level-1 splits; the doc count is checked;
+//! 4. **upload**: the outputs are staged in the metastore and uploaded (durably);
+//! 5. **publish**: ONE metastore transaction publishes the outputs and marks the inputs
 //!    MarkedForDeletion, only if every input is still Published and this node still owns the
-//!    task. If it refuses, the output is discarded once it can no longer be published: no
+//!    task. If it refuses, the outputs are discarded once they can no longer be published: no
 //!    document is ever lost or duplicated by a merge.
 //!
 //! The task's lease is renewed while the merge runs.
@@ -18,10 +20,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shale_index::{BuiltSplit, DocMapper};
+use shale_config::MergePolicyConfig;
+use shale_index::{BuiltSplit, DocMapper, LocalityCut};
 use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTask, MetastoreError};
 use shale_storage::{CachedSplit, StorageRef};
-use shale_types::{new_ulid, now_unix_secs, SplitMetadata, SplitState};
+use shale_types::sort_key::SortKey;
+use shale_types::{new_ulid, now_unix_secs, MergeKind, SplitMetadata, SplitState};
 use tracing::{info, warn};
 
 use super::metrics::{self, stage};
@@ -31,11 +35,11 @@ use crate::policy::index_merge_policy;
 /// What a successful merge produced.
 #[derive(Debug, Clone)]
 pub struct MergeOutcome {
-    /// The new split.
-    pub output: SplitMetadata,
+    /// The new splits (one for a plain merge, one or more for a locality merge).
+    pub outputs: Vec<SplitMetadata>,
     /// Bytes of the inputs.
     pub bytes_read: u64,
-    /// Bytes of the output.
+    /// Bytes of the outputs.
     pub bytes_written: u64,
     /// Wall time.
     pub elapsed: Duration,
@@ -65,9 +69,10 @@ pub async fn execute_merge(
             metrics::MERGE_BYTES_WRITTEN.inc_by(outcome.bytes_written);
             info!(
                 task_id = %task.task_id,
+                kind = %task.kind,
                 inputs = task.split_ids.len(),
-                output = %outcome.output.split_id,
-                num_docs = outcome.output.num_docs,
+                outputs = outcome.outputs.len(),
+                num_docs = outcome.outputs.iter().map(|s| s.num_docs).sum::<u64>(),
                 elapsed_ms = outcome.elapsed.as_millis() as u64,
                 "merge published"
             );
@@ -119,6 +124,14 @@ struct Prepared {
     inputs: Vec<SplitMetadata>,
     doc_mapper: DocMapper,
     storage: StorageRef,
+    /// For a locality merge: how to cut its outputs.
+    locality: Option<LocalityCut>,
+}
+
+/// One merged split, and the key level it is published at.
+struct MergedSplit {
+    built: BuiltSplit,
+    key_level: u8,
 }
 
 /// Downloaded inputs: cache pins, or files in the merge's own scratch directory.
@@ -166,6 +179,41 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
         return Err(inapplicable("fewer than two inputs".to_string()));
     }
     let config = &index.index_config;
+    let locality = match (task.kind, &config.indexing_settings.merge_policy) {
+        (MergeKind::Merge, _) => None,
+        (MergeKind::Locality, MergePolicyConfig::Locality(settings)) => {
+            let bucket = inputs[0].time_bucket_start;
+            if inputs.iter().any(|split| split.time_bucket_start != bucket) {
+                return Err(inapplicable(
+                    "the inputs of a locality merge are not of one time bucket".to_string(),
+                ));
+            }
+            // The bucket's other level-1 splits: no level-1 output may overlap them.
+            let fixed_ranges: Vec<(SortKey, SortKey)> = published
+                .values()
+                .filter(|split| {
+                    split.key_level > 0
+                        && split.time_bucket_start == bucket
+                        && split.source_id == inputs[0].source_id
+                        && split.doc_mapping_uid == inputs[0].doc_mapping_uid
+                        && !task.split_ids.contains(&split.split_id)
+                })
+                .filter_map(|split| {
+                    Some((split.sort_key_min.clone()?, split.sort_key_max.clone()?))
+                })
+                .collect();
+            Some(LocalityCut {
+                target_num_docs: settings.target_num_docs(),
+                target_bytes: settings.target_split_bytes,
+                fixed_ranges,
+            })
+        }
+        (MergeKind::Locality, _) => {
+            return Err(inapplicable(
+                "a locality merge of an index whose merge policy is not `locality`".to_string(),
+            ))
+        }
+    };
     let doc_mapper = DocMapper::for_index(config)?;
     let storage = env
         .storages
@@ -175,6 +223,7 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
         inputs,
         doc_mapper,
         storage,
+        locality,
     })
 }
 
@@ -220,28 +269,55 @@ async fn merge(
     downloaded: &Downloaded,
     scratch: &std::path::Path,
     task: &MergeTask,
-) -> Result<(Prepared, BuiltSplit), CompactionError> {
+) -> Result<(Prepared, Vec<MergedSplit>), CompactionError> {
     let paths = downloaded.paths.clone();
-    let output_dir = scratch.join("output");
+    let scratch = scratch.to_path_buf();
     let Prepared {
         index,
         inputs,
         doc_mapper,
         storage,
+        locality,
     } = prepared;
-    let (doc_mapper, built) = tokio::task::spawn_blocking(move || {
-        let built = shale_index::merge_split_files(&doc_mapper, &paths, &output_dir);
-        (doc_mapper, built)
+    // Plain merges keep the inputs' level (a size-tiered merge of fresh splits stays level 0).
+    let plain_level = inputs.iter().map(|s| s.key_level).min().unwrap_or(0);
+    let (doc_mapper, locality, merged) = tokio::task::spawn_blocking(move || {
+        let merged = match &locality {
+            Some(cut) => shale_index::locality_merge_split_files(
+                &doc_mapper,
+                &paths,
+                &scratch.join("outputs"),
+                cut,
+            )
+            .map(|outputs| {
+                outputs
+                    .into_iter()
+                    .map(|output| MergedSplit {
+                        built: output.built,
+                        key_level: output.key_level,
+                    })
+                    .collect::<Vec<_>>()
+            }),
+            None => shale_index::merge_split_files(&doc_mapper, &paths, &scratch.join("output"))
+                .map(|built| {
+                    vec![MergedSplit {
+                        built,
+                        key_level: plain_level,
+                    }]
+                }),
+        };
+        (doc_mapper, locality, merged)
     })
     .await?;
-    let built = built?;
+    let merged = merged?;
     let expected_docs: u64 = inputs.iter().map(|s| s.num_docs).sum();
-    if built.num_docs != expected_docs {
+    let produced: u64 = merged.iter().map(|m| m.built.num_docs).sum();
+    if produced != expected_docs || merged.is_empty() {
         return Err(CompactionError::Inapplicable {
             task_id: task.task_id.clone(),
             reason: format!(
-                "merge produced {} documents from inputs holding {expected_docs}",
-                built.num_docs
+                "merge produced {produced} documents in {} splits from inputs holding {expected_docs}",
+                merged.len()
             ),
         });
     }
@@ -251,13 +327,19 @@ async fn merge(
             inputs,
             doc_mapper,
             storage,
+            locality,
         },
-        built,
+        merged,
     ))
 }
 
-/// The output's metadata: scope of the inputs, maturity by the index's merge policy.
-fn output_metadata(env: &CompactionEnv, prepared: &Prepared, built: &BuiltSplit) -> SplitMetadata {
+/// An output's metadata: scope of the inputs, maturity by the index's merge policy.
+fn output_metadata(
+    env: &CompactionEnv,
+    prepared: &Prepared,
+    built: &BuiltSplit,
+    key_level: u8,
+) -> SplitMetadata {
     let first = &prepared.inputs[0];
     let num_merge_ops = prepared
         .inputs
@@ -292,42 +374,44 @@ fn output_metadata(env: &CompactionEnv, prepared: &Prepared, built: &BuiltSplit)
         time_bucket_start: built.time_bucket_start,
         sort_key_min: built.sort_key_min.clone(),
         sort_key_max: built.sort_key_max.clone(),
-        // The m → n locality merge (level 1) is not built yet: merged splits stay level 0.
-        key_level: 0,
+        key_level,
     }
 }
 
 async fn upload(
     env: &CompactionEnv,
     prepared: &Prepared,
-    output: &SplitMetadata,
-    built: &BuiltSplit,
+    outputs: &[SplitMetadata],
+    merged: &[MergedSplit],
 ) -> Result<(), CompactionError> {
     env.metastore
-        .stage_splits(&prepared.index.index_uid, vec![output.clone()])
+        .stage_splits(&prepared.index.index_uid, outputs.to_vec())
         .await?;
-    prepared
-        .storage
-        .put_file(&output.object_key(), &built.path)
-        .await?;
+    for (output, merged) in outputs.iter().zip(merged) {
+        prepared
+            .storage
+            .put_file(&output.object_key(), &merged.built.path)
+            .await?;
+    }
     Ok(())
 }
 
 async fn publish(
     env: &CompactionEnv,
     prepared: &Prepared,
-    output: &SplitMetadata,
+    outputs: &[SplitMetadata],
     task: &MergeTask,
 ) -> Result<(), CompactionError> {
     let index_uid = &prepared.index.index_uid;
     let replaced: Vec<String> = prepared.inputs.iter().map(|s| s.split_id.clone()).collect();
+    let output_ids: Vec<String> = outputs.iter().map(|s| s.split_id.clone()).collect();
     let published = env
         .metastore
         .publish_merge(
             index_uid,
             &task.task_id,
             &env.worker_id,
-            std::slice::from_ref(&output.split_id),
+            &output_ids,
             &replaced,
             now_unix_secs(),
         )
@@ -335,18 +419,19 @@ async fn publish(
     let Err(err) = published else {
         return Ok(());
     };
-    // Discard the output once it can no longer be published. If the publish did commit (an
-    // error after the commit), the output is Published and stays.
+    // Discard the outputs once they can no longer be published. If the publish did commit (an
+    // error after the commit), the outputs are Published and stay.
     let marked = env
         .metastore
-        .mark_staged_splits_for_deletion(index_uid, std::slice::from_ref(&output.split_id))
+        .mark_staged_splits_for_deletion(index_uid, &output_ids)
         .await;
-    if matches!(&marked, Ok(marked) if marked.contains(&output.split_id)) {
-        let _ = prepared.storage.delete(&output.object_key()).await;
-        let _ = env
-            .metastore
-            .delete_splits(index_uid, std::slice::from_ref(&output.split_id))
-            .await;
+    if let Ok(marked) = marked {
+        for output in outputs.iter().filter(|s| marked.contains(&s.split_id)) {
+            let _ = prepared.storage.delete(&output.object_key()).await;
+        }
+        if !marked.is_empty() {
+            let _ = env.metastore.delete_splits(index_uid, &marked).await;
+        }
     }
     Err(match err {
         MetastoreError::FailedPrecondition(reason) => CompactionError::Inapplicable {
@@ -371,17 +456,20 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     let downloaded = downloaded?;
     let (merged, merge_time) =
         stage("merge", merge(prepared, &downloaded, scratch.path(), task)).await;
-    let (prepared, built) = merged?;
+    let (prepared, merged) = merged?;
     let bytes_read = downloaded.bytes_read;
     drop(downloaded);
-    let output = output_metadata(env, &prepared, &built);
-    let (uploaded, upload_time) = stage("upload", upload(env, &prepared, &output, &built)).await;
+    let outputs: Vec<SplitMetadata> = merged
+        .iter()
+        .map(|m| output_metadata(env, &prepared, &m.built, m.key_level))
+        .collect();
+    let (uploaded, upload_time) = stage("upload", upload(env, &prepared, &outputs, &merged)).await;
     uploaded?;
-    let (published, publish_time) = stage("publish", publish(env, &prepared, &output, task)).await;
+    let (published, publish_time) = stage("publish", publish(env, &prepared, &outputs, task)).await;
     published?;
     Ok(MergeOutcome {
-        bytes_written: output.size_bytes,
-        output,
+        bytes_written: outputs.iter().map(|s| s.size_bytes).sum(),
+        outputs,
         bytes_read,
         elapsed: started.elapsed(),
         download: download_time,

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
-use shale_types::{IndexUid, MergeScope, SplitId, SplitState};
+use shale_types::{IndexUid, MergeKind, MergeScope, SplitId, SplitState};
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use super::{
@@ -26,7 +26,7 @@ use crate::{MergeTask, MergeTaskState, MetastoreError, MetastoreResult, NewMerge
 /// Columns selected to decode a [`MergeTask`].
 const TASK_COLUMNS: &str = "task_id, index_uid, scope_source_id, scope_partition_id, \
      scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, lease_expires_at, \
-     attempts, max_attempts, output_split_ids, error, create_timestamp, update_timestamp";
+     attempts, max_attempts, output_split_ids, error, create_timestamp, update_timestamp, merge_kind";
 
 /// The error recorded on tasks that a claim fails because their inputs changed.
 const INPUTS_NOT_PUBLISHED: &str = "inputs no longer published";
@@ -110,6 +110,7 @@ where
         let index_uid: String = row.try_get("index_uid")?;
         let split_ids: String = row.try_get("split_ids")?;
         let state: String = row.try_get("task_state")?;
+        let kind: String = row.try_get("merge_kind")?;
         let output_split_ids: String = row.try_get("output_split_ids")?;
         let output_split_ids: Vec<SplitId> =
             serde_json::from_str(&output_split_ids).map_err(serde_err)?;
@@ -129,6 +130,8 @@ where
             index_uid,
             scope,
             split_ids: serde_json::from_str(&split_ids).map_err(serde_err)?,
+            kind: MergeKind::parse(&kind)
+                .ok_or_else(|| serde_err(format!("unknown merge kind `{kind}`")))?,
             state: MergeTaskState::parse(&state)
                 .ok_or_else(|| serde_err(format!("unknown merge task state `{state}`")))?,
             lease_owner: row.try_get("lease_owner")?,
@@ -190,8 +193,8 @@ where
             "INSERT INTO merge_tasks (task_id, index_uid, scope_source_id, scope_partition_id, \
                  scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, \
                  lease_expires_at, attempts, max_attempts, output_split_ids, error, \
-                 create_timestamp, update_timestamp) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                 create_timestamp, update_timestamp, merge_kind) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         )
         .bind(task.task_id.clone())
         .bind(task.index_uid.to_string())
@@ -209,6 +212,7 @@ where
         .bind(task.error.clone())
         .bind(task.create_timestamp)
         .bind(task.update_timestamp)
+        .bind(task.kind.as_str().to_string())
         .execute(&mut *conn)
         .await?;
         // Three parameters per row: stay well below the parameter limits.
@@ -310,6 +314,7 @@ where
                     index_uid: index_uid.clone(),
                     scope: new_task.scope,
                     split_ids: new_task.split_ids,
+                    kind: new_task.kind,
                     state: MergeTaskState::Pending,
                     lease_owner: None,
                     lease_expires_at: None,

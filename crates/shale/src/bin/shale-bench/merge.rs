@@ -180,7 +180,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         shale_best = shale_best.min(elapsed);
         anyhow::ensure!(
-            outcome.output.num_docs as usize == total,
+            outcome.outputs.iter().map(|s| s.num_docs).sum::<u64>() as usize == total,
             "merge lost documents"
         );
         output_bytes = outcome.bytes_written;

@@ -1,0 +1,397 @@
+//! The locality merge: m sorted splits of one time bucket in, n sorted splits out, cut at
+//! sort-key boundaries so that the outputs' key ranges do not overlap.
+//!
+//! Every input segment is sorted by the hidden sort key (`_sk`: sort field values, then
+//! timestamp descending), so the documents of one sort-field *prefix* (one combination of
+//! sort field values) are contiguous in each segment. The merge
+//!
+//! 1. reads each segment's runs of equal prefix from its `_sk` column (no stored field read);
+//! 2. walks the prefixes of all inputs in key order and groups them into outputs of about the
+//!    target size, never splitting one prefix, and never letting a level-1 output reach into
+//!    a *fixed* range (the key range of a level-1 split of the bucket that is not an input):
+//!    prefixes inside a fixed range go to level-0 outputs of their own;
+//! 3. writes each output with one Tantivy `merge_filtered_segments` over the segments that
+//!    hold its documents, with an alive bitset selecting their doc-id ranges, into a target
+//!    sorted the same way.
+//!
+//! Rows are conserved: every live input document is in exactly one output.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use shale_types::sort_key::{self, SortKey};
+use shale_types::TimeRange;
+use tantivy::directory::{MmapDirectory, OwnedBytes};
+use tantivy::fastfield::{write_alive_bitset, AliveBitSet};
+use tantivy::indexer::merge_filtered_segments;
+use tantivy::{BitSet, Index, Segment, SegmentReader};
+
+use crate::bundle::open_split;
+use crate::doc_mapper::{DocMapper, SORT_KEY_FIELD_NAME};
+use crate::error::IndexError;
+use crate::split::{
+    bundle_index, commit_stats, split_stats, writer_for, SplitStats, TagCollector,
+    MIN_HEAP_BYTES_PER_THREAD, SPLIT_STATS_VERSION,
+};
+use crate::BuiltSplit;
+
+/// How to cut the outputs of a locality merge.
+#[derive(Clone, Debug)]
+pub struct LocalityCut {
+    /// An output is closed once it holds at least this many documents (at the next prefix).
+    pub target_num_docs: u64,
+    /// Or at least this many bytes, estimated from the inputs' bytes per document.
+    pub target_bytes: Option<u64>,
+    /// Key ranges (inclusive) of the bucket's level-1 splits that are not inputs: no level-1
+    /// output may overlap them.
+    pub fixed_ranges: Vec<(SortKey, SortKey)>,
+}
+
+/// One output of a locality merge.
+#[derive(Debug)]
+pub struct LocalityOutput {
+    /// The written split bundle.
+    pub built: BuiltSplit,
+    /// 1, or 0 for documents whose keys fall in a fixed range (they stay overlapping).
+    pub key_level: u8,
+}
+
+/// A run of documents of one prefix in one segment: doc ids `[start, end)`.
+struct Run {
+    segment: usize,
+    start: u32,
+    end: u32,
+    live_docs: u64,
+}
+
+/// One planned output: the prefixes `[first, last]` (inclusive) and its level.
+struct Group {
+    prefixes: Vec<Vec<u8>>,
+    key_level: u8,
+}
+
+/// Merges the split bundles at `bundle_paths` (one time bucket, sorted by the sort key) into
+/// level-1 splits cut by `cut`; bundles are written in `scratch_dir` as `out-{i}.split`.
+pub fn locality_merge_split_files(
+    doc_mapper: &DocMapper,
+    bundle_paths: &[PathBuf],
+    scratch_dir: &Path,
+    cut: &LocalityCut,
+) -> Result<Vec<LocalityOutput>, IndexError> {
+    let kinds = doc_mapper.sort_field_types().ok_or_else(|| {
+        IndexError::InvalidArgument("a locality merge needs an index with sort fields".to_string())
+    })?;
+    let inputs = bundle_paths
+        .iter()
+        .map(|path| open_split(path))
+        .collect::<Result<Vec<Index>, _>>()?;
+    for (i, input) in inputs.iter().enumerate() {
+        if &input.schema() != doc_mapper.schema() {
+            return Err(IndexError::InvalidArgument(format!(
+                "input split #{i} has a different schema than the doc mapping"
+            )));
+        }
+    }
+    // Inputs' stats: tags and uncompressed bytes (outputs get a share), the common bucket.
+    let mut tags = TagCollector::default();
+    let mut uncompressed_bytes = 0u64;
+    let mut buckets = BTreeSet::new();
+    let mut input_bytes = 0u64;
+    for (input, path) in inputs.iter().zip(bundle_paths) {
+        input_bytes += std::fs::metadata(path)
+            .map_err(|err| IndexError::io(path, err))?
+            .len();
+        let stats = split_stats(input)?.ok_or_else(|| {
+            IndexError::InvalidArgument(format!(
+                "split `{}` has no recorded stats: not a locality split",
+                path.display()
+            ))
+        })?;
+        buckets.insert(stats.time_bucket_start);
+        for tag in &stats.tags {
+            tags.insert(tag);
+        }
+        uncompressed_bytes += stats.uncompressed_docs_size_bytes;
+    }
+    if buckets.len() > 1 {
+        return Err(IndexError::InvalidArgument(format!(
+            "a locality merge takes splits of one time bucket, these have {}",
+            buckets.len()
+        )));
+    }
+    let time_bucket_start = buckets.into_iter().next().flatten();
+    let tags = tags.into_tags();
+
+    let segments: Vec<Segment> = inputs
+        .iter()
+        .map(|index| index.searchable_segments())
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    let readers = segments
+        .iter()
+        .map(SegmentReader::open)
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // 1. Runs of equal prefix, per segment; their doc counts per prefix.
+    let mut runs_by_prefix: BTreeMap<Vec<u8>, Vec<Run>> = BTreeMap::new();
+    for (segment, reader) in readers.iter().enumerate() {
+        for (prefix, run) in prefix_runs(reader, segment, &kinds)? {
+            runs_by_prefix.entry(prefix).or_default().push(run);
+        }
+    }
+    let total_docs: u64 = runs_by_prefix
+        .values()
+        .flatten()
+        .map(|run| run.live_docs)
+        .sum();
+
+    // 2. Group prefixes into outputs.
+    let mut target = cut.target_num_docs.max(1);
+    if let (Some(bytes), true) = (cut.target_bytes, total_docs > 0) {
+        let bytes_per_doc = (input_bytes / total_docs).max(1);
+        target = target.min((bytes / bytes_per_doc).max(1));
+    }
+    let fixed: Vec<(Vec<u8>, Vec<u8>)> = cut
+        .fixed_ranges
+        .iter()
+        .map(|(min, max)| Ok((prefix_of(&kinds, &min.0)?, prefix_of(&kinds, &max.0)?)))
+        .collect::<Result<_, IndexError>>()?;
+    let groups = group_prefixes(&runs_by_prefix, &fixed, target);
+
+    // 3. One filtered merge per output.
+    let mut outputs = Vec::with_capacity(groups.len());
+    for (i, group) in groups.into_iter().enumerate() {
+        let mut selected: BTreeMap<usize, BitSet> = BTreeMap::new();
+        let mut num_docs = 0u64;
+        for prefix in &group.prefixes {
+            for run in runs_by_prefix.get(prefix).into_iter().flatten() {
+                let reader = &readers[run.segment];
+                let bits = selected
+                    .entry(run.segment)
+                    .or_insert_with(|| BitSet::with_max_value(reader.max_doc()));
+                for doc in run.start..run.end {
+                    if reader.is_deleted(doc) {
+                        continue;
+                    }
+                    bits.insert(doc);
+                }
+                num_docs += run.live_docs;
+            }
+        }
+        let mut output_segments = Vec::with_capacity(selected.len());
+        let mut filters = Vec::with_capacity(selected.len());
+        for (segment, bits) in selected {
+            let mut bytes = Vec::new();
+            write_alive_bitset(&bits, &mut bytes)
+                .map_err(|err| IndexError::io(scratch_dir, err))?;
+            output_segments.push(segments[segment].clone());
+            filters.push(Some(AliveBitSet::open(OwnedBytes::new(bytes))));
+        }
+        let output_dir = scratch_dir.join(format!("out-{i}"));
+        std::fs::create_dir_all(&output_dir).map_err(|err| IndexError::io(&output_dir, err))?;
+        let directory = MmapDirectory::open(&output_dir)
+            .map_err(|err| IndexError::io(&output_dir, std::io::Error::other(err.to_string())))?;
+        let merged = merge_filtered_segments(
+            &output_segments,
+            doc_mapper.index_settings(),
+            filters,
+            directory,
+        )?;
+        let (sort_key_min, sort_key_max, time_range) = output_ranges(doc_mapper, &merged)?;
+        let stats = SplitStats {
+            version: SPLIT_STATS_VERSION,
+            num_docs,
+            time_range,
+            // The inputs' tags: a superset of the output's (pruning by tags stays correct).
+            tags: tags.clone(),
+            uncompressed_docs_size_bytes: share(uncompressed_bytes, num_docs, total_docs),
+            sort_key_min,
+            sort_key_max,
+            time_bucket_start,
+        };
+        let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
+        commit_stats(&mut writer, &stats)?;
+        writer.wait_merging_threads()?;
+        let bundle_path = scratch_dir.join(format!("out-{i}.split"));
+        let built = bundle_index(&merged, &output_dir, stats, &bundle_path)?;
+        outputs.push(LocalityOutput {
+            built,
+            key_level: group.key_level,
+        });
+    }
+    Ok(outputs)
+}
+
+/// `part` of `total` in proportion to `num / denom`.
+fn share(total: u64, num: u64, denom: u64) -> u64 {
+    if denom == 0 {
+        return 0;
+    }
+    ((u128::from(total) * u128::from(num)) / u128::from(denom)) as u64
+}
+
+fn prefix_of(kinds: &[sort_key::SortFieldType], key: &[u8]) -> Result<Vec<u8>, IndexError> {
+    let len = sort_key::prefix_len(kinds, key)
+        .map_err(|err| IndexError::InvalidArgument(err.to_string()))?;
+    Ok(key[..len].to_vec())
+}
+
+/// The runs of equal prefix of one segment, in doc-id order; errors if the segment is not
+/// sorted by its key (it was not written by a locality index).
+fn prefix_runs(
+    reader: &SegmentReader,
+    segment: usize,
+    kinds: &[sort_key::SortFieldType],
+) -> Result<Vec<(Vec<u8>, Run)>, IndexError> {
+    let column = reader
+        .fast_fields()
+        .bytes(SORT_KEY_FIELD_NAME)?
+        .ok_or_else(|| {
+            IndexError::InvalidArgument("a split of a locality index has no sort key".to_string())
+        })?;
+    let mut runs: Vec<(Vec<u8>, Run)> = Vec::new();
+    let mut last_ord: Option<u64> = None;
+    let mut key = Vec::new();
+    let mut prefix_len = 0;
+    for doc in 0..reader.max_doc() {
+        let ord = column.ords().first(doc);
+        // Documents without a key (none in a locality index) sort as the empty prefix.
+        if ord != last_ord || doc == 0 {
+            key.clear();
+            if let Some(ord) = ord {
+                column
+                    .ord_to_bytes(ord, &mut key)
+                    .map_err(|err| IndexError::io(Path::new(SORT_KEY_FIELD_NAME), err))?;
+            }
+            if ord.is_some() && last_ord.is_some() && ord < last_ord {
+                return Err(IndexError::InvalidArgument(
+                    "a split segment is not sorted by its sort key".to_string(),
+                ));
+            }
+            last_ord = ord;
+            prefix_len = if key.is_empty() {
+                0
+            } else {
+                sort_key::prefix_len(kinds, &key)
+                    .map_err(|err| IndexError::InvalidArgument(err.to_string()))?
+            };
+        }
+        let live = u64::from(!reader.is_deleted(doc));
+        match runs.last_mut() {
+            Some((prefix, run)) if prefix.as_slice() == &key[..prefix_len] => {
+                run.end = doc + 1;
+                run.live_docs += live;
+            }
+            _ => runs.push((
+                key[..prefix_len].to_vec(),
+                Run {
+                    segment,
+                    start: doc,
+                    end: doc + 1,
+                    live_docs: live,
+                },
+            )),
+        }
+    }
+    // A prefix appearing in two runs of one segment means the segment is not sorted.
+    let distinct: BTreeSet<&[u8]> = runs.iter().map(|(prefix, _)| prefix.as_slice()).collect();
+    if distinct.len() != runs.len() {
+        return Err(IndexError::InvalidArgument(
+            "a split segment is not sorted by its sort key".to_string(),
+        ));
+    }
+    Ok(runs)
+}
+
+/// Groups the prefixes (in key order) into outputs of about `target` documents; a prefix
+/// inside a fixed range goes to a level-0 group of that range.
+fn group_prefixes(
+    runs_by_prefix: &BTreeMap<Vec<u8>, Vec<Run>>,
+    fixed: &[(Vec<u8>, Vec<u8>)],
+    target: u64,
+) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    // (fixed range index or None, docs so far) of the open group.
+    let mut open: Option<(Option<usize>, u64)> = None;
+    for (prefix, runs) in runs_by_prefix {
+        let docs: u64 = runs.iter().map(|run| run.live_docs).sum();
+        if docs == 0 {
+            continue;
+        }
+        let class = fixed
+            .iter()
+            .position(|(min, max)| min.as_slice() <= prefix.as_slice() && prefix <= max);
+        let start_new = match open {
+            None => true,
+            Some((open_class, open_docs)) => open_class != class || open_docs >= target,
+        };
+        if start_new {
+            groups.push(Group {
+                prefixes: Vec::new(),
+                key_level: if class.is_some() { 0 } else { 1 },
+            });
+            open = Some((class, 0));
+        }
+        if let (Some(group), Some((_, open_docs))) = (groups.last_mut(), open.as_mut()) {
+            group.prefixes.push(prefix.clone());
+            *open_docs += docs;
+        }
+    }
+    groups
+}
+
+/// The min and max sort key of a merged (sorted, single-segment) index, and its time range.
+fn output_ranges(
+    doc_mapper: &DocMapper,
+    index: &Index,
+) -> Result<(Option<SortKey>, Option<SortKey>, Option<TimeRange>), IndexError> {
+    let reader = index.reader()?;
+    let searcher = reader.searcher();
+    let mut min: Option<Vec<u8>> = None;
+    let mut max: Option<Vec<u8>> = None;
+    let mut time_range: Option<TimeRange> = None;
+    for segment in searcher.segment_readers() {
+        if segment.num_docs() == 0 {
+            continue;
+        }
+        // Sorted: the first and last live documents hold the extreme keys.
+        if let Some(column) = segment.fast_fields().bytes(SORT_KEY_FIELD_NAME)? {
+            let mut alive = segment.doc_ids_alive();
+            let first = alive.next();
+            let last = alive.last().or(first);
+            for (doc, is_min) in first
+                .into_iter()
+                .map(|d| (d, true))
+                .chain(last.map(|d| (d, false)))
+            {
+                let Some(ord) = column.ords().first(doc) else {
+                    continue;
+                };
+                let mut key = Vec::new();
+                column
+                    .ord_to_bytes(ord, &mut key)
+                    .map_err(|err| IndexError::io(Path::new(SORT_KEY_FIELD_NAME), err))?;
+                if is_min {
+                    if min.as_ref().is_none_or(|min| key < *min) {
+                        min = Some(key);
+                    }
+                } else if max.as_ref().is_none_or(|max| key > *max) {
+                    max = Some(key);
+                }
+            }
+        }
+        if let Some(name) = doc_mapper.timestamp_field_name() {
+            let column = segment.fast_fields().date(name)?;
+            if column.values.num_vals() > 0 {
+                let range = TimeRange {
+                    start: column.min_value().into_timestamp_secs(),
+                    end: column.max_value().into_timestamp_secs(),
+                };
+                time_range = Some(time_range.map_or(range, |current| current.union(&range)));
+            }
+        }
+    }
+    Ok((min.map(SortKey), max.map(SortKey), time_range))
+}
