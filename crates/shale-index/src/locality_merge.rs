@@ -6,15 +6,17 @@
 //! sort field values) are contiguous in each segment. The merge
 //!
 //! 1. reads each segment's runs of equal prefix from its `_sk` column (no stored field read);
-//! 2. walks the prefixes of all inputs in key order and groups them into outputs of about the
-//!    target size, never splitting one prefix, and never letting a level-1 output reach into
+//! 2. walks the prefixes of all inputs in key order and packs them into outputs of at most
+//!    the target size, never splitting one prefix, and never letting a level-1 output reach into
 //!    a *fixed* range (the key range of a level-1 split of the bucket that is not an input):
 //!    prefixes inside a fixed range go to level-0 outputs of their own;
 //! 3. writes each output with one Tantivy `merge_filtered_segments` over the segments that
 //!    hold its documents, with an alive bitset selecting their doc-id ranges, into a target
 //!    sorted the same way.
 //!
-//! Rows are conserved: every live input document is in exactly one output.
+//! Rows are conserved: every live input document is in exactly one output. A level-1 output
+//! records its key range widened to whole prefixes (`[first prefix, last prefix ++ 0xFF]`):
+//! the range it owns, which any document with one of those sort field values falls in.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -38,7 +40,7 @@ use crate::BuiltSplit;
 /// How to cut the outputs of a locality merge.
 #[derive(Clone, Debug)]
 pub struct LocalityCut {
-    /// An output is closed once it holds at least this many documents (at the next prefix).
+    /// Most documents of an output (a single prefix with more documents is not split).
     pub target_num_docs: u64,
     /// Or at least this many bytes, estimated from the inputs' bytes per document.
     pub target_bytes: Option<u64>,
@@ -199,7 +201,16 @@ pub fn locality_merge_split_files(
             filters,
             directory,
         )?;
-        let (sort_key_min, sort_key_max, time_range) = output_ranges(doc_mapper, &merged)?;
+        let (mut sort_key_min, mut sort_key_max, time_range) = output_ranges(doc_mapper, &merged)?;
+        if group.key_level > 0 {
+            // A level-1 split owns whole prefixes: its range is widened to them (from the
+            // first prefix alone to just above the last), so that a fresh split holding one of
+            // its prefixes overlaps it, whatever the timestamps.
+            if let (Some(first), Some(last)) = (group.prefixes.first(), group.prefixes.last()) {
+                sort_key_min = Some(SortKey(first.clone()));
+                sort_key_max = Some(SortKey(sort_key::prefix_upper_bound(last)));
+            }
+        }
         let stats = SplitStats {
             version: SPLIT_STATS_VERSION,
             num_docs,
@@ -305,8 +316,8 @@ fn prefix_runs(
     Ok(runs)
 }
 
-/// Groups the prefixes (in key order) into outputs of about `target` documents; a prefix
-/// inside a fixed range goes to a level-0 group of that range.
+/// Groups the prefixes (in key order) into outputs of at most `target` documents (packed
+/// greedily); a prefix inside a fixed range goes to a level-0 group of that range.
 fn group_prefixes(
     runs_by_prefix: &BTreeMap<Vec<u8>, Vec<Run>>,
     fixed: &[(Vec<u8>, Vec<u8>)],
@@ -323,9 +334,12 @@ fn group_prefixes(
         let class = fixed
             .iter()
             .position(|(min, max)| min.as_slice() <= prefix.as_slice() && prefix <= max);
+        // An output never grows past the target, unless one prefix alone is bigger.
         let start_new = match open {
             None => true,
-            Some((open_class, open_docs)) => open_class != class || open_docs >= target,
+            Some((open_class, open_docs)) => {
+                open_class != class || (open_docs > 0 && open_docs.saturating_add(docs) > target)
+            }
         };
         if start_new {
             groups.push(Group {
@@ -342,11 +356,14 @@ fn group_prefixes(
     groups
 }
 
+/// An output's min and max sort key, and its time range.
+type OutputRanges = (Option<SortKey>, Option<SortKey>, Option<TimeRange>);
+
 /// The min and max sort key of a merged (sorted, single-segment) index, and its time range.
 fn output_ranges(
     doc_mapper: &DocMapper,
     index: &Index,
-) -> Result<(Option<SortKey>, Option<SortKey>, Option<TimeRange>), IndexError> {
+) -> Result<OutputRanges, IndexError> {
     let reader = index.reader()?;
     let searcher = reader.searcher();
     let mut min: Option<Vec<u8>> = None;

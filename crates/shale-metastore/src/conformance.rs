@@ -1985,26 +1985,42 @@ pub async fn publish_merge_publishes_the_output_and_completes_the_task(
 pub async fn publish_merge_after_another_node_reclaimed_fails_and_changes_nothing(
     metastore: Arc<dyn Metastore>,
 ) {
+    // A locality merge: several outputs per attempt.
     let uid = index_with_published(&metastore, "logs", &["a", "b"]).await;
-    create_tasks(&metastore, &uid, &[&["a", "b"]], 3).await;
+    let task = new_task(&uid, &["a", "b"]).with_kind(MergeKind::Locality);
+    metastore
+        .create_merge_tasks(&uid, vec![task], 3)
+        .await
+        .expect("create");
     let first = claimed(claim(&metastore, "node-1", T0, None).await);
     let second = claimed(claim(&metastore, "node-2", T0 + 60, None).await);
     assert_eq!(first.task_id, second.task_id);
-    stage(&metastore, &uid, &["out-1", "out-2"]).await;
+    assert_eq!(second.kind, MergeKind::Locality);
+    stage(
+        &metastore,
+        &uid,
+        &["out-1a", "out-1b", "out-2a", "out-2b", "out-2c"],
+    )
+    .await;
     let splits_before = splits_of(&metastore, &uid).await;
 
-    assert_failed_precondition(
-        metastore
-            .publish_merge(
-                &uid,
-                &first.task_id,
-                "node-1",
-                &ids(&["out-1"]),
-                &ids(&["a", "b"]),
-                T0 + 70,
-            )
-            .await,
-    );
+    let zombie_publish = |at: i64| {
+        let metastore = metastore.clone();
+        let (uid, task_id) = (uid.clone(), first.task_id.clone());
+        async move {
+            metastore
+                .publish_merge(
+                    &uid,
+                    &task_id,
+                    "node-1",
+                    &ids(&["out-1a", "out-1b"]),
+                    &ids(&["a", "b"]),
+                    at,
+                )
+                .await
+        }
+    };
+    assert_failed_precondition(zombie_publish(T0 + 70).await);
     assert_eq!(splits_of(&metastore, &uid).await, splits_before);
     assert_eq!(stored_task(&metastore, &first.task_id).await, second);
 
@@ -2013,21 +2029,28 @@ pub async fn publish_merge_after_another_node_reclaimed_fails_and_changes_nothin
             &uid,
             &second.task_id,
             "node-2",
-            &ids(&["out-2"]),
+            &ids(&["out-2a", "out-2b", "out-2c"]),
             &ids(&["a", "b"]),
             T0 + 80,
         )
         .await
         .expect("publish_merge by the new owner");
+    // The zombie never publishes, not even after the winner did.
+    assert_failed_precondition(zombie_publish(T0 + 90).await);
     assert_eq!(
         states(&metastore, &uid).await,
         [
             ("a".to_string(), SplitState::MarkedForDeletion),
             ("b".to_string(), SplitState::MarkedForDeletion),
-            ("out-1".to_string(), SplitState::Staged),
-            ("out-2".to_string(), SplitState::Published),
+            ("out-1a".to_string(), SplitState::Staged),
+            ("out-1b".to_string(), SplitState::Staged),
+            ("out-2a".to_string(), SplitState::Published),
+            ("out-2b".to_string(), SplitState::Published),
+            ("out-2c".to_string(), SplitState::Published),
         ]
     );
+    let done = stored_task(&metastore, &first.task_id).await;
+    assert_eq!(done.output_split_ids, ids(&["out-2a", "out-2b", "out-2c"]));
 }
 
 /// `publish_merge` requires the owner, the task's inputs still Published and Staged outputs;

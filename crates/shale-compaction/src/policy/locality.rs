@@ -9,7 +9,9 @@
 //!   for at most `max_merge_ops − 2` operations, keeping two for what follows.
 //! - In a *closed* bucket, every level-0 split with budget left merges with the level-1
 //!   splits (with budget left) inside the key envelope of those level-0 splits — one locality
-//!   merge whose outputs are level 1. Late data arriving later does the same.
+//!   merge whose outputs are level 1. Late data arriving later does the same, once its splits
+//!   stop arriving for `quiet_secs` (two commit timeouts and 5 s) or ten of them wait: a
+//!   locality merge rewrites the level-1 splits it overlaps, so late splits are batched.
 //! - Closed buckets are planned newest first, then active buckets newest first.
 //! - No split takes part in more than `max_merge_ops` merges: that is the only maturity; the
 //!   time-based maturation period only bounds what the planner reads.
@@ -31,6 +33,7 @@ const TIER_MAX_MERGE_FACTOR: usize = 12;
 pub struct LocalityMergePolicy {
     config: LocalityConfig,
     close_delay_secs: i64,
+    quiet_secs: i64,
 }
 
 impl LocalityMergePolicy {
@@ -41,9 +44,11 @@ impl LocalityMergePolicy {
             .unwrap_or(i64::MAX / 4)
             .saturating_mul(2)
             .saturating_add(60);
+        let commit = i64::try_from(commit_timeout_secs).unwrap_or(i64::MAX / 4);
         LocalityMergePolicy {
             config,
             close_delay_secs,
+            quiet_secs: commit.saturating_mul(2).saturating_add(5),
         }
     }
 
@@ -66,8 +71,13 @@ impl LocalityMergePolicy {
         }
     }
 
-    /// The locality merge of a closed bucket, if it has one.
-    fn locality_merge(&self, splits: &[&SplitMetadata], bucket: &[usize]) -> Option<Vec<usize>> {
+    /// The locality merge of a closed bucket, if it has one at `now`.
+    fn locality_merge(
+        &self,
+        splits: &[&SplitMetadata],
+        bucket: &[usize],
+        now: i64,
+    ) -> Option<Vec<usize>> {
         let keyed = |pos: &usize| {
             let split = splits[*pos];
             match (&split.sort_key_min, &split.sort_key_max) {
@@ -80,17 +90,41 @@ impl LocalityMergePolicy {
             .filter(|pos| splits[**pos].key_level == 0)
             .filter_map(keyed)
             .collect();
+        // Fresh splits still arriving (late data): wait until they stop or enough wait.
+        let newest = level0
+            .iter()
+            .map(|(pos, _, _)| splits[*pos].create_timestamp)
+            .max()?;
+        if level0.len() < TIER_MERGE_FACTOR && newest.saturating_add(self.quiet_secs) > now {
+            return None;
+        }
         let low = level0.iter().map(|(_, min, _)| *min).min()?;
         let high = level0.iter().map(|(_, _, max)| *max).max()?;
         let mut inputs: Vec<usize> = level0.iter().map(|(pos, _, _)| *pos).collect();
-        inputs.extend(
-            bucket
+        let level1: Vec<_> = bucket
+            .iter()
+            .filter(|pos| splits[**pos].key_level > 0)
+            .filter_map(keyed)
+            .collect();
+        let overlapping: Vec<usize> = level1
+            .iter()
+            .filter(|(_, min, max)| *min <= high && low <= *max)
+            .map(|(pos, _, _)| *pos)
+            .collect();
+        if overlapping.is_empty() && inputs.len() == 1 {
+            // A lone fresh split in a gap joins its nearest level-1 neighbour (below, else
+            // above) rather than staying level 0.
+            let below = level1
                 .iter()
-                .filter(|pos| splits[**pos].key_level > 0)
-                .filter_map(keyed)
-                .filter(|(_, min, max)| *min <= high && low <= *max)
-                .map(|(pos, _, _)| pos),
-        );
+                .filter(|(_, _, max)| *max < low)
+                .max_by_key(|(_, _, max)| *max);
+            let above = level1
+                .iter()
+                .filter(|(_, min, _)| *min > high)
+                .min_by_key(|(_, min, _)| *min);
+            inputs.extend(below.or(above).map(|(pos, _, _)| *pos));
+        }
+        inputs.extend(overlapping);
         if inputs.len() < 2 {
             return None;
         }
@@ -146,7 +180,7 @@ impl MergePolicy for LocalityMergePolicy {
         for (closed, bucket) in order {
             let members = &buckets[&bucket];
             if closed {
-                operations.extend(self.locality_merge(splits, members));
+                operations.extend(self.locality_merge(splits, members, now));
             } else {
                 operations.extend(self.tiered_merges(splits, members));
             }
@@ -208,6 +242,8 @@ mod tests {
         split.sort_key_max = Some(SortKey(vec![max]));
         split.key_level = level;
         split.num_merge_ops = ops;
+        // Made as the bucket ended.
+        split.create_timestamp = bucket + BUCKET;
         split
     }
 
@@ -235,9 +271,38 @@ mod tests {
         );
         // Without fresh splits a closed bucket is done.
         assert!(ids(&policy(), &splits[..4], LATER).is_empty());
-        // One fresh split alone in its bucket's gap: nothing to merge it with.
-        let lone = vec![keyed("l1", 0, 0, 9, 1, 1), keyed("fresh", 0, 50, 60, 0, 0)];
-        assert!(ids(&policy(), &lone, LATER).is_empty());
+        // One fresh split alone in its bucket's gap joins its nearest level-1 neighbour.
+        let lone = vec![
+            keyed("l1-low", 0, 0, 9, 1, 1),
+            keyed("l1-near", 0, 20, 29, 1, 1),
+            keyed("l1-high", 0, 70, 79, 1, 1),
+            keyed("fresh", 0, 50, 60, 0, 0),
+        ];
+        assert_eq!(ids(&policy(), &lone, LATER), [["l1-near", "fresh"]]);
+        // Alone in its bucket, it stays as it is (rewriting it would only relabel it).
+        assert!(ids(&policy(), &lone[3..], LATER).is_empty());
+        // Late splits still arriving wait (policy(): 2 s commits, so 9 s of quiet), unless
+        // ten of them wait already.
+        let mut late = splits.clone();
+        late[4].create_timestamp = LATER - 3;
+        assert!(ids(&policy(), &late, LATER).is_empty());
+        assert_eq!(ids(&policy(), &late, LATER + 9).len(), 1);
+        late.extend((0..8).map(|i| {
+            let mut split = keyed(&format!("late-{i}"), 0, 13, 13, 0, 0);
+            split.create_timestamp = LATER;
+            split
+        }));
+        assert_eq!(ids(&policy(), &late, LATER)[0].len(), 12);
+        // Merges of closed buckets are locality merges, of active ones plain merges.
+        let refs: Vec<&SplitMetadata> = lone.iter().collect();
+        assert_eq!(
+            policy().operation_kind(&refs, &[0, 3], LATER),
+            MergeKind::Locality
+        );
+        assert_eq!(
+            policy().operation_kind(&refs, &[0, 3], 10),
+            MergeKind::Merge
+        );
     }
 
     #[test]
