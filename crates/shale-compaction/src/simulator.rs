@@ -41,6 +41,7 @@ use shale_types::{IndexUid, MergeScope, SplitMaturity, SplitMetadata, TimeRange}
 
 use crate::policy::{MergePolicy, SplitOrder};
 
+pub mod locality;
 mod searchers;
 
 /// How far above the mean a simulated searcher may be loaded (as in the cluster).

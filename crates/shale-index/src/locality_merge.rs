@@ -324,16 +324,23 @@ fn group_prefixes(
     target: u64,
 ) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    // (fixed range index or None, docs so far) of the open group.
-    let mut open: Option<(Option<usize>, u64)> = None;
+    // ((fixed range the group is in, fixed ranges below it), docs so far) of the open group.
+    let mut open: Option<((Option<usize>, usize), u64)> = None;
     for (prefix, runs) in runs_by_prefix {
         let docs: u64 = runs.iter().map(|run| run.live_docs).sum();
         if docs == 0 {
             continue;
         }
-        let class = fixed
+        // Which fixed range the prefix is in, and how many lie wholly below it: an output
+        // never spans a fixed range, even one no input document falls in.
+        let inside = fixed
             .iter()
             .position(|(min, max)| min.as_slice() <= prefix.as_slice() && prefix <= max);
+        let below = fixed
+            .iter()
+            .filter(|(_, max)| max.as_slice() < prefix.as_slice())
+            .count();
+        let class = (inside, below);
         // An output never grows past the target, unless one prefix alone is bigger.
         let start_new = match open {
             None => true,
@@ -344,7 +351,7 @@ fn group_prefixes(
         if start_new {
             groups.push(Group {
                 prefixes: Vec::new(),
-                key_level: if class.is_some() { 0 } else { 1 },
+                key_level: if inside.is_some() { 0 } else { 1 },
             });
             open = Some((class, 0));
         }
@@ -360,10 +367,7 @@ fn group_prefixes(
 type OutputRanges = (Option<SortKey>, Option<SortKey>, Option<TimeRange>);
 
 /// The min and max sort key of a merged (sorted, single-segment) index, and its time range.
-fn output_ranges(
-    doc_mapper: &DocMapper,
-    index: &Index,
-) -> Result<OutputRanges, IndexError> {
+fn output_ranges(doc_mapper: &DocMapper, index: &Index) -> Result<OutputRanges, IndexError> {
     let reader = index.reader()?;
     let searcher = reader.searcher();
     let mut min: Option<Vec<u8>> = None;

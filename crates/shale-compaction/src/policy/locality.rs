@@ -4,14 +4,19 @@
 //! split metadata and the time; the merge worker cuts the outputs at key boundaries.
 //!
 //! - Splits merge only with splits of the same time bucket (`time_bucket_start`).
-//! - A bucket is *active* until `close_delay_secs` after its end. There, level-0 splits merge
+//! - A bucket is *active* until the event-time watermark (the newest document time of the
+//!   scope's splits, at most `now`) is `close_delay_secs` past its end — or the clock is and
+//!   the bucket got no split for `quiet_secs` (ingest stopped). There, level-0 splits merge
 //!   size-tiered (by number of merges: `merge_factor` to `max_merge_factor` splits of one tier),
 //!   for at most `max_merge_ops − 2` operations, keeping two for what follows.
 //! - In a *closed* bucket, every level-0 split with budget left merges with the level-1
 //!   splits (with budget left) inside the key envelope of those level-0 splits — one locality
-//!   merge whose outputs are level 1. Late data arriving later does the same, once its splits
-//!   stop arriving for `quiet_secs` (two commit timeouts and 5 s) or ten of them wait: a
-//!   locality merge rewrites the level-1 splits it overlaps, so late splits are batched.
+//!   merge whose outputs are level 1 — once the bucket's inflow has settled: no fresh split in
+//!   the last `quiet_secs` (two commit timeouts and 5 s), or fresh splits of that period weigh
+//!   at most a tenth of the level-0 documents *and* the level-0 documents weigh at least as
+//!   much as the level-1 documents they would rewrite. So a bucket closes into level 1 when
+//!   its on-time data stops, while a trickle of late data is batched (size-tiered meanwhile)
+//!   until it stops, instead of rewriting the level-1 splits for every late commit.
 //! - Closed buckets are planned newest first, then active buckets newest first.
 //! - No split takes part in more than `max_merge_ops` merges: that is the only maturity; the
 //!   time-based maturation period only bounds what the planner reads.
@@ -58,17 +63,45 @@ impl LocalityMergePolicy {
             .saturating_sub(split.num_merge_ops)
     }
 
-    fn is_closed(&self, bucket_start: Option<i64>, now: i64) -> bool {
-        match bucket_start {
+    /// The event-time watermark of a scope: the newest document time its splits hold, but
+    /// never past `now` (documents from the future do not close buckets). A bucket closes when
+    /// the watermark passes it, so that a backfill replayed in time order closes its buckets
+    /// as it goes, as live ingest does.
+    fn watermark(splits: &[&SplitMetadata], now: i64) -> i64 {
+        splits
+            .iter()
+            .filter_map(|split| split.time_range.map(|range| range.end))
+            .max()
+            .map_or(now, |end| end.min(now))
+    }
+
+    /// Whether the bucket of `members` is closed: the watermark passed its end by the close
+    /// delay, or the clock did and no split of it was made for `quiet_secs` (ingest stopped:
+    /// the watermark no longer moves).
+    fn is_closed(
+        &self,
+        splits: &[&SplitMetadata],
+        members: &[usize],
+        watermark: i64,
+        now: i64,
+    ) -> bool {
+        let Some(start) = members
+            .first()
+            .and_then(|pos| splits[*pos].time_bucket_start)
+        else {
             // Documents without a timestamp keep coming: their bucket never closes.
-            None => false,
-            Some(start) => {
-                start
-                    .saturating_add(self.config.time_bucket_secs as i64)
-                    .saturating_add(self.close_delay_secs)
-                    <= now
-            }
-        }
+            return false;
+        };
+        let closes_at = start
+            .saturating_add(self.config.time_bucket_secs as i64)
+            .saturating_add(self.close_delay_secs);
+        let quiet = members.iter().all(|pos| {
+            splits[*pos]
+                .create_timestamp
+                .saturating_add(self.quiet_secs)
+                <= now
+        });
+        closes_at <= watermark || (closes_at <= now && quiet)
     }
 
     /// The locality merge of a closed bucket, if it has one at `now`.
@@ -78,39 +111,64 @@ impl LocalityMergePolicy {
         bucket: &[usize],
         now: i64,
     ) -> Option<Vec<usize>> {
-        let keyed = |pos: &usize| {
+        let ranged = |pos: &usize| {
             let split = splits[*pos];
             match (&split.sort_key_min, &split.sort_key_max) {
-                (Some(min), Some(max)) if self.ops_left(split) > 0 => Some((*pos, min, max)),
+                (Some(min), Some(max)) => Some((*pos, min, max)),
                 _ => None,
             }
         };
-        let level0: Vec<_> = bucket
-            .iter()
-            .filter(|pos| splits[**pos].key_level == 0)
-            .filter_map(keyed)
-            .collect();
-        // Fresh splits still arriving (late data): wait until they stop or enough wait.
-        let newest = level0
-            .iter()
-            .map(|(pos, _, _)| splits[*pos].create_timestamp)
-            .max()?;
-        if level0.len() < TIER_MERGE_FACTOR && newest.saturating_add(self.quiet_secs) > now {
-            return None;
-        }
-        let low = level0.iter().map(|(_, min, _)| *min).min()?;
-        let high = level0.iter().map(|(_, _, max)| *max).max()?;
-        let mut inputs: Vec<usize> = level0.iter().map(|(pos, _, _)| *pos).collect();
         let level1: Vec<_> = bucket
             .iter()
             .filter(|pos| splits[**pos].key_level > 0)
-            .filter_map(keyed)
+            .filter_map(ranged)
             .collect();
+        // Level-1 splits out of budget stay as they are: fresh splits overlapping them can
+        // never join level 1 (they stay level 0, size-tiered).
+        let (level1, spent): (Vec<_>, Vec<_>) = level1
+            .into_iter()
+            .partition(|(pos, _, _)| self.ops_left(splits[*pos]) > 0);
+        let level0: Vec<_> = bucket
+            .iter()
+            .filter(|pos| splits[**pos].key_level == 0 && self.ops_left(splits[**pos]) > 0)
+            .filter_map(ranged)
+            .filter(|(_, min, max)| {
+                !spent
+                    .iter()
+                    .any(|(_, spent_min, spent_max)| *min <= *spent_max && *spent_min <= *max)
+            })
+            .collect();
+        let low = level0.iter().map(|(_, min, _)| *min).min()?;
+        let high = level0.iter().map(|(_, _, max)| *max).max()?;
+        let mut inputs: Vec<usize> = level0.iter().map(|(pos, _, _)| *pos).collect();
         let overlapping: Vec<usize> = level1
             .iter()
             .filter(|(_, min, max)| *min <= high && low <= *max)
             .map(|(pos, _, _)| *pos)
             .collect();
+        // When to merge. A bucket without level-1 splits yet has just closed: its level-0
+        // splits go to level 1 at once. Later (late data), only once the bucket's inflow
+        // stopped (no level-0 split made in the last `quiet_secs`), or when what arrived
+        // recently is at most a tenth of what waits and what waits weighs at least as much
+        // as the level-1 documents it would rewrite.
+        let has_level1 = bucket.iter().any(|pos| splits[*pos].key_level > 0);
+        let docs = |positions: &mut dyn Iterator<Item = usize>| -> u64 {
+            positions.map(|pos| splits[pos].num_docs).sum()
+        };
+        let level0_docs = docs(&mut level0.iter().map(|(pos, _, _)| *pos));
+        let recent_docs = docs(&mut level0.iter().map(|(pos, _, _)| *pos).filter(|pos| {
+            splits[*pos]
+                .create_timestamp
+                .saturating_add(self.quiet_secs)
+                > now
+        }));
+        let rewritten_docs = docs(&mut overlapping.iter().copied());
+        let settled = !has_level1
+            || recent_docs == 0
+            || (recent_docs.saturating_mul(10) <= level0_docs && level0_docs >= rewritten_docs);
+        if !settled {
+            return None;
+        }
         if overlapping.is_empty() && inputs.len() == 1 {
             // A lone fresh split in a gap joins its nearest level-1 neighbour (below, else
             // above) rather than staying level 0.
@@ -171,33 +229,47 @@ impl MergePolicy for LocalityMergePolicy {
                 .push(pos);
         }
         // Closed buckets newest first, then active ones newest first (no-timestamp last).
+        let watermark = Self::watermark(splits, now);
         let mut order: Vec<(bool, Option<i64>)> = buckets
-            .keys()
-            .map(|bucket| (self.is_closed(*bucket, now), *bucket))
+            .iter()
+            .map(|(bucket, members)| (self.is_closed(splits, members, watermark, now), *bucket))
             .collect();
         order.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
         let mut operations = Vec::new();
         for (closed, bucket) in order {
             let members = &buckets[&bucket];
-            if closed {
-                operations.extend(self.locality_merge(splits, members, now));
-            } else {
-                operations.extend(self.tiered_merges(splits, members));
+            match closed
+                .then(|| self.locality_merge(splits, members, now))
+                .flatten()
+            {
+                Some(locality) => operations.push(locality),
+                // Active buckets, and closed ones whose fresh splits still wait: size-tiered.
+                None => operations.extend(self.tiered_merges(splits, members)),
             }
         }
         operations
     }
 
-    /// A merge in a closed bucket is a locality merge (level-1 outputs); a merge in an active
-    /// bucket is a size-tiered one (one level-0 output).
+    /// The locality merge of a closed bucket is a locality merge (level-1 outputs); the
+    /// size-tiered merges of fresh splits are plain ones (one level-0 output).
     fn operation_kind(
         &self,
         splits: &[&SplitMetadata],
         positions: &[usize],
         now: i64,
     ) -> MergeKind {
-        match positions.first() {
-            Some(&pos) if self.is_closed(splits[pos].time_bucket_start, now) => MergeKind::Locality,
+        let Some(&first) = positions.first() else {
+            return MergeKind::Merge;
+        };
+        let bucket = splits[first].time_bucket_start;
+        let members: Vec<usize> = (0..splits.len())
+            .filter(|&pos| splits[pos].time_bucket_start == bucket)
+            .collect();
+        if !self.is_closed(splits, &members, Self::watermark(splits, now), now) {
+            return MergeKind::Merge;
+        }
+        match self.locality_merge(splits, &members, now) {
+            Some(locality) if locality == positions => MergeKind::Locality,
             _ => MergeKind::Merge,
         }
     }
@@ -281,22 +353,50 @@ mod tests {
         assert_eq!(ids(&policy(), &lone, LATER), [["l1-near", "fresh"]]);
         // Alone in its bucket, it stays as it is (rewriting it would only relabel it).
         assert!(ids(&policy(), &lone[3..], LATER).is_empty());
-        // Late splits still arriving wait (policy(): 2 s commits, so 9 s of quiet), unless
-        // ten of them wait already.
+        // Late splits still arriving wait (policy(): 2 s commits, so 9 s of quiet)...
         let mut late = splits.clone();
         late[4].create_timestamp = LATER - 3;
         assert!(ids(&policy(), &late, LATER).is_empty());
         assert_eq!(ids(&policy(), &late, LATER + 9).len(), 1);
+        // ... and when many pour in, they merge size-tiered among themselves meanwhile.
         late.extend((0..8).map(|i| {
             let mut split = keyed(&format!("late-{i}"), 0, 13, 13, 0, 0);
             split.create_timestamp = LATER;
             split
         }));
-        assert_eq!(ids(&policy(), &late, LATER)[0].len(), 12);
+        let operations = policy().operations(&late, LATER);
+        assert_eq!(operations.len(), 1);
+        assert_eq!(operations[0].split_ids.len(), 10);
+        assert_eq!(operations[0].kind, MergeKind::Merge, "{operations:?}");
+        // A bucket whose recent inflow is small next to what waits merges into level 1.
+        let mut settled: Vec<SplitMetadata> = (0..3)
+            .map(|i| {
+                let mut split = keyed(&format!("old-{i}"), 0, 0, 200, 0, 0);
+                split.num_docs = 50_000;
+                split
+            })
+            .collect();
+        let mut trickle = keyed("trickle", 0, 5, 6, 0, 0);
+        trickle.create_timestamp = LATER;
+        settled.push(trickle);
+        // Data of the current bucket moves the watermark past bucket 0, which closes although
+        // it still receives splits.
+        let current_bucket = LATER - LATER % BUCKET;
+        settled.push(keyed("current", current_bucket, 0, 1, 0, 0));
+        let operations = policy().operations(&settled, LATER);
+        assert_eq!(operations.len(), 1);
+        assert_eq!(operations[0].split_ids.len(), 4);
+        assert_eq!(operations[0].kind, MergeKind::Locality);
+        // But late data too small for the level-1 splits it would rewrite waits to stop.
+        let mut big_level1 = keyed("l1-big", 0, 0, 200, 1, 1);
+        big_level1.num_docs = 10_000_000;
+        settled.push(big_level1);
+        assert!(policy().operations(&settled, LATER).is_empty());
+        assert_eq!(policy().operations(&settled, LATER + 9).len(), 1);
         // Merges of closed buckets are locality merges, of active ones plain merges.
         let refs: Vec<&SplitMetadata> = lone.iter().collect();
         assert_eq!(
-            policy().operation_kind(&refs, &[0, 3], LATER),
+            policy().operation_kind(&refs, &[1, 3], LATER),
             MergeKind::Locality
         );
         assert_eq!(
