@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{Map, Value};
-use shale_compaction::policy::{build_policy, MergePolicy, MergePolicyConfig};
+use shale_compaction::policy::{build_policy, LocalityMergePolicy, MergePolicy, MergePolicyConfig};
+use shale_types::sort_key::SortKey;
 use shale_types::{IndexUid, SplitMaturity, SplitMetadata, TimeRange, INGEST_API_SOURCE_ID};
 
 /// Default `split_num_docs_target` when the policy file gives none.
@@ -35,7 +36,9 @@ pub struct PlanArgs {
     policy: Option<PathBuf>,
     /// Splits file: a JSON array of split objects (`split_id`, `num_docs`, `create_timestamp`,
     /// and optionally `time_range_start`, `time_range_end`, `num_merge_ops`, `maturity`,
-    /// `partition_id`, `node_id`, `source_id`, `doc_mapping_uid`, `size_bytes`).
+    /// `partition_id`, `node_id`, `source_id`, `doc_mapping_uid`, `size_bytes`; for the
+    /// `locality` policy `time_bucket_start`, `sort_key_min`/`sort_key_max` (hex) and
+    /// `key_level`).
     #[arg(long, required_unless_present = "index", conflicts_with = "index")]
     splits: Option<PathBuf>,
     /// Plan over the Published splits of this live index instead of a splits file.
@@ -176,7 +179,16 @@ fn policy_from_settings(
     let merge_policy = settings.get("merge_policy").unwrap_or(&Value::Null);
     let config = MergePolicyConfig::parse(merge_policy)
         .map_err(|err| format!("{prefix}{}: {}", err.field, err.message))?;
-    let policy = build_policy(&config, split_num_docs_target);
+    let policy = match (&config, settings.get("commit_timeout_secs")) {
+        // Locality buckets close a few commit timeouts after their end.
+        (MergePolicyConfig::Locality(locality), Some(value)) => {
+            let commit = value.as_u64().ok_or_else(|| {
+                format!("{prefix}commit_timeout_secs: expected an unsigned integer, got {value}")
+            })?;
+            Arc::new(LocalityMergePolicy::new(locality.clone(), commit)) as Arc<dyn MergePolicy>
+        }
+        _ => build_policy(&config, split_num_docs_target),
+    };
     Ok(LoadedPolicy {
         config,
         split_num_docs_target,
@@ -200,6 +212,10 @@ const SPLIT_FIELDS: &[&str] = &[
     "doc_mapping_uid",
     "size_bytes",
     "index_uid",
+    "time_bucket_start",
+    "sort_key_min",
+    "sort_key_max",
+    "key_level",
 ];
 
 /// Fields of the API's split objects that planning ignores (accepted in files too, so that
@@ -298,6 +314,23 @@ fn parse_split(
             .map_err(|err| format!("{at}.index_uid: {err}"))?,
     };
     let size_bytes = field.u64("size_bytes")?.unwrap_or(0);
+    let sort_key_min = field.sort_key("sort_key_min")?;
+    let sort_key_max = field.sort_key("sort_key_max")?;
+    if let (Some(min), Some(max)) = (&sort_key_min, &sort_key_max) {
+        if min > max {
+            return Err(format!("{at}.sort_key_max: below sort_key_min"));
+        }
+    }
+    if sort_key_min.is_some() != sort_key_max.is_some() {
+        return Err(format!(
+            "{at}: give both `sort_key_min` and `sort_key_max`, or neither"
+        ));
+    }
+    let key_level = match field.u64("key_level")? {
+        None => 0,
+        Some(level @ 0..=1) => level as u8,
+        Some(other) => return Err(format!("{at}.key_level: expected 0 or 1, got {other}")),
+    };
     Ok(SplitMetadata {
         split_id,
         index_uid,
@@ -317,10 +350,10 @@ fn parse_split(
         num_merge_ops,
         delete_opstamp: 0,
         footer_offsets: (0, 0),
-        time_bucket_start: None,
-        sort_key_min: None,
-        sort_key_max: None,
-        key_level: 0,
+        time_bucket_start: field.i64("time_bucket_start")?,
+        sort_key_min,
+        sort_key_max,
+        key_level,
     })
 }
 
@@ -358,6 +391,20 @@ impl Field<'_> {
                 value.as_i64().ok_or_else(|| {
                     format!(
                         "{}.{key}: expected an integer (Unix seconds), got {value}",
+                        self.at
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// A sort key, as the API shows it: lowercase hex.
+    fn sort_key(&self, key: &str) -> Result<Option<SortKey>, String> {
+        self.get(key)
+            .map(|value| {
+                serde_json::from_value::<SortKey>(value.clone()).map_err(|err| {
+                    format!(
+                        "{}.{key}: expected a hex sort key, got {value} ({err})",
                         self.at
                     )
                 })

@@ -478,3 +478,77 @@ fn plan_over_a_live_index() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("404"), "{}", stderr(&output));
 }
+
+#[test]
+fn plan_runs_the_locality_policy_on_keyed_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "policy.yaml",
+        "indexing_settings:\n  commit_timeout_secs: 2\n  merge_policy:\n    type: locality\n    sort_fields: [service]\n    time_bucket: 15m\n    max_merge_ops: 4\n",
+    );
+    let bucket: i64 = 1_699_999_200;
+    let split = |id: &str, min: &str, max: &str, level: u8| {
+        json!({
+            "split_id": id, "num_docs": 1000, "create_timestamp": bucket + 900,
+            "time_range_start": bucket, "time_range_end": bucket + 899,
+            "time_bucket_start": bucket, "sort_key_min": min, "sort_key_max": max,
+            "key_level": level, "num_merge_ops": level,
+        })
+    };
+    // Two level-1 splits and a fresh split overlapping only the second.
+    let input = json!([
+        split("l1-a", "0161", "0168ff", 1),
+        split("l1-b", "0170", "0178ff", 1),
+        split("fresh", "017201", "017501", 0),
+    ]);
+    write(dir.path(), "splits.json", &input.to_string());
+    let now = (bucket + 3600).to_string();
+    let args = [
+        "plan",
+        "--policy",
+        "policy.yaml",
+        "--splits",
+        "splits.json",
+        "--now",
+        &now,
+    ];
+    let output = shale(&args, dir.path());
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "{\"operations\":[{\"kind\":\"locality\",\"split_ids\":[\"l1-b\",\"fresh\"]}]}\n"
+    );
+    // While the bucket is written (the clock right after its end), nothing to do.
+    let early = (bucket + 901).to_string();
+    let args = [
+        "plan",
+        "--policy",
+        "policy.yaml",
+        "--splits",
+        "splits.json",
+        "--now",
+        &early,
+    ];
+    let output = shale(&args, dir.path());
+    assert_eq!(stdout(&output), "{\"operations\":[]}\n");
+    // A malformed key is named.
+    let bad = json!([split("x", "zz", "01", 0)]);
+    write(dir.path(), "bad.json", &bad.to_string());
+    let args = [
+        "plan",
+        "--policy",
+        "policy.yaml",
+        "--splits",
+        "bad.json",
+        "--now",
+        &now,
+    ];
+    let output = shale(&args, dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("splits[0].sort_key_min"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -78,3 +78,59 @@ fn simulate_reproduces_the_seed_example() {
         stderr(&output)
     );
 }
+
+#[test]
+fn simulate_models_keys_and_buckets_with_the_locality_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |late: &str, out: &str| {
+        let output = shale(
+            &[
+                "simulate",
+                "--policy",
+                "locality",
+                "--nodes",
+                "2",
+                "--ticks",
+                "400",
+                "--tick-secs",
+                "10",
+                "--docs-per-split",
+                "1000",
+                "--keys",
+                "5000",
+                "--key-skew",
+                "1.1",
+                "--late-fraction",
+                late,
+                "--out",
+                out,
+            ],
+            dir.path(),
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let summary: Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join(out).join("summary.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(summary["policy"], "locality");
+        summary
+    };
+    // Without late data every closed bucket ends as one split (its documents are far below
+    // the 5 M target), which a single-key query opens alone.
+    let on_time = run("0", "on-time");
+    assert_eq!(on_time["splits_per_closed_bucket"], 1.0);
+    assert_eq!(on_time["key_query_splits_per_bucket"], 1.0);
+    assert!(on_time["write_amplification"].as_f64().unwrap() <= 4.0);
+    assert!(on_time["max_merge_ops"].as_u64().unwrap() <= 4);
+    // With late data, buckets still receiving it hold size-tiered fresh splits too; no
+    // document goes through more than max_merge_ops merges.
+    let late = run("0.05", "late");
+    assert!(late["max_merge_ops"].as_u64().unwrap() <= 4);
+    assert!(
+        late["key_query_splits_per_bucket"].as_f64().unwrap()
+            <= late["splits_per_closed_bucket"].as_f64().unwrap()
+    );
+    let csv = std::fs::read_to_string(dir.path().join("late/series.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 401);
+    assert!(csv.starts_with("tick,timestamp,total_splits,level0_splits,"));
+}

@@ -6,7 +6,7 @@
 //! | `stable_log` (alias `default`) | [`StableLogMergePolicy`] | Quickwit's `StableLogMergePolicy`, exactly |
 //! | `limit_merge` | [`LimitMergePolicy`] | Quickwit's `ConstWriteAmplificationMergePolicy`: no byte rewritten more than `max_merge_ops` times |
 //! | `no_merge` | [`NoMergePolicy`] | never merges; every split is born mature |
-//! | `locality` (not accepted by index configs yet) | [`LocalityMergePolicy`] | per time bucket: size-tiered while the bucket is written, then merges into non-overlapping sort-key ranges |
+//! | `locality` | [`LocalityMergePolicy`] | per time bucket: size-tiered while the bucket is written, then merges into non-overlapping sort-key ranges |
 //!
 //! The config is Quickwit's (`indexing_settings.merge_policy` plus
 //! `indexing_settings.split_num_docs_target`), parsed by [`MergePolicyConfig::parse`] with
@@ -45,9 +45,14 @@ pub use stable_log::StableLogMergePolicy;
 pub struct MergeOperation {
     /// Ids of the input splits (at least two).
     pub split_ids: Vec<SplitId>,
-    /// `merge` (one output) or `locality` (level-1 outputs cut at sort-key boundaries).
-    #[serde(default)]
+    /// `merge` (one output) or `locality` (level-1 outputs cut at sort-key boundaries);
+    /// shown only for `locality`, so that other policies' plans read as Quickwit's.
+    #[serde(default, skip_serializing_if = "is_plain_merge")]
     pub kind: MergeKind,
+}
+
+fn is_plain_merge(kind: &MergeKind) -> bool {
+    *kind == MergeKind::Merge
 }
 
 /// The order in which a policy considers splits (see [`MergePolicy::planning_order`]).

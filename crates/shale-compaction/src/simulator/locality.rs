@@ -339,27 +339,6 @@ pub fn simulate_locality(
                     tick_merges += 1;
                     if kind == MergeKind::Locality {
                         locality_merges += 1;
-                        if std::env::var("SIMDEBUG").is_ok() {
-                            let desc: Vec<String> = inputs
-                                .iter()
-                                .map(|&i| {
-                                    format!(
-                                        "L{}o{}d{}c{}",
-                                        splits[i].meta.key_level,
-                                        splits[i].meta.num_merge_ops,
-                                        splits[i].meta.num_docs,
-                                        now - splits[i].meta.create_timestamp
-                                    )
-                                })
-                                .collect();
-                            eprintln!(
-                                "t={tick} bucket_age={} in={desc:?} out={:?}",
-                                now - splits[inputs[0]].meta.time_bucket_start.unwrap_or(0),
-                                made.iter()
-                                    .map(|s| (s.meta.key_level, s.meta.num_docs))
-                                    .collect::<Vec<_>>()
-                            );
-                        }
                     }
                     merge_bytes += made.iter().map(|s| s.meta.size_bytes).sum::<u64>();
                     max_ops =
