@@ -204,6 +204,27 @@ pub fn prefix_len(kinds: &[SortFieldType], key: &[u8]) -> Result<usize, SortKeyE
     Ok(key.len() - rest.len())
 }
 
+/// The sort field values of a key, or of a key bound that stops after them (a level-1
+/// split's widened range: a prefix, or a prefix followed by `0xFF`).
+pub fn decode_values(kinds: &[SortFieldType], key: &[u8]) -> Result<Vec<SortValue>, SortKeyError> {
+    let len = prefix_len(kinds, key)?;
+    let mut values_only = key[..len].to_vec();
+    values_only.push(MISSING);
+    decode(kinds, &values_only).map(|(values, _)| values)
+}
+
+impl std::fmt::Display for SortValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SortValue::Missing => f.write_str("-"),
+            SortValue::Text(text) => f.write_str(text),
+            SortValue::U64(n) => write!(f, "{n}"),
+            SortValue::I64(n) => write!(f, "{n}"),
+            SortValue::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// Decodes a key back into its sort field values and timestamp.
 pub fn decode(
     kinds: &[SortFieldType],
@@ -353,6 +374,9 @@ mod tests {
             let values_only = encode(&KINDS, &key.0, None);
             let len = prefix_len(&KINDS, bytes).expect("prefix");
             assert_eq!(&bytes[..len], &values_only[..values_only.len() - 1]);
+            assert_eq!(decode_values(&KINDS, bytes).expect("values"), key.0);
+            let widened = prefix_upper_bound(&bytes[..len]);
+            assert_eq!(decode_values(&KINDS, &widened).expect("values"), key.0);
         }
         for i in 0..keys.len() {
             for j in 0..keys.len() {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use shale_types::sort_key::{decode_values, SortFieldType, SortKey};
 
 #[derive(clap::Args, Clone)]
 pub struct Endpoint {
@@ -446,10 +447,28 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
         url.push_str(&format!("?split_states={states}"));
     }
     let response = call(client.get(url)).await?;
-    println!(
+    // Locality indexes: the bucket, key level and key range of each split, decoded with the
+    // sort field types of the index's config.
+    let splits: Vec<&Value> = response["splits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect();
+    let keyed = splits.iter().any(|split| split["sort_key_min"].is_string());
+    let kinds = if keyed {
+        let metadata = call(client.get(endpoint.url(&format!("/api/v1/indexes/{index}")))).await?;
+        sort_field_types(&metadata["index_config"])
+    } else {
+        None
+    };
+    print!(
         "{:<28} {:<18} {:>10} {:>10} {:>9} {:>6} {:<10} {:<21} {:<21}",
         "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "LEVEL", "MATURITY", "START", "END"
     );
+    if keyed {
+        print!(" {:<21} {:>9}  KEY RANGE", "BUCKET", "KEY LEVEL");
+    }
+    println!();
     for split in response["splits"].as_array().into_iter().flatten() {
         let ts = |v: &Value| {
             v.as_i64()
@@ -465,7 +484,7 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
             Some("immature") => "immature".to_string(),
             _ => "-".to_string(),
         };
-        println!(
+        print!(
             "{:<28} {:<18} {:>10} {:>10.2} {:>9} {:>6} {:<10} {:<21} {:<21}",
             split["split_id"].as_str().unwrap_or("?"),
             split["split_state"].as_str().unwrap_or("?"),
@@ -477,8 +496,46 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
             ts(&split["time_range"]["start"]),
             ts(&split["time_range"]["end"]),
         );
+        if keyed {
+            let key = |value: &Value| -> String {
+                let Some(hex) = value.as_str() else {
+                    return "-".to_string();
+                };
+                let decoded = serde_json::from_value::<SortKey>(Value::String(hex.to_string()))
+                    .ok()
+                    .zip(kinds.as_ref())
+                    .and_then(|(key, kinds)| decode_values(kinds, &key.0).ok());
+                match decoded {
+                    Some(values) => values
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                    None => hex.to_string(),
+                }
+            };
+            print!(
+                " {:<21} {:>9}  {} .. {}",
+                ts(&split["time_bucket_start"]),
+                split["key_level"].as_u64().unwrap_or(0),
+                key(&split["sort_key_min"]),
+                key(&split["sort_key_max"]),
+            );
+        }
+        println!();
     }
     Ok(())
+}
+
+/// The sort field types of a locality index's config (as the API returns it).
+fn sort_field_types(config: &Value) -> Option<Vec<SortFieldType>> {
+    let config = shale_config::IndexConfig::parse(config.to_string().as_bytes()).ok()?;
+    match &config.indexing_settings.merge_policy {
+        shale_config::MergePolicyConfig::Locality(locality) => {
+            locality.sort_field_types(&config.doc_mapping).ok()
+        }
+        _ => None,
+    }
 }
 
 pub async fn compaction(cmd: CompactionCommand) -> anyhow::Result<()> {

@@ -130,6 +130,47 @@ fn cli_round_trip() {
     ));
     assert!(out.contains("documents:        2500"), "{out}");
 
+    // A locality index: splits list shows each split's bucket, key level and key range.
+    let sorted = tmp.path().join("sorted.yaml");
+    std::fs::write(
+        &sorted,
+        "index_id: cli-sorted\ndoc_mapping:\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n    - {name: service, type: text, tokenizer: raw, fast: true}\n  timestamp_field: ts\nindexing_settings:\n  merge_policy: {type: locality, sort_fields: [service], time_bucket: 15m}\n",
+    )
+    .unwrap();
+    shale(
+        &[
+            "index",
+            "create",
+            "--index-config",
+            sorted.to_str().unwrap(),
+        ],
+        &endpoint,
+    );
+    let docs: String = ["web", "api", "db"]
+        .iter()
+        .map(|service| format!("{{\"ts\": 1700000000, \"service\": \"{service}\"}}\n"))
+        .collect();
+    let input = tmp.path().join("sorted.ndjson");
+    std::fs::write(&input, docs).unwrap();
+    let out = stdout(&shale(
+        &[
+            "ingest",
+            "--index",
+            "cli-sorted",
+            "--input",
+            input.to_str().unwrap(),
+        ],
+        &endpoint,
+    ));
+    assert!(out.contains("ingested 3 documents"), "{out}");
+    let out = stdout(&shale(
+        &["splits", "list", "--index", "cli-sorted"],
+        &endpoint,
+    ));
+    assert!(out.contains("BUCKET") && out.contains("KEY RANGE"), "{out}");
+    assert!(out.contains("2023-11-14T22:00:00Z"), "the bucket: {out}");
+    assert!(out.contains("api .. web"), "the key range: {out}");
+
     let bad = tmp.path().join("bad.yaml");
     std::fs::write(&bad, "index_id: x\ndoc_mapping: {}\n").unwrap();
     let out = shale(
