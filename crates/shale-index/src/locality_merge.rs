@@ -185,10 +185,16 @@ pub fn locality_merge_split_files(
         let mut output_segments = Vec::with_capacity(selected.len());
         let mut filters = Vec::with_capacity(selected.len());
         for (segment, bits) in selected {
+            output_segments.push(segments[segment].clone());
+            // A segment wholly in this output needs no filter (the merge then reads it as
+            // `merge_indices` would).
+            if bits.len() == readers[segment].num_docs() as usize {
+                filters.push(None);
+                continue;
+            }
             let mut bytes = Vec::new();
             write_alive_bitset(&bits, &mut bytes)
                 .map_err(|err| IndexError::io(scratch_dir, err))?;
-            output_segments.push(segments[segment].clone());
             filters.push(Some(AliveBitSet::open(OwnedBytes::new(bytes))));
         }
         let output_dir = scratch_dir.join(format!("out-{i}"));
@@ -262,49 +268,60 @@ fn prefix_runs(
         .ok_or_else(|| {
             IndexError::InvalidArgument("a split of a locality index has no sort key".to_string())
         })?;
+    // The dictionary, streamed once in ordinal order: the prefix of every ordinal (as an
+    // index into `prefixes`). Looking keys up one by one would cost a block decode each.
+    let mut prefixes: Vec<Vec<u8>> = Vec::new();
+    let mut prefix_of_ord: Vec<u32> = Vec::new();
+    let mut stream = column
+        .dictionary()
+        .stream()
+        .map_err(|err| IndexError::io(Path::new(SORT_KEY_FIELD_NAME), err))?;
+    while stream.advance() {
+        let key = stream.key();
+        let len = sort_key::prefix_len(kinds, key)
+            .map_err(|err| IndexError::InvalidArgument(err.to_string()))?;
+        if prefixes
+            .last()
+            .is_none_or(|last| last.as_slice() != &key[..len])
+        {
+            prefixes.push(key[..len].to_vec());
+        }
+        prefix_of_ord.push((prefixes.len() - 1) as u32);
+    }
     let mut runs: Vec<(Vec<u8>, Run)> = Vec::new();
     let mut last_ord: Option<u64> = None;
-    let mut key = Vec::new();
-    let mut prefix_len = 0;
+    let mut current: Option<u32> = None;
+    let ords = column.ords();
     for doc in 0..reader.max_doc() {
-        let ord = column.ords().first(doc);
-        // Documents without a key (none in a locality index) sort as the empty prefix.
-        if ord != last_ord || doc == 0 {
-            key.clear();
-            if let Some(ord) = ord {
-                column
-                    .ord_to_bytes(ord, &mut key)
-                    .map_err(|err| IndexError::io(Path::new(SORT_KEY_FIELD_NAME), err))?;
-            }
-            if ord.is_some() && last_ord.is_some() && ord < last_ord {
-                return Err(IndexError::InvalidArgument(
-                    "a split segment is not sorted by its sort key".to_string(),
-                ));
-            }
-            last_ord = ord;
-            prefix_len = if key.is_empty() {
-                0
-            } else {
-                sort_key::prefix_len(kinds, &key)
-                    .map_err(|err| IndexError::InvalidArgument(err.to_string()))?
-            };
+        let ord = ords.first(doc);
+        if ord.is_some() && last_ord.is_some() && ord < last_ord {
+            return Err(IndexError::InvalidArgument(
+                "a split segment is not sorted by its sort key".to_string(),
+            ));
         }
+        last_ord = ord;
+        // Documents without a key (none in a locality index) sort as the empty prefix.
+        let prefix = ord.and_then(|ord| prefix_of_ord.get(ord as usize).copied());
         let live = u64::from(!reader.is_deleted(doc));
         match runs.last_mut() {
-            Some((prefix, run)) if prefix.as_slice() == &key[..prefix_len] => {
+            Some((_, run)) if doc > 0 && prefix == current => {
                 run.end = doc + 1;
                 run.live_docs += live;
             }
-            _ => runs.push((
-                key[..prefix_len].to_vec(),
-                Run {
-                    segment,
-                    start: doc,
-                    end: doc + 1,
-                    live_docs: live,
-                },
-            )),
+            _ => {
+                let bytes = prefix.map_or_else(Vec::new, |p| prefixes[p as usize].clone());
+                runs.push((
+                    bytes,
+                    Run {
+                        segment,
+                        start: doc,
+                        end: doc + 1,
+                        live_docs: live,
+                    },
+                ));
+            }
         }
+        current = prefix;
     }
     // A prefix appearing in two runs of one segment means the segment is not sorted.
     let distinct: BTreeSet<&[u8]> = runs.iter().map(|(prefix, _)| prefix.as_slice()).collect();

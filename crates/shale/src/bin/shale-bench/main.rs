@@ -9,11 +9,15 @@
 //!   split count and write amplification, search before and after compaction.
 //! - `shale-bench cluster`: three `shale run` processes vs one on the same corpus: ingest
 //!   throughput, a query over ≥ 50 splits through one root, placement balance, cache hits.
+//! - `shale-bench locality`: `stable_log` vs `locality` compaction on the same replayed corpus:
+//!   splits opened and latency of single-key queries, split count, bytes, write
+//!   amplification, locality merge throughput vs raw Tantivy `merge_indices`.
 
 mod cluster;
 mod compaction;
 mod corpus;
 mod ingest;
+mod locality;
 mod merge;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +38,8 @@ enum Command {
     Compaction(compaction::Args),
     /// Three nodes vs one: ingest, distributed search, placement, cache affinity.
     Cluster(cluster::Args),
+    /// stable_log vs locality compaction: splits opened by single-key queries, and more.
+    Locality(locality::Args),
 }
 
 #[tokio::main]
@@ -50,5 +56,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Merge(args) => merge::run(args).await,
         Command::Compaction(args) => compaction::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
+        Command::Locality(args) => locality::run(args).await,
     }
 }
