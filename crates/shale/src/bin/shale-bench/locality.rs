@@ -148,6 +148,9 @@ struct Run {
     unpruned: BTreeMap<&'static str, f64>,
     /// Locality only: (inputs docs, locality merge secs, raw merge_indices secs).
     merge: Option<(u64, f64, f64)>,
+    /// Median ms of the root's metastore reads per search (index metadata, split listing of
+    /// the time range, split count), done alone.
+    metastore_ms: f64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -333,6 +336,42 @@ async fn run_policy(
 
     eprintln!("[{policy}] measuring queries…");
     let (queries, hits) = measure_queries(&node, requests, args.iterations).await?;
+    // Where a search's time goes: the metastore reads the root does before opening a split.
+    let mut samples = Vec::new();
+    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
+    for (_, request) in requests.iter().take(20) {
+        let started = Instant::now();
+        node.metastore.index_metadata("bench-logs").await?;
+        let t1 = started.elapsed().as_secs_f64() * 1000.0;
+        let mut listing = ListSplitsQuery::for_index(index.index_uid.clone())
+            .with_states(&[SplitState::Published]);
+        listing.time_range_start = request.start_timestamp;
+        listing.time_range_end = request.end_timestamp;
+        node.metastore.list_splits(listing).await?;
+        let t2 = started.elapsed().as_secs_f64() * 1000.0;
+        node.metastore
+            .count_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published]),
+            )
+            .await?;
+        let t3 = started.elapsed().as_secs_f64() * 1000.0;
+        parts[0].push(t1);
+        parts[1].push(t2 - t1);
+        parts[2].push(t3 - t2);
+        samples.push(t3);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    for part in &mut parts {
+        part.sort_by(|a, b| a.total_cmp(b));
+    }
+    eprintln!(
+        "[{policy}] root metastore reads, median ms: index metadata {:.2}, list splits {:.2}, count splits {:.2}",
+        percentile(&parts[0], 0.5),
+        percentile(&parts[1], 0.5),
+        percentile(&parts[2], 0.5)
+    );
+    let metastore_ms = percentile(&samples, 0.5);
     let mut unpruned = BTreeMap::new();
     let mut merge = None;
     if policy == "locality" {
@@ -382,6 +421,7 @@ async fn run_policy(
             queries,
             unpruned,
             merge,
+            metastore_ms,
         },
         hits,
     ))
@@ -515,6 +555,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         2,
     );
     row("merges", stable.merges as f64, sorted.merges as f64, 0);
+    row(
+        "root metastore reads per search, ms",
+        stable.metastore_ms,
+        sorted.metastore_ms,
+        2,
+    );
     println!(
         "ingest {:.1} s / {:.1} s; compaction settled {:.1} s / {:.1} s after the replay began",
         stable.ingest_secs, sorted.ingest_secs, stable.settle_secs, sorted.settle_secs
