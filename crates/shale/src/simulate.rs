@@ -137,10 +137,7 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
             .unwrap_or(args.departures_per_day),
         query_every: args.query_every,
     };
-    config.validate().map_err(|err| {
-        let simulator::SimulationError::Invalid { field, message } = err;
-        InputError(format!("--{}: {message}", field.replace('_', "-")))
-    })?;
+    config.validate().map_err(flag_error)?;
     let started = Instant::now();
     let report = simulator::simulate(&config, loaded.policy.as_ref())
         .map_err(|err| InputError(err.to_string()))?;
@@ -171,6 +168,12 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         plot_path.display()
     );
     Ok(())
+}
+
+/// An invalid simulation setting, named by its command-line flag.
+fn flag_error(err: simulator::SimulationError) -> InputError {
+    let simulator::SimulationError::Invalid { field, message } = err;
+    InputError(format!("--{}: {message}", field.replace('_', "-")))
 }
 
 /// A policy file, or the name of a policy type (its defaults; `locality` on one key field).
@@ -221,10 +224,7 @@ fn simulate_locality(
         start_timestamp: args.start,
     };
     let started = Instant::now();
-    let report = simulate_locality_run(&config, policy).map_err(|err| {
-        let simulator::SimulationError::Invalid { field, message } = err;
-        InputError(format!("--{}: {message}", field.replace('_', "-")))
-    })?;
+    let report = simulate_locality_run(&config, policy).map_err(flag_error)?;
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;

@@ -14,7 +14,9 @@ use shale_metastore::{ListSplitsQuery, MergeTaskState};
 use shale_types::SplitState;
 
 use crate::corpus;
-use crate::ingest::{ndjson_batches, percentile, spawn_ingest_clients, start_node};
+use crate::ingest::{
+    live_merge_tasks, ndjson_batches, percentile, spawn_ingest_clients, start_node,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -144,15 +146,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Wait until compaction settles: no pending or running task for 5 s.
     let mut quiet_since = None;
     loop {
-        let live = node
-            .metastore
-            .list_merge_tasks(
-                Some(&index.index_uid),
-                &[MergeTaskState::Pending, MergeTaskState::Running],
-                None,
-            )
-            .await?
-            .len();
+        let live = live_merge_tasks(&node, &index.index_uid).await?;
         let n = published(node.clone()).await;
         max_published = max_published.max(n);
         series.push((started.elapsed().as_secs_f64(), n));

@@ -173,6 +173,48 @@ pub fn spawn_ingest_clients(
         .collect()
 }
 
+/// Sends every batch through `clients` concurrent clients (paced as
+/// [`spawn_ingest_clients`]), then `last_batch` with `commit=force`.
+pub async fn ingest_all(
+    client: &reqwest::Client,
+    base: &str,
+    batches: Vec<String>,
+    last_batch: String,
+    clients: usize,
+    pace: Option<(Instant, f64, f64)>,
+) -> anyhow::Result<()> {
+    let tasks = spawn_ingest_clients(client, base, Arc::new(batches), clients, pace);
+    for task in tasks {
+        task.await??;
+    }
+    let resp = client
+        .post(format!("{base}/api/v1/bench-logs/ingest?commit=force"))
+        .body(last_batch)
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    Ok(())
+}
+
+/// Live (pending or running) merge tasks of an index.
+pub async fn live_merge_tasks(
+    node: &shale_server::Node,
+    index_uid: &shale_types::IndexUid,
+) -> anyhow::Result<usize> {
+    Ok(node
+        .metastore
+        .list_merge_tasks(
+            Some(index_uid),
+            &[
+                shale_metastore::MergeTaskState::Pending,
+                shale_metastore::MergeTaskState::Running,
+            ],
+            None,
+        )
+        .await?
+        .len())
+}
+
 /// Runs the ingest benchmark.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("generating {} documents…", args.docs);
@@ -214,16 +256,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let (batches, last_batch) = ndjson_batches(&lines, args.batch_bytes);
     let started = Instant::now();
-    let tasks = spawn_ingest_clients(&client, &base, Arc::new(batches), args.clients, None);
-    for task in tasks {
-        task.await??;
-    }
-    let resp = client
-        .post(format!("{base}/api/v1/bench-logs/ingest?commit=force"))
-        .body(last_batch)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    ingest_all(&client, &base, batches, last_batch, args.clients, None).await?;
     let e2e = started.elapsed();
     let e2e_dps = args.docs as f64 / e2e.as_secs_f64();
     let e2e_mbps = corpus_bytes as f64 / 1e6 / e2e.as_secs_f64();

@@ -8,7 +8,6 @@
 //! `merge_indices` of the same inputs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -21,7 +20,7 @@ use shale_types::{MergeKind, SplitState};
 use tantivy::directory::MmapDirectory;
 
 use crate::corpus;
-use crate::ingest::{ndjson_batches, percentile, spawn_ingest_clients, start_node};
+use crate::ingest::{ingest_all, live_merge_tasks, ndjson_batches, percentile, start_node};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -274,16 +273,7 @@ async fn run_policy(
     let docs_per_batch = lines.len() as f64 / (batches.len() + 1) as f64;
     let started = Instant::now();
     let pace = Some((started, docs_per_batch, args.rate as f64));
-    let tasks = spawn_ingest_clients(&client, &base, Arc::new(batches), args.clients, pace);
-    for task in tasks {
-        task.await??;
-    }
-    let resp = client
-        .post(format!("{base}/api/v1/bench-logs/ingest?commit=force"))
-        .body(last_batch)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success());
+    ingest_all(&client, &base, batches, last_batch, args.clients, pace).await?;
     let ingest_secs = started.elapsed().as_secs_f64();
 
     // Settled: no pending or running merge for 20 s (longer than the locality policy waits
@@ -291,16 +281,7 @@ async fn run_policy(
     eprintln!("[{policy}] waiting for compaction to settle…");
     let mut quiet_since: Option<Instant> = None;
     loop {
-        let live = node
-            .metastore
-            .list_merge_tasks(
-                Some(&index.index_uid),
-                &[MergeTaskState::Pending, MergeTaskState::Running],
-                None,
-            )
-            .await?
-            .len();
-        if live == 0 {
+        if live_merge_tasks(&node, &index.index_uid).await? == 0 {
             if quiet_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) {
                 break;
             }
