@@ -52,6 +52,7 @@ async fn the_planner_asks_only_for_immature_published_splits() {
         cache: Arc::new(SplitCache::open(&tmp.path().join("cache"), 1 << 20).unwrap()),
         scratch_dir: tmp.path().join("merging"),
         config: CompactionConfig::default(),
+        delete_counts: Default::default(),
     };
     let live = std::collections::HashSet::from(["node-1".to_string()]);
     assert_eq!(plan_round(&env, &metastore, &live, now).await.unwrap(), 1);

@@ -48,6 +48,23 @@ pub struct IndexConfig {
     /// Data retention.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionPolicy>,
+    /// Automatic compaction: the switch and the delete, small-split and size triggers.
+    #[serde(default, skip_serializing_if = "crate::CompactionSettings::is_default")]
+    pub compaction: crate::CompactionSettings,
+    /// How far back `as_of` searches may look (e.g. `1h`): replaced splits and deleted
+    /// documents are kept that long. Absent or `0s`: time travel is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_travel_retention: Option<String>,
+}
+
+impl IndexConfig {
+    /// The time-travel window in seconds (0 when off). Validated configs always parse.
+    pub fn time_travel_retention_secs(&self) -> i64 {
+        self.time_travel_retention
+            .as_deref()
+            .and_then(|text| crate::parse_duration(text).ok())
+            .map_or(0, |secs| i64::try_from(secs).unwrap_or(i64::MAX))
+    }
 }
 
 /// The doc mapping.

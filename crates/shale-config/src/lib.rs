@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod compaction;
 mod index_config;
 mod locality;
 mod merge_policy;
@@ -23,6 +24,10 @@ mod validation;
 
 pub use validation::RetentionSchedule;
 
+pub use compaction::{
+    CompactionSettings, DEFAULT_DELETE_BYTES, DEFAULT_DELETE_RATIO, DEFAULT_MAX_SPLIT_BYTES,
+    DEFAULT_SMALL_SPLIT_COUNT,
+};
 pub use index_config::*;
 pub use locality::{
     LocalityConfig, DEFAULT_LOCALITY_MAX_MERGE_OPS, DEFAULT_TARGET_SPLIT_NUM_DOCS,

@@ -337,6 +337,9 @@ pub enum ScopeMode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompactionConfig {
+    /// Off: this node plans no automatic merge nor delete compaction (when it leads) and runs
+    /// none (manual compactions still run).
+    pub enabled: bool,
     /// Merge scope mode.
     pub scope: ScopeMode,
     /// Merges this node runs at once (0 disables merge execution on this node).
@@ -359,6 +362,7 @@ pub struct CompactionConfig {
 impl Default for CompactionConfig {
     fn default() -> Self {
         CompactionConfig {
+            enabled: true,
             scope: ScopeMode::Cluster,
             max_concurrent_merges: 1,
             planner_interval_secs: 10,

@@ -148,6 +148,13 @@ impl IndexConfig {
                 .sort_field_types(mapping)
                 .map_err(|err| invalid(err.field, err.message))?;
         }
+        self.compaction.validate()?;
+        if let Some(window) = &self.time_travel_retention {
+            parse_duration(window).map_err(|err| match err {
+                ConfigError::Invalid { message, .. } => invalid("time_travel_retention", message),
+                other => other,
+            })?;
+        }
         if let Some(retention) = &self.retention {
             retention.period_secs()?;
             retention.schedule()?;

@@ -53,11 +53,19 @@ pub struct ParsedDoc {
     pub sort_key: Option<Vec<u8>>,
     /// Locality indexes: the start of the document's time bucket (`None` without timestamp).
     pub time_bucket_start: Option<i64>,
+    /// The document's ingest opstamp: the last delete opstamp its node knew when it
+    /// acknowledged it (0 from [`DocMapper::parse_doc`]; the ingest path sets it). Delete
+    /// tasks with a greater opstamp reach the document, later ones do not.
+    pub opstamp: u64,
 }
 
 /// The hidden fast bytes field holding the sort key of a locality index's documents; the
 /// splits of such an index are sorted by it.
 pub const SORT_KEY_FIELD_NAME: &str = "_sk";
+
+/// The hidden fast u64 field holding every document's ingest opstamp (see
+/// [`ParsedDoc::opstamp`]).
+pub const OPSTAMP_FIELD_NAME: &str = "_opstamp";
 
 /// The sort key of a locality index: where its values come from.
 #[derive(Clone, Debug)]
@@ -105,6 +113,8 @@ pub struct DocMapper {
     default_search_fields: Vec<String>,
     partition_key: Option<PartitionKey>,
     sort_key: Option<SortKeySpec>,
+    /// The hidden [`OPSTAMP_FIELD_NAME`] field.
+    opstamp_field: Field,
 }
 
 impl fmt::Debug for DocMapper {
@@ -404,6 +414,7 @@ impl DocMapper {
                 })
             }
         };
+        let opstamp_field = builder.add_u64_field(OPSTAMP_FIELD_NAME, FAST);
         let schema = builder.build();
 
         let by_name: HashMap<String, usize> = fields
@@ -449,7 +460,13 @@ impl DocMapper {
             source_field,
             default_search_fields,
             sort_key,
+            opstamp_field,
         })
+    }
+
+    /// The hidden field of the documents' ingest opstamps.
+    pub fn opstamp_field(&self) -> Field {
+        self.opstamp_field
     }
 
     /// The settings of a split's Tantivy index: sorted by [`SORT_KEY_FIELD_NAME`] for a
@@ -671,6 +688,7 @@ impl DocMapper {
             num_bytes,
             sort_key,
             time_bucket_start,
+            opstamp: 0,
         })
     }
 

@@ -26,6 +26,7 @@
 
 pub mod bundle;
 mod date;
+mod deletes;
 mod doc_mapper;
 mod error;
 mod key_filter;
@@ -35,13 +36,18 @@ mod query;
 mod split;
 
 pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
+pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};
 pub use doc_mapper::{
-    DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
+    DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, OPSTAMP_FIELD_NAME,
+    SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
 };
 pub use error::{DocParsingError, IndexError};
 pub use key_filter::KeyFilter;
 pub use locality_merge::{locality_merge_split_files, LocalityCut, LocalityOutput};
-pub use merge::{merge_split_files, merge_splits, merge_splits_to};
+pub use merge::{
+    merge_split_files, merge_split_files_with_deletes, merge_splits, merge_splits_to,
+    merge_splits_with_deletes,
+};
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
 pub use shale_config::OTHER_PARTITION_ID;
 pub use split::{

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use shale_types::sort_key::{self, SortKey};
-use shale_types::TimeRange;
+use shale_types::{DeleteTask, TimeRange};
 use tantivy::directory::{MmapDirectory, OwnedBytes};
 use tantivy::fastfield::{write_alive_bitset, AliveBitSet};
 use tantivy::indexer::merge_filtered_segments;
@@ -74,12 +74,23 @@ struct Group {
 
 /// Merges the split bundles at `bundle_paths` (one time bucket, sorted by the sort key) into
 /// level-1 splits cut by `cut`; bundles are written in `scratch_dir` as `out-{i}.split`.
+///
+/// `deletes[i]` are the delete tasks input `i` is not clean of: the documents they delete are
+/// left out of every output.
 pub fn locality_merge_split_files(
     doc_mapper: &DocMapper,
     bundle_paths: &[PathBuf],
+    deletes: &[Vec<DeleteTask>],
     scratch_dir: &Path,
     cut: &LocalityCut,
 ) -> Result<Vec<LocalityOutput>, IndexError> {
+    if deletes.len() != bundle_paths.len() {
+        return Err(IndexError::InvalidArgument(format!(
+            "{} delete lists for {} inputs",
+            deletes.len(),
+            bundle_paths.len()
+        )));
+    }
     let kinds = doc_mapper.sort_field_types().ok_or_else(|| {
         IndexError::InvalidArgument("a locality merge needs an index with sort fields".to_string())
     })?;
@@ -99,7 +110,10 @@ pub fn locality_merge_split_files(
     let mut uncompressed_bytes = 0u64;
     let mut buckets = BTreeSet::new();
     let mut input_bytes = 0u64;
-    for (input, path) in inputs.iter().zip(bundle_paths) {
+    let mut min_doc_opstamp: Option<u64> = None;
+    // Every input segment, with what the delete tasks leave alive in it.
+    let mut segment_deletes = Vec::new();
+    for ((input, path), tasks) in inputs.iter().zip(bundle_paths).zip(deletes) {
         input_bytes += std::fs::metadata(path)
             .map_err(|err| IndexError::io(path, err))?
             .len();
@@ -113,7 +127,19 @@ pub fn locality_merge_split_files(
         for tag in &stats.tags {
             tags.insert(tag);
         }
-        uncompressed_bytes += stats.uncompressed_docs_size_bytes;
+        let input_deletes = crate::deletes::segment_deletes(doc_mapper, input, tasks)?;
+        let input_docs: u64 = input_deletes.iter().map(|s| u64::from(s.max_doc)).sum();
+        let input_deleted: u64 = input_deletes.iter().map(|s| u64::from(s.num_deleted)).sum();
+        uncompressed_bytes += share(
+            stats.uncompressed_docs_size_bytes,
+            input_docs - input_deleted,
+            input_docs,
+        );
+        min_doc_opstamp = min_doc_opstamp
+            .into_iter()
+            .chain([stats.min_doc_opstamp])
+            .min();
+        segment_deletes.extend(input_deletes);
     }
     if buckets.len() > 1 {
         return Err(IndexError::InvalidArgument(format!(
@@ -124,17 +150,15 @@ pub fn locality_merge_split_files(
     let time_bucket_start = buckets.into_iter().next().flatten();
     let tags = tags.into_tags();
 
-    let segments: Vec<Segment> = inputs
+    // Readers that see only what the delete tasks leave alive.
+    let readers = segment_deletes
         .iter()
-        .map(|index| index.searchable_segments())
-        .collect::<Result<Vec<_>, _>>()?
+        .map(|segment| segment.reader())
+        .collect::<Result<Vec<SegmentReader>, _>>()?;
+    let segments: Vec<Segment> = segment_deletes
         .into_iter()
-        .flatten()
+        .map(|segment| segment.segment)
         .collect();
-    let readers = segments
-        .iter()
-        .map(SegmentReader::open)
-        .collect::<Result<Vec<_>, _>>()?;
 
     // 1. Runs of equal prefix, per segment; their doc counts per prefix.
     let mut runs_by_prefix: BTreeMap<Vec<u8>, Vec<Run>> = BTreeMap::new();
@@ -182,13 +206,17 @@ pub fn locality_merge_split_files(
                 num_docs += run.live_docs;
             }
         }
+        if num_docs == 0 {
+            // Every document of these prefixes was deleted.
+            continue;
+        }
         let mut output_segments = Vec::with_capacity(selected.len());
         let mut filters = Vec::with_capacity(selected.len());
         for (segment, bits) in selected {
             output_segments.push(segments[segment].clone());
-            // A segment wholly in this output needs no filter (the merge then reads it as
-            // `merge_indices` would).
-            if bits.len() == readers[segment].num_docs() as usize {
+            // A segment wholly in this output, with nothing deleted, needs no filter (the
+            // merge then reads it as `merge_indices` would).
+            if bits.len() == readers[segment].max_doc() as usize {
                 filters.push(None);
                 continue;
             }
@@ -227,6 +255,7 @@ pub fn locality_merge_split_files(
             sort_key_min,
             sort_key_max,
             time_bucket_start,
+            min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
         let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
         commit_stats(&mut writer, &stats)?;
@@ -242,7 +271,7 @@ pub fn locality_merge_split_files(
 }
 
 /// `part` of `total` in proportion to `num / denom`.
-fn share(total: u64, num: u64, denom: u64) -> u64 {
+pub(crate) fn share(total: u64, num: u64, denom: u64) -> u64 {
     if denom == 0 {
         return 0;
     }

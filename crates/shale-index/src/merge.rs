@@ -8,7 +8,10 @@ use shale_types::TimeRange;
 use tantivy::directory::MmapDirectory;
 use tantivy::Index;
 
+use shale_types::DeleteTask;
+
 use crate::bundle::open_split;
+use crate::deletes::segment_deletes;
 use crate::doc_mapper::DocMapper;
 use crate::error::IndexError;
 use crate::split::{
@@ -52,10 +55,60 @@ pub fn merge_splits_to(
     output_scratch_dir: &Path,
     bundle_path: &Path,
 ) -> Result<crate::BuiltSplit, IndexError> {
+    let no_deletes = vec![Vec::new(); inputs.len()];
+    merge_splits_with_deletes(
+        doc_mapper,
+        inputs,
+        &no_deletes,
+        output_scratch_dir,
+        bundle_path,
+    )?
+    .ok_or_else(|| IndexError::InvalidArgument("the inputs hold no document".to_string()))
+}
+
+/// [`merge_splits_with_deletes`] over bundle files, writing `{output_scratch_dir}.split`.
+pub fn merge_split_files_with_deletes(
+    doc_mapper: &DocMapper,
+    bundle_paths: &[PathBuf],
+    deletes: &[Vec<DeleteTask>],
+    output_scratch_dir: &Path,
+) -> Result<Option<crate::BuiltSplit>, IndexError> {
+    let inputs = bundle_paths
+        .iter()
+        .map(|path| open_split(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let bundle_path = default_bundle_path(output_scratch_dir)?;
+    merge_splits_with_deletes(
+        doc_mapper,
+        &inputs,
+        deletes,
+        output_scratch_dir,
+        &bundle_path,
+    )
+}
+
+/// Merges `inputs` without the documents that `deletes[i]` (the delete tasks input `i` is not
+/// clean of) delete; `None` when no document is left (nothing is written then). Inputs with
+/// deleted documents contribute their share of uncompressed bytes, and the output's time range
+/// is read back from what is left.
+pub fn merge_splits_with_deletes(
+    doc_mapper: &DocMapper,
+    inputs: &[Index],
+    deletes: &[Vec<DeleteTask>],
+    output_scratch_dir: &Path,
+    bundle_path: &Path,
+) -> Result<Option<crate::BuiltSplit>, IndexError> {
     if inputs.is_empty() {
         return Err(IndexError::InvalidArgument(
             "merge_splits needs at least one input split".to_string(),
         ));
+    }
+    if deletes.len() != inputs.len() {
+        return Err(IndexError::InvalidArgument(format!(
+            "{} delete lists for {} inputs",
+            deletes.len(),
+            inputs.len()
+        )));
     }
     for (i, input) in inputs.iter().enumerate() {
         if &input.schema() != doc_mapper.schema() {
@@ -70,11 +123,25 @@ pub fn merge_splits_to(
     let mut sort_key_min: Option<SortKey> = None;
     let mut sort_key_max: Option<SortKey> = None;
     let mut buckets = BTreeSet::new();
-    for input in inputs {
+    let mut min_doc_opstamp: Option<u64> = None;
+    let mut segments = Vec::new();
+    let mut filters = Vec::new();
+    let mut num_deleted = 0u64;
+    let mut num_alive = 0u64;
+    for (input, tasks) in inputs.iter().zip(deletes) {
         let stats = match split_stats(input)? {
             Some(stats) => stats,
             None => stats_from_index(doc_mapper, input)?,
         };
+        let input_deletes = segment_deletes(doc_mapper, input, tasks)?;
+        let input_docs: u64 = input_deletes.iter().map(|s| u64::from(s.max_doc)).sum();
+        let input_deleted: u64 = input_deletes.iter().map(|s| u64::from(s.num_deleted)).sum();
+        num_deleted += input_deleted;
+        num_alive += input_docs - input_deleted;
+        for segment in input_deletes {
+            segments.push(segment.segment);
+            filters.push(segment.alive);
+        }
         sort_key_min = sort_key_min.into_iter().chain(stats.sort_key_min).min();
         sort_key_max = sort_key_max.into_iter().chain(stats.sort_key_max).max();
         buckets.insert(stats.time_bucket_start);
@@ -84,7 +151,18 @@ pub fn merge_splits_to(
         for tag in &stats.tags {
             tags.insert(tag);
         }
-        uncompressed_docs_size_bytes += stats.uncompressed_docs_size_bytes;
+        min_doc_opstamp = min_doc_opstamp
+            .into_iter()
+            .chain([stats.min_doc_opstamp])
+            .min();
+        uncompressed_docs_size_bytes += crate::locality_merge::share(
+            stats.uncompressed_docs_size_bytes,
+            input_docs - input_deleted,
+            input_docs,
+        );
+    }
+    if num_alive == 0 {
+        return Ok(None);
     }
 
     std::fs::create_dir_all(output_scratch_dir)
@@ -92,12 +170,21 @@ pub fn merge_splits_to(
     let directory = MmapDirectory::open(output_scratch_dir).map_err(|err| {
         IndexError::io(output_scratch_dir, std::io::Error::other(err.to_string()))
     })?;
-    let merged = tantivy::indexer::merge_indices(inputs, directory)?;
+    let merged = tantivy::indexer::merge_filtered_segments(
+        &segments,
+        doc_mapper.index_settings(),
+        filters,
+        directory,
+    )?;
     let num_docs: u64 = merged
         .searchable_segment_metas()?
         .iter()
         .map(|meta| u64::from(meta.num_docs()))
         .sum();
+    if num_deleted > 0 {
+        // What is left may cover less time than the inputs did.
+        time_range = stats_from_index(doc_mapper, &merged)?.time_range;
+    }
     let stats = SplitStats {
         version: SPLIT_STATS_VERSION,
         num_docs,
@@ -111,11 +198,12 @@ pub fn merge_splits_to(
             1 => buckets.into_iter().next().flatten(),
             _ => None,
         },
+        min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
     };
     let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
     commit_stats(&mut writer, &stats)?;
     writer.wait_merging_threads()?;
-    bundle_index(&merged, output_scratch_dir, stats, bundle_path)
+    bundle_index(&merged, output_scratch_dir, stats, bundle_path).map(Some)
 }
 
 /// Stats of an index without recorded stats: time range from the timestamp fast column,
@@ -150,5 +238,6 @@ fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats,
         sort_key_min: None,
         sort_key_max: None,
         time_bucket_start: None,
+        min_doc_opstamp: 0,
     })
 }

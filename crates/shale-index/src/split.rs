@@ -48,6 +48,9 @@ pub struct SplitStats {
     /// Locality indexes: the time bucket every document belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_bucket_start: Option<i64>,
+    /// The smallest ingest opstamp of the documents (see [`BuiltSplit::min_doc_opstamp`]).
+    #[serde(default)]
+    pub min_doc_opstamp: u64,
 }
 
 /// A split bundle written to disk, and what it holds.
@@ -74,6 +77,9 @@ pub struct BuiltSplit {
     pub sort_key_max: Option<SortKey>,
     /// Locality indexes: the time bucket of the documents.
     pub time_bucket_start: Option<i64>,
+    /// The smallest ingest opstamp of the documents (0 without documents): delete tasks up to
+    /// it reach none of them, so a fresh split is clean up to it.
+    pub min_doc_opstamp: u64,
 }
 
 /// Collects tags with the per-field cardinality cap.
@@ -145,6 +151,7 @@ pub struct SplitBuilder {
     sort_key_min: Option<Vec<u8>>,
     sort_key_max: Option<Vec<u8>>,
     time_bucket_start: Option<i64>,
+    min_doc_opstamp: Option<u64>,
 }
 
 impl std::fmt::Debug for SplitBuilder {
@@ -210,6 +217,7 @@ impl SplitBuilder {
             sort_key_min: None,
             sort_key_max: None,
             time_bucket_start: None,
+            min_doc_opstamp: None,
         })
     }
 
@@ -231,7 +239,13 @@ impl SplitBuilder {
                 self.sort_key_max = Some(key.clone());
             }
         }
-        self.writer.add_document(doc.doc)?;
+        let mut tantivy_doc = doc.doc;
+        tantivy_doc.add_u64(self.doc_mapper.opstamp_field(), doc.opstamp);
+        self.min_doc_opstamp = Some(
+            self.min_doc_opstamp
+                .map_or(doc.opstamp, |m| m.min(doc.opstamp)),
+        );
+        self.writer.add_document(tantivy_doc)?;
         self.num_docs += 1;
         self.uncompressed_docs_size_bytes += doc.num_bytes as u64;
         if let Some(micros) = doc.timestamp_micros {
@@ -289,6 +303,7 @@ impl SplitBuilder {
             sort_key_min,
             sort_key_max,
             time_bucket_start,
+            min_doc_opstamp,
             ..
         } = self;
         let stats = SplitStats {
@@ -300,6 +315,7 @@ impl SplitBuilder {
             sort_key_min: sort_key_min.map(SortKey),
             sort_key_max: sort_key_max.map(SortKey),
             time_bucket_start,
+            min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
         writer.commit()?;
         // A fresh split keeps the segments its writer flushed (merging them would cost about
@@ -386,6 +402,7 @@ pub(crate) fn bundle_index(
         sort_key_min: stats.sort_key_min,
         sort_key_max: stats.sort_key_max,
         time_bucket_start: stats.time_bucket_start,
+        min_doc_opstamp: stats.min_doc_opstamp,
     })
 }
 

@@ -1052,8 +1052,14 @@ fn a_locality_merge_cuts_sorted_outputs_at_key_boundaries_and_conserves_rows() {
         target_bytes: None,
         fixed_ranges: Vec::new(),
     };
-    let outputs =
-        crate::locality_merge_split_files(&mapper, &paths, &dir.path().join("m"), &cut).unwrap();
+    let outputs = crate::locality_merge_split_files(
+        &mapper,
+        &paths,
+        &vec![Vec::new(); paths.len()],
+        &dir.path().join("m"),
+        &cut,
+    )
+    .unwrap();
     assert!(
         outputs.len() >= 5,
         "6000 docs cut at ~1000: {}",
@@ -1125,8 +1131,14 @@ fn a_locality_merge_cuts_sorted_outputs_at_key_boundaries_and_conserves_rows() {
         target_bytes: None,
         fixed_ranges: vec![(SortKey(fixed_min.clone()), SortKey(fixed_max.clone()))],
     };
-    let outputs =
-        crate::locality_merge_split_files(&mapper, &paths, &dir.path().join("f"), &cut).unwrap();
+    let outputs = crate::locality_merge_split_files(
+        &mapper,
+        &paths,
+        &vec![Vec::new(); paths.len()],
+        &dir.path().join("f"),
+        &cut,
+    )
+    .unwrap();
     let mut level0 = 0;
     let mut total_docs = 0;
     for output in &outputs {
@@ -1275,4 +1287,212 @@ fn key_filters_never_exclude_a_matching_document_and_prune_what_they_can() {
     let (min, max) = (key("b", "x"), key("b", "x"));
     let filter = mapper.sort_key_filter("host:y AND service:b").unwrap();
     assert!(!filter.may_match(&min, &max));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deletes
+
+fn delete_task(
+    opstamp: u64,
+    query: &str,
+    start: Option<i64>,
+    end: Option<i64>,
+) -> shale_types::DeleteTask {
+    shale_types::DeleteTask {
+        index_uid: shale_types::IndexUid::new("test-logs"),
+        opstamp,
+        create_timestamp: 0,
+        delete_query: shale_types::DeleteQuery {
+            query: query.to_string(),
+            search_field: None,
+            start_timestamp: start,
+            end_timestamp: end,
+        },
+    }
+}
+
+/// A split of `test_doc(0..n)` whose document `i` was ingested at opstamp `opstamp_of(i)`.
+fn split_with_opstamps(
+    mapper: &Arc<DocMapper>,
+    dir: &std::path::Path,
+    range: std::ops::Range<i64>,
+    opstamp_of: impl Fn(i64) -> u64,
+) -> BuiltSplit {
+    let mut builder = SplitBuilder::new(mapper.clone(), dir, 15_000_000).unwrap();
+    for i in range {
+        let mut doc = parse(mapper, test_doc(i)).unwrap();
+        doc.opstamp = opstamp_of(i);
+        builder.add(doc).unwrap();
+    }
+    builder.finish().unwrap()
+}
+
+#[test]
+fn a_delete_task_reaches_only_documents_ingested_before_it_within_its_time_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    // Documents 0..100 ingested knowing no task, 100..200 knowing task 1, 200..300 task 2.
+    let split = split_with_opstamps(&mapper, &dir.path().join("s"), 0..300, |i| (i / 100) as u64);
+    assert_eq!(split.min_doc_opstamp, 0);
+    let index = open_split(&split.path).unwrap();
+    let errors_below = |end: i64| (0..end).filter(|i| i % 3 == 2).count() as u64;
+    // Task 2 reaches what was ingested before it: documents 0..200.
+    let task = delete_task(2, "severity:ERROR", None, None);
+    assert_eq!(
+        count_deleted(&mapper, &index, std::slice::from_ref(&task)).unwrap(),
+        errors_below(200)
+    );
+    // Task 1: documents 0..100 only; task 3: all of them.
+    assert_eq!(
+        count_deleted(
+            &mapper,
+            &index,
+            &[delete_task(1, "severity:ERROR", None, None)]
+        )
+        .unwrap(),
+        errors_below(100)
+    );
+    assert_eq!(
+        count_deleted(
+            &mapper,
+            &index,
+            &[delete_task(3, "severity:ERROR", None, None)]
+        )
+        .unwrap(),
+        errors_below(300)
+    );
+    // Within a time range: documents 0..50 (timestamps T0 + i).
+    assert_eq!(
+        count_deleted(
+            &mapper,
+            &index,
+            &[delete_task(3, "severity:ERROR", Some(T0), Some(T0 + 50))]
+        )
+        .unwrap(),
+        errors_below(50)
+    );
+    // Two tasks: their union.
+    let both = [task, delete_task(3, "tenant_id:1", None, None)];
+    let union = (0..300)
+        .filter(|i| (i % 3 == 2 && *i < 200) || i % 5 == 1)
+        .count() as u64;
+    assert_eq!(count_deleted(&mapper, &index, &both).unwrap(), union);
+    // A search without the deleted documents.
+    let query = mapper
+        .without_deleted(mapper.parse_query("*", None).unwrap(), &both)
+        .unwrap();
+    assert_eq!(count(&index, &*query), 300 - union as usize);
+    // An unparsable task is an error, not "delete nothing".
+    assert!(count_deleted(&mapper, &index, &[delete_task(3, "body:(", None, None)]).is_err());
+}
+
+#[test]
+fn merges_leave_out_what_delete_tasks_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let a = split_with_opstamps(&mapper, &dir.path().join("a"), 0..300, |_| 0);
+    let b = split_with_opstamps(&mapper, &dir.path().join("b"), 300..600, |_| 5);
+    let task = delete_task(4, "severity:ERROR", None, None);
+    // `a` is not clean of task 4; `b` (ingested after it) is.
+    let merged = merge_split_files_with_deletes(
+        &mapper,
+        &[a.path.clone(), b.path.clone()],
+        &[vec![task.clone()], vec![]],
+        &dir.path().join("m"),
+    )
+    .unwrap()
+    .expect("documents left");
+    let errors_in_a = (0..300).filter(|i| i % 3 == 2).count();
+    assert_eq!(merged.num_docs as usize, 600 - errors_in_a);
+    assert_eq!(merged.min_doc_opstamp, 0);
+    let index = open_split(&merged.path).unwrap();
+    assert_eq!(count_query(&mapper, &index, "severity:ERROR"), 100);
+    assert_eq!(count_query(&mapper, &index, "*"), 600 - errors_in_a);
+    // Bytes shrink with the documents.
+    assert!(
+        merged.uncompressed_docs_size_bytes
+            < a.uncompressed_docs_size_bytes + b.uncompressed_docs_size_bytes
+    );
+
+    // The time range is what is left: delete the first 100 seconds of `a`.
+    let early = delete_task(4, "*", Some(T0), Some(T0 + 100));
+    let merged = merge_split_files_with_deletes(
+        &mapper,
+        std::slice::from_ref(&a.path),
+        &[vec![early]],
+        &dir.path().join("m2"),
+    )
+    .unwrap()
+    .expect("documents left");
+    assert_eq!(merged.num_docs, 200);
+    assert_eq!(merged.time_range.unwrap().start, T0 + 100);
+
+    // Everything deleted: no output at all.
+    let all = delete_task(4, "*", None, None);
+    assert!(merge_split_files_with_deletes(
+        &mapper,
+        std::slice::from_ref(&a.path),
+        &[vec![all]],
+        &dir.path().join("m3"),
+    )
+    .unwrap()
+    .is_none());
+}
+
+#[test]
+fn a_locality_merge_leaves_out_deleted_documents() {
+    let config = locality_config();
+    let mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+    let bucket: i64 = 1_700_000_100;
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    let mut all_ids = Vec::new();
+    for s in 0..3u64 {
+        let docs: Vec<(String, String, i64, u64)> = (0..400)
+            .map(|i| {
+                let id = s * 1000 + i;
+                (
+                    format!("svc-{}", i % 4),
+                    format!("host-{}", i % 3),
+                    bucket + (i as i64 % 900),
+                    id,
+                )
+            })
+            .collect();
+        all_ids.extend(docs.iter().map(|d| d.3));
+        paths.push(locality_split(&mapper, dir.path(), &format!("in{s}"), &docs).path);
+    }
+    let task = shale_types::DeleteTask {
+        index_uid: shale_types::IndexUid::new("sorted"),
+        opstamp: 1,
+        create_timestamp: 0,
+        delete_query: shale_types::DeleteQuery {
+            query: "service:svc-1".to_string(),
+            ..Default::default()
+        },
+    };
+    let cut = crate::LocalityCut {
+        target_num_docs: 300,
+        target_bytes: None,
+        fixed_ranges: Vec::new(),
+    };
+    // Inputs 0 and 1 are not clean of the task, input 2 is.
+    let outputs = crate::locality_merge_split_files(
+        &mapper,
+        &paths,
+        &[vec![task.clone()], vec![task], vec![]],
+        &dir.path().join("m"),
+        &cut,
+    )
+    .unwrap();
+    let mut kept: Vec<u64> = outputs.iter().flat_map(|o| ids_of(&o.built.path)).collect();
+    kept.sort();
+    let mut expected: Vec<u64> = all_ids
+        .into_iter()
+        .filter(|id| id / 1000 == 2 || (id % 1000) % 4 != 1)
+        .collect();
+    expected.sort();
+    assert_eq!(kept, expected);
+    let total: u64 = outputs.iter().map(|o| o.built.num_docs).sum();
+    assert_eq!(total as usize, expected.len());
 }

@@ -4,10 +4,12 @@
 //! delta (one metastore transaction) → truncate the WAL.
 
 pub mod metrics;
+pub mod opstamps;
 pub mod pipeline;
 pub mod router;
 pub mod wal;
 
+pub use opstamps::DeleteOpstamps;
 pub use pipeline::{PipelineEnv, PipelineHandle, PipelineParams};
 pub use router::{
     validate, CommitMode, InFlightPermit, IngestError, IngestLimits, IngestOutcome, IngestRouter,

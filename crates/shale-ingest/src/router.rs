@@ -19,6 +19,7 @@ use tokio::sync::RwLock;
 use tracing::{info, warn};
 
 use crate::metrics;
+use crate::opstamps::DeleteOpstamps;
 use crate::pipeline::{spawn_pipeline, PipelineEnv, PipelineHandle, PipelineParams, PreParsed};
 use crate::wal::WalError;
 
@@ -204,6 +205,8 @@ pub struct IngestRouter {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// Bytes appended per index since the last rate sample, and the sample's start.
     rates: std::sync::Mutex<(std::time::Instant, HashMap<String, u64>)>,
+    /// The delete opstamps stamped on acknowledged documents.
+    opstamps: Arc<DeleteOpstamps>,
 }
 
 /// Permits of the in-flight semaphore count KiB.
@@ -254,7 +257,21 @@ impl IngestRouter {
                 usize::try_from(units).unwrap_or(usize::MAX >> 4),
             )),
             rates: std::sync::Mutex::new((std::time::Instant::now(), HashMap::new())),
+            opstamps: Arc::new(DeleteOpstamps::new()),
         }
+    }
+
+    /// The delete opstamps this node stamps on the documents it acknowledges.
+    pub fn delete_opstamps(&self) -> &Arc<DeleteOpstamps> {
+        &self.opstamps
+    }
+
+    /// Catches up with the delete tasks in the metastore (at start, before serving a shard,
+    /// and periodically, for a delete whose call this node missed).
+    pub async fn refresh_delete_opstamps(&self) -> Result<(), IngestError> {
+        let last = self.env.metastore.last_delete_opstamps().await?;
+        self.opstamps.advance_all(last).await;
+        Ok(())
     }
 
     /// The limits.
@@ -374,6 +391,8 @@ impl IngestRouter {
         open: bool,
     ) -> Result<(), IngestError> {
         let queue = key.queue_name();
+        // Documents acknowledged from now on must carry the index's current opstamp.
+        self.refresh_delete_opstamps().await?;
         let mut shards = self.shards.write().await;
         if let Some(served) = shards.get(&queue) {
             served
@@ -477,7 +496,20 @@ impl IngestRouter {
             )));
         }
         let refs: Vec<&[u8]> = raw.iter().map(|d| d.as_ref()).collect();
-        let positions = self.env.wal.append(&queue, &refs).await?;
+        // The opstamp cannot advance until the records are in the WAL: a delete task created
+        // meanwhile reaches these documents (acknowledged before it), later ones do not.
+        let opstamps = self.opstamps.read().await;
+        let opstamp = opstamps.get(&key.index_uid);
+        let positions = self
+            .env
+            .wal
+            .append_with_prefix(&queue, &crate::opstamps::record_prefix(opstamp), &refs)
+            .await?;
+        drop(opstamps);
+        let mut parsed = parsed;
+        for doc in &mut parsed {
+            doc.opstamp = opstamp;
+        }
         let bytes: u64 = raw.iter().map(|d| d.len() as u64).sum();
         metrics::DOCS_INGESTED.inc_by(raw.len() as u64);
         metrics::BYTES_INGESTED.inc_by(bytes);

@@ -226,6 +226,18 @@ impl Wal {
     /// `records` was empty. When this returns the records have reached the OS (they survive a
     /// process kill), and with `on-append` they are fsynced (they survive a power loss).
     pub async fn append(&self, queue: &str, records: &[&[u8]]) -> WalResult<Option<(u64, u64)>> {
+        self.append_with_prefix(queue, &[], records).await
+    }
+
+    /// Like [`Wal::append`], every record stored as `prefix` followed by the record (without
+    /// copying the records).
+    pub async fn append_with_prefix(
+        &self,
+        queue: &str,
+        prefix: &[u8],
+        records: &[&[u8]],
+    ) -> WalResult<Option<(u64, u64)>> {
+        use bytes::Buf;
         if records.is_empty() {
             return Ok(None);
         }
@@ -236,12 +248,19 @@ impl Wal {
             .ok_or_else(|| WalError::MissingQueue(queue.to_string()))?;
         inner
             .log
-            .append_records(queue, Some(first), records.iter().copied())
+            .append_records(
+                queue,
+                Some(first),
+                records.iter().map(|record| prefix.chain(*record)),
+            )
             .await
             .map_err(io)?;
         let last = first + records.len() as u64 - 1;
         inner.next_positions.insert(queue.to_string(), last + 1);
-        let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let bytes: u64 = records
+            .iter()
+            .map(|r| (prefix.len() + r.len()) as u64)
+            .sum();
         self.backlog_bytes.fetch_add(bytes, Ordering::AcqRel);
         let seq = self.mark_written();
         drop(inner);

@@ -108,6 +108,8 @@ macro_rules! metastore_conformance_tests {
             fenced_writes_are_refused_once_the_fence_is_gone,
             shards_open_close_and_delete,
             merge_tasks_of_dead_workers_are_requeued,
+            delete_tasks_are_numbered_per_index_and_listed_by_opstamp,
+            concurrent_delete_tasks_get_distinct_opstamps,
         );
     };
     (@cases $setup:path; $($case:ident),* $(,)?) => {
@@ -2466,6 +2468,112 @@ pub async fn delete_index_deletes_its_merge_tasks(metastore: Arc<dyn Metastore>)
     let recreated = index_with_published(&metastore, "logs", &["a", "b"]).await;
     let again = create_tasks(&metastore, &recreated, &[&["a", "b"]], 3).await;
     assert_eq!(inputs(&again), [ids(&["a", "b"])]);
+}
+
+// ----- delete tasks -----
+
+fn delete_query(query: &str) -> shale_types::DeleteQuery {
+    shale_types::DeleteQuery {
+        query: query.to_string(),
+        search_field: Some(vec!["body".to_string()]),
+        start_timestamp: Some(10),
+        end_timestamp: None,
+    }
+}
+
+pub async fn delete_tasks_are_numbered_per_index_and_listed_by_opstamp(
+    metastore: Arc<dyn Metastore>,
+) {
+    let logs = create(&metastore, "logs").await.index_uid;
+    let other = create(&metastore, "other").await.index_uid;
+    assert!(metastore
+        .last_delete_opstamps()
+        .await
+        .expect("last")
+        .is_empty());
+    let first = metastore
+        .create_delete_task(&logs, delete_query("level:ERROR"), T0)
+        .await
+        .expect("create");
+    assert_eq!(first.opstamp, 1);
+    assert_eq!(first.create_timestamp, T0);
+    assert_eq!(first.index_uid, logs);
+    let second = metastore
+        .create_delete_task(&logs, delete_query("secret"), T0 + 1)
+        .await
+        .expect("create");
+    assert_eq!(second.opstamp, 2);
+    let elsewhere = metastore
+        .create_delete_task(&other, delete_query("x"), T0)
+        .await
+        .expect("create");
+    assert_eq!(elsewhere.opstamp, 1, "opstamps are per index");
+
+    let all = metastore.list_delete_tasks(&logs, 0).await.expect("list");
+    assert_eq!(all, [first.clone(), second.clone()]);
+    assert_eq!(all[1].delete_query, delete_query("secret"));
+    assert_eq!(
+        metastore.list_delete_tasks(&logs, 1).await.expect("list"),
+        std::slice::from_ref(&second)
+    );
+    assert!(metastore
+        .list_delete_tasks(&logs, 2)
+        .await
+        .expect("list")
+        .is_empty());
+    let last = metastore.last_delete_opstamps().await.expect("last");
+    assert_eq!(last.get(&logs), Some(&2));
+    assert_eq!(last.get(&other), Some(&1));
+
+    // Unknown index: not found, nothing created.
+    let unknown = IndexUid::new("unknown");
+    assert!(matches!(
+        metastore
+            .create_delete_task(&unknown, delete_query("x"), T0)
+            .await,
+        Err(MetastoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        metastore.list_delete_tasks(&unknown, 0).await,
+        Err(MetastoreError::NotFound { .. })
+    ));
+
+    // Deleting the index forgets its tasks; a new incarnation starts again at 1.
+    metastore.delete_index(&logs).await.expect("delete");
+    let logs = create(&metastore, "logs").await.index_uid;
+    assert!(metastore
+        .list_delete_tasks(&logs, 0)
+        .await
+        .expect("list")
+        .is_empty());
+    let again = metastore
+        .create_delete_task(&logs, delete_query("x"), T0)
+        .await
+        .expect("create");
+    assert_eq!(again.opstamp, 1);
+}
+
+pub async fn concurrent_delete_tasks_get_distinct_opstamps(metastore: Arc<dyn Metastore>) {
+    let logs = create(&metastore, "logs").await.index_uid;
+    let creators: Vec<_> = (0..8)
+        .map(|i| {
+            let metastore = metastore.clone();
+            let logs = logs.clone();
+            tokio::spawn(async move {
+                metastore
+                    .create_delete_task(&logs, delete_query(&format!("q{i}")), T0)
+                    .await
+                    .expect("create")
+                    .opstamp
+            })
+        })
+        .collect();
+    let mut opstamps = Vec::new();
+    for creator in creators {
+        opstamps.push(creator.await.expect("task"));
+    }
+    opstamps.sort();
+    assert_eq!(opstamps, (1..=8).collect::<Vec<u64>>());
 }
 
 // ----- cluster -----

@@ -41,8 +41,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shale_config::IndexConfig;
 use shale_types::{
-    CheckpointDelta, IndexUid, MergeScope, PartitionId, SourceCheckpoint, SourceId, Split, SplitId,
-    SplitMetadata, SplitState,
+    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, MergeScope, PartitionId, SourceCheckpoint,
+    SourceId, Split, SplitId, SplitMetadata, SplitState,
 };
 use std::collections::BTreeMap;
 
@@ -228,7 +228,7 @@ pub trait Metastore: Send + Sync + 'static {
         index_config: IndexConfig,
     ) -> MetastoreResult<IndexMetadata>;
 
-    /// Deletes the index row, its checkpoints, all its split rows and all its merge tasks;
+    /// Deletes the index row, its checkpoints, all its split rows, merge tasks and delete tasks;
     /// returns the splits it had, so the caller can delete their objects.
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>>;
 
@@ -395,6 +395,27 @@ pub trait Metastore: Send + Sync + 'static {
         lease_owners: &[String],
         now: i64,
     ) -> MetastoreResult<Vec<String>>;
+
+    // ----- delete tasks -----
+
+    /// Creates a delete task with the index's next opstamp (1 for the first), created at
+    /// `now` (seconds).
+    async fn create_delete_task(
+        &self,
+        index_uid: &IndexUid,
+        delete_query: DeleteQuery,
+        now: i64,
+    ) -> MetastoreResult<DeleteTask>;
+
+    /// The delete tasks of `index_uid` whose opstamp is above `opstamp_gt`, by opstamp.
+    async fn list_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        opstamp_gt: u64,
+    ) -> MetastoreResult<Vec<DeleteTask>>;
+
+    /// The last opstamp of every index that has delete tasks.
+    async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>>;
 
     // ----- fences -----
 

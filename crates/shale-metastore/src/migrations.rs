@@ -35,6 +35,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "merge kind",
         include_str!("../migrations/sqlite/0005_merge_kind.sql"),
     ),
+    (
+        6,
+        "delete tasks",
+        include_str!("../migrations/sqlite/0006_delete_tasks.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -63,6 +68,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         5,
         "merge kind",
         include_str!("../migrations/postgres/0005_merge_kind.sql"),
+    ),
+    (
+        6,
+        "delete tasks",
+        include_str!("../migrations/postgres/0006_delete_tasks.sql"),
     ),
 ];
 

@@ -278,4 +278,26 @@ impl Metastore for RecordingMetastore {
     async fn delete_shards(&self, keys: &[ShardKey]) -> MetastoreResult<()> {
         self.inner.delete_shards(keys).await
     }
+    async fn create_delete_task(
+        &self,
+        index_uid: &IndexUid,
+        delete_query: shale_types::DeleteQuery,
+        now: i64,
+    ) -> MetastoreResult<shale_types::DeleteTask> {
+        self.inner
+            .create_delete_task(index_uid, delete_query, now)
+            .await
+    }
+    async fn list_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        opstamp_gt: u64,
+    ) -> MetastoreResult<Vec<shale_types::DeleteTask>> {
+        self.inner.list_delete_tasks(index_uid, opstamp_gt).await
+    }
+    async fn last_delete_opstamps(
+        &self,
+    ) -> MetastoreResult<std::collections::BTreeMap<IndexUid, u64>> {
+        self.inner.last_delete_opstamps().await
+    }
 }

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use shale_config::IndexConfig;
 use shale_types::{
-    CheckpointDelta, IndexUid, SourceCheckpoint, SourceId, Split, SplitId, SplitMetadata,
-    SplitState,
+    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, SourceCheckpoint, SourceId, Split, SplitId,
+    SplitMetadata, SplitState,
 };
 use sqlx::query::Query;
 use sqlx::{
@@ -42,6 +42,7 @@ use crate::{
 const IDS_PER_STATEMENT: usize = 500;
 
 mod cluster;
+mod delete_tasks;
 mod merge_tasks;
 
 mod sealed {
@@ -725,6 +726,7 @@ where
             for sql in [
                 "DELETE FROM merge_task_splits WHERE index_uid = $1",
                 "DELETE FROM merge_tasks WHERE index_uid = $1",
+                "DELETE FROM delete_tasks WHERE index_uid = $1",
                 "DELETE FROM splits WHERE index_uid = $1",
                 "DELETE FROM checkpoints WHERE index_uid = $1",
                 "DELETE FROM indexes WHERE index_uid = $1",
@@ -1044,6 +1046,27 @@ where
         now: i64,
     ) -> MetastoreResult<Vec<String>> {
         self.requeue_tasks_of(lease_owners, now).await
+    }
+
+    async fn create_delete_task(
+        &self,
+        index_uid: &IndexUid,
+        delete_query: DeleteQuery,
+        now: i64,
+    ) -> MetastoreResult<DeleteTask> {
+        self.insert_delete_task(index_uid, delete_query, now).await
+    }
+
+    async fn list_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        opstamp_gt: u64,
+    ) -> MetastoreResult<Vec<DeleteTask>> {
+        self.select_delete_tasks(index_uid, opstamp_gt).await
+    }
+
+    async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
+        self.select_last_delete_opstamps().await
     }
 
     fn with_fence(&self, fence: Fence) -> Arc<dyn Metastore> {

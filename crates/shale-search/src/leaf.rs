@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use shale_index::DocMapper;
 use shale_metastore::IndexMetadata;
 use shale_storage::{IndexStorages, SplitCache, Storage};
-use shale_types::SplitMetadata;
+use shale_types::{DeleteTask, SplitMetadata};
 use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
@@ -62,6 +62,10 @@ pub struct LeafRequest {
     pub splits: Vec<SplitMetadata>,
     /// Hits to return (the root's `start_offset + max_hits`).
     pub k: usize,
+    /// The delete tasks some of the splits are not clean of: the documents they delete are
+    /// not hits.
+    #[serde(default)]
+    pub delete_tasks: Vec<DeleteTask>,
 }
 
 /// A split the leaf could not search.
@@ -242,7 +246,28 @@ impl Leaf {
         let k = request.k;
         let mut futures = FuturesUnordered::new();
         for split in &request.splits {
-            let query = prepared.query.clone();
+            let tasks: Vec<DeleteTask> = request
+                .delete_tasks
+                .iter()
+                .filter(|task| task.may_touch(split))
+                .cloned()
+                .collect();
+            let query: Arc<dyn Query> = if tasks.is_empty() {
+                prepared.query.clone()
+            } else {
+                match prepared
+                    .doc_mapper
+                    .without_deleted(prepared.query.box_clone(), &tasks)
+                {
+                    Ok(query) => Arc::from(query),
+                    Err(err) => {
+                        return Err(LeafError::Internal(format!(
+                            "a delete task of index `{}` no longer parses: {err}",
+                            request.index.index_id()
+                        )))
+                    }
+                }
+            };
             let sort_by = prepared.sort_by.clone();
             let storage = storage.clone();
             futures.push(async move {

@@ -15,7 +15,7 @@ use shale_cluster::placement::{place, Job};
 use shale_index::DocMapper;
 use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_storage::{IndexStorages, SplitCache};
-use shale_types::{Split, SplitMetadata, SplitState};
+use shale_types::{DeleteTask, Split, SplitMetadata, SplitState};
 use tokio::sync::Semaphore;
 
 use crate::leaf::{
@@ -326,15 +326,38 @@ impl SearchService {
             .collect();
         let key_filter = self.key_filter(&request, &doc_mapper);
         let (splits, pruned) = prune(candidates, &request, &doc_mapper, key_filter.as_ref());
+        let delete_tasks = self.pending_delete_tasks(&index, &splits).await?;
         self.execute(
             &index,
             &request,
             &sort_by,
             splits,
+            delete_tasks,
             pruned + pruned_by_time,
             started,
         )
         .await
+    }
+
+    /// The delete tasks some of `splits` are not clean of: their documents are left out of
+    /// the results until a merge purges them.
+    async fn pending_delete_tasks(
+        &self,
+        index: &IndexMetadata,
+        splits: &[SplitMetadata],
+    ) -> Result<Vec<DeleteTask>, SearchError> {
+        let Some(min_clean) = splits.iter().map(|s| s.delete_opstamp).min() else {
+            return Ok(Vec::new());
+        };
+        let tasks = self
+            .metastore
+            .list_delete_tasks(&index.index_uid, min_clean)
+            .await
+            .map_err(SearchError::Metastore)?;
+        Ok(tasks
+            .into_iter()
+            .filter(|task| splits.iter().any(|split| task.may_touch(split)))
+            .collect())
     }
 
     /// Turns pruning by sort-key range on or off (it is on by default). Off, a search of a
@@ -368,11 +391,13 @@ impl SearchService {
         let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
         let key_filter = self.key_filter(&request, &doc_mapper);
         let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, key_filter.as_ref());
+        let delete_tasks = self.pending_delete_tasks(&index, &splits).await?;
         self.execute(
             &index,
             &request,
             &sort_by,
             splits,
+            delete_tasks,
             num_splits_pruned,
             started,
         )
@@ -380,12 +405,14 @@ impl SearchService {
     }
 
     /// Places the splits, fans out, retries, merges, fetches the page.
+    #[allow(clippy::too_many_arguments)]
     async fn execute(
         &self,
         index: &IndexMetadata,
         request: &SearchRequest,
         sort_by: &SortBy,
         splits: Vec<SplitMetadata>,
+        delete_tasks: Vec<DeleteTask>,
         num_splits_pruned: usize,
         started: Instant,
     ) -> Result<SearchResponse, SearchError> {
@@ -427,10 +454,17 @@ impl SearchService {
             }
             let mut calls = FuturesUnordered::new();
             for (node, group) in groups {
+                let group_splits: Vec<SplitMetadata> =
+                    group.iter().map(|&i| splits[i].clone()).collect();
                 let leaf_request = LeafRequest {
                     index: index.clone(),
                     request: request.clone(),
-                    splits: group.iter().map(|&i| splits[i].clone()).collect(),
+                    delete_tasks: delete_tasks
+                        .iter()
+                        .filter(|task| group_splits.iter().any(|split| task.may_touch(split)))
+                        .cloned()
+                        .collect(),
+                    splits: group_splits,
                     k,
                 };
                 let nodes = nodes.clone();

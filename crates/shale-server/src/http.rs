@@ -16,7 +16,7 @@ use shale_config::{ConfigError, IndexConfig};
 use shale_ingest::{CommitMode, IngestError};
 use shale_metastore::{ListSplitsQuery, MetastoreError};
 use shale_search::{SearchError, SearchRequest};
-use shale_types::SplitState;
+use shale_types::{DeleteQuery, DeleteTask, SplitState};
 
 use crate::node::{Node, NodeError};
 
@@ -94,6 +94,7 @@ impl From<NodeError> for ApiError {
     fn from(err: NodeError) -> Self {
         match err {
             NodeError::Metastore(err) => err.into(),
+            NodeError::InvalidRequest(message) => ApiError::bad_request(message),
             NodeError::Storage(err @ shale_storage::StorageError::InvalidUri { .. }) => {
                 ApiError::bad_request(err.to_string())
             }
@@ -218,6 +219,14 @@ fn routes(node: Arc<Node>) -> Router {
             get(compaction_status),
         )
         .route("/api/v1/{index_id}/ingest", post(ingest))
+        .route(
+            "/api/v1/{index_id}/delete-tasks",
+            post(create_delete_task).get(list_delete_tasks),
+        )
+        .route(
+            "/api/v1/indexes/{index_id}/delete-tasks",
+            post(create_delete_task).get(list_delete_tasks),
+        )
         .route(
             "/api/v1/{index_id}/search",
             get(search_get).post(search_post),
@@ -376,6 +385,52 @@ async fn list_splits(
         "size": splits.len(),
         "splits": splits,
     })))
+}
+
+/// A delete task as the API shows it (Quickwit's shape, with the query as given).
+fn render_delete_task(task: &DeleteTask) -> Value {
+    json!({
+        "create_timestamp": task.create_timestamp,
+        "opstamp": task.opstamp,
+        "delete_query": {
+            "index_uid": task.index_uid.to_string(),
+            "query": task.delete_query.query,
+            "search_field": task.delete_query.search_field,
+            "start_timestamp": task.delete_query.start_timestamp,
+            "end_timestamp": task.delete_query.end_timestamp,
+        },
+    })
+}
+
+/// `POST /api/v1/{index_id}/delete-tasks`: the body is Quickwit's delete query.
+async fn create_delete_task(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let delete_query: DeleteQuery = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("invalid delete task request: {err}")))?;
+    let task = state
+        .node
+        .create_delete_task(&index_id, delete_query)
+        .await?;
+    Ok(Json(render_delete_task(&task)))
+}
+
+/// `GET /api/v1/{index_id}/delete-tasks`: every delete task of the index, by opstamp.
+async fn list_delete_tasks(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let index = state.node.metastore.index_metadata(&index_id).await?;
+    let tasks = state
+        .node
+        .metastore
+        .list_delete_tasks(&index.index_uid, 0)
+        .await?;
+    Ok(Json(Value::Array(
+        tasks.iter().map(render_delete_task).collect(),
+    )))
 }
 
 /// Recent finished merges shown by the compaction endpoint.

@@ -44,6 +44,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/internal/v1/shards/ingest", post(shard_ingest))
         .route("/internal/v1/control/round", post(control_round))
+        .route("/internal/v1/deletes/advance", post(advance_delete_opstamp))
         .route(
             "/internal/v1/search/leaf",
             post(crate::distributed::leaf_search),
@@ -134,6 +135,29 @@ async fn control_round(State(state): State<AppState>) -> Result<Json<Value>, Api
         "closed_shards": report.shards.close.len(),
         "requeued_merges": report.requeued_tasks.len(),
     })))
+}
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct AdvanceOpstamp {
+    index_uid: String,
+    opstamp: u64,
+}
+
+async fn advance_delete_opstamp(
+    State(state): State<AppState>,
+    axum::Json(body): axum::Json<AdvanceOpstamp>,
+) -> Result<Json<Value>, ApiError> {
+    let index_uid: shale_types::IndexUid = body
+        .index_uid
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid index uid `{}`", body.index_uid)))?;
+    state
+        .node
+        .router
+        .delete_opstamps()
+        .advance(&index_uid, body.opstamp)
+        .await;
+    Ok(Json(json!({ "opstamp": body.opstamp })))
 }
 
 /// A failed internal call.
@@ -291,6 +315,30 @@ impl InternalClient {
             }
             Err(err) => Err(IngestError::Internal(err.to_string())),
         }
+    }
+
+    /// Has the node at `address` stamp the documents of `index_uid` it acknowledges from now
+    /// on with `opstamp` or later; returns once it does.
+    pub async fn advance_delete_opstamp(
+        &self,
+        address: &str,
+        index_uid: &shale_types::IndexUid,
+        opstamp: u64,
+    ) -> Result<(), InternalError> {
+        let body = serde_json::to_vec(&AdvanceOpstamp {
+            index_uid: index_uid.to_string(),
+            opstamp,
+        })
+        .unwrap_or_default();
+        self.post(
+            address,
+            "/internal/v1/deletes/advance",
+            reqwest::Body::from(body),
+            SHORT_CALL,
+            true,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Asks the leader at `address` to run a control round now.

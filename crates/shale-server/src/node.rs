@@ -16,7 +16,7 @@ use shale_metastore::Shard;
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_search::SearchService;
 use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
-use shale_types::{Split, SplitState};
+use shale_types::{DeleteQuery, DeleteTask, Split, SplitState};
 
 use crate::distributed::ClusterNodes;
 use crate::internal::InternalClient;
@@ -41,6 +41,9 @@ pub enum NodeError {
     /// Joining the cluster failed.
     #[error("{0}")]
     Cluster(#[from] ClusterError),
+    /// The request is invalid (a 400 for the API).
+    #[error("{0}")]
+    InvalidRequest(String),
     /// Something else went wrong.
     #[error("{0}")]
     Internal(String),
@@ -136,6 +139,10 @@ async fn shard_sync_loop(node: std::sync::Weak<Node>) {
                 if let Err(err) = node.sync_shards().await {
                     warn!(%err, "shard synchronization failed");
                 }
+                // Catches up with a delete whose call did not reach this node.
+                if let Err(err) = node.router.refresh_delete_opstamps().await {
+                    warn!(%err, "could not refresh the delete opstamps");
+                }
                 node.config.cluster.heartbeat_interval_ms
             }
             None => return,
@@ -230,6 +237,7 @@ impl Node {
                 cache: cache.clone(),
                 scratch_dir: merge_scratch,
                 config: config.compaction.clone(),
+                delete_counts: Default::default(),
             },
             planning_context(&membership),
             config.roles.contains(&Role::Compactor),
@@ -304,6 +312,7 @@ impl Node {
                 warn!(%err, "first control round failed");
             }
         }
+        node.router.refresh_delete_opstamps().await?;
         node.sync_shards().await?;
         let node = Arc::new(node);
         let heartbeat = membership.start();
@@ -467,6 +476,83 @@ impl Node {
             warn!(%err, "shard synchronization after index creation failed");
         }
         Ok(index)
+    }
+
+    /// Creates a delete task on `index_id` and returns it once it applies: every node hosting
+    /// an open shard of the index stamps the documents it acknowledges from then on with the
+    /// task's opstamp or a later one (the task does not reach them), and every search leaves
+    /// out what it deletes. An unparsable query or an empty time range is refused before
+    /// anything is recorded.
+    pub async fn create_delete_task(
+        &self,
+        index_id: &str,
+        delete_query: DeleteQuery,
+    ) -> Result<DeleteTask, NodeError> {
+        let index = self.metastore.index_metadata(index_id).await?;
+        if let (Some(start), Some(end)) = (delete_query.start_timestamp, delete_query.end_timestamp)
+        {
+            if start >= end {
+                return Err(NodeError::InvalidRequest(format!(
+                    "invalid time range: start_timestamp ({start}) must be before end_timestamp \
+                     ({end})"
+                )));
+            }
+        }
+        let doc_mapper = shale_index::DocMapper::for_index(&index.index_config)
+            .map_err(|err| NodeError::Internal(err.to_string()))?;
+        doc_mapper
+            .parse_query(&delete_query.query, delete_query.search_field.as_deref())
+            .map_err(|err| NodeError::InvalidRequest(format!("invalid delete query: {err}")))?;
+        let task = self
+            .membership
+            .node_metastore()
+            .create_delete_task(&index.index_uid, delete_query, shale_types::now_unix_secs())
+            .await?;
+        self.advance_delete_opstamps(&task).await;
+        info!(index_id, opstamp = task.opstamp, "delete task created");
+        // The planner checks the delete triggers at once.
+        self.compaction.planner_notify().notify_one();
+        Ok(task)
+    }
+
+    /// Has every node hosting an open shard of the task's index (this one included) stamp
+    /// later documents with the task's opstamp. A node that cannot be reached catches up from
+    /// the metastore within a heartbeat.
+    async fn advance_delete_opstamps(&self, task: &DeleteTask) {
+        self.router
+            .delete_opstamps()
+            .advance(&task.index_uid, task.opstamp)
+            .await;
+        let shards = match self.metastore.list_shards(Some(&task.index_uid)).await {
+            Ok(shards) => shards,
+            Err(err) => {
+                warn!(%err, "could not list the shards to advance the delete opstamp");
+                return;
+            }
+        };
+        let hosts: std::collections::BTreeSet<String> = shards
+            .into_iter()
+            .filter(|shard| shard.state == shale_metastore::ShardState::Open)
+            .map(|shard| shard.node_id)
+            .filter(|node_id| node_id != &self.config.node_id)
+            .collect();
+        let view = self.membership.view();
+        let calls = view
+            .live_nodes()
+            .filter(|node| hosts.contains(&node.node_id))
+            .map(|node| {
+                let address = node.advertise_address.clone();
+                async move {
+                    if let Err(err) = self
+                        .client
+                        .advance_delete_opstamp(&address, &task.index_uid, task.opstamp)
+                        .await
+                    {
+                        warn!(%err, node = %address, "could not advance the delete opstamp");
+                    }
+                }
+            });
+        futures::future::join_all(calls).await;
     }
 
     /// Deletes an index: stops its pipelines, drops its WAL, its metastore rows and its split

@@ -3,10 +3,12 @@
 //! data path (ingest → index → storage/metastore → compaction → search).
 
 mod checkpoint;
+mod delete;
 pub mod sort_key;
 mod split;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
+pub use delete::{DeleteQuery, DeleteTask};
 pub use split::{
     split_object_key, MergeKind, MergeScope, Split, SplitMaturity, SplitMetadata, SplitState,
 };

@@ -224,6 +224,9 @@ pub enum MergeKind {
     /// A locality merge: the inputs (one time bucket) are rewritten as level-1 splits of at
     /// most the target size, cut at sort-key boundaries, whose key ranges do not overlap.
     Locality,
+    /// A delete compaction: one split rewritten without the documents its pending delete
+    /// tasks delete (no output when none is left).
+    Delete,
 }
 
 impl MergeKind {
@@ -232,12 +235,13 @@ impl MergeKind {
         match self {
             MergeKind::Merge => "merge",
             MergeKind::Locality => "locality",
+            MergeKind::Delete => "delete",
         }
     }
 
     /// The kind named `name` (as produced by [`MergeKind::as_str`]).
     pub fn parse(name: &str) -> Option<Self> {
-        [MergeKind::Merge, MergeKind::Locality]
+        [MergeKind::Merge, MergeKind::Locality, MergeKind::Delete]
             .into_iter()
             .find(|kind| kind.as_str() == name)
     }

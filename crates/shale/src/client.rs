@@ -105,6 +105,30 @@ pub struct SearchArgs {
     search_fields: Option<String>,
 }
 
+#[derive(clap::Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Index id.
+    #[arg(long)]
+    index: String,
+    /// Delete the documents matching this query (acknowledged before the task is created).
+    #[arg(long, required_unless_present = "list", conflicts_with = "list")]
+    query: Option<String>,
+    /// Comma-separated fields searched by terms without a field.
+    #[arg(long)]
+    search_fields: Option<String>,
+    /// Only documents at or after this time (seconds).
+    #[arg(long)]
+    start_timestamp: Option<i64>,
+    /// Only documents before this time (seconds).
+    #[arg(long)]
+    end_timestamp: Option<i64>,
+    /// List the index's delete tasks instead.
+    #[arg(long)]
+    list: bool,
+}
+
 #[derive(clap::Subcommand)]
 pub enum SplitsCommand {
     /// List an index's splits as a table.
@@ -433,6 +457,30 @@ pub async fn search(args: SearchArgs) -> anyhow::Result<()> {
     let url = args.endpoint.url(&format!("/api/v1/{}/search", args.index));
     let response = call(client.post(url).json(&body)).await?;
     print_json(&response)
+}
+
+/// `shale delete`: creates a delete task (printed as JSON), or lists them with `--list`.
+pub async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
+    let client = http()?;
+    let url = args
+        .endpoint
+        .url(&format!("/api/v1/{}/delete-tasks", args.index));
+    let Some(query) = args.query else {
+        let tasks = call(client.get(url)).await?;
+        return print_json(&tasks);
+    };
+    let mut body = serde_json::json!({ "query": query });
+    if let Some(fields) = args.search_fields {
+        body["search_field"] = fields.into();
+    }
+    if let Some(ts) = args.start_timestamp {
+        body["start_timestamp"] = ts.into();
+    }
+    if let Some(ts) = args.end_timestamp {
+        body["end_timestamp"] = ts.into();
+    }
+    let task = call(client.post(url).json(&body)).await?;
+    print_json(&task)
 }
 
 pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {

@@ -34,6 +34,8 @@ enum Command {
     Ingest(client::IngestArgs),
     /// Search an index.
     Search(client::SearchArgs),
+    /// Delete the documents matching a query (or list the delete tasks).
+    Delete(client::DeleteArgs),
     /// Inspect splits.
     #[command(subcommand)]
     Splits(client::SplitsCommand),
@@ -224,6 +226,7 @@ fn main() -> std::process::ExitCode {
             Command::Index(cmd) => client::index(cmd).await,
             Command::Ingest(args) => client::ingest(args).await,
             Command::Search(args) => client::search(args).await,
+            Command::Delete(args) => client::delete(args).await,
             Command::Splits(cmd) => client::splits(cmd).await,
             Command::Compaction(cmd) => client::compaction(cmd).await,
             Command::Cluster(cmd) => client::cluster(cmd).await,

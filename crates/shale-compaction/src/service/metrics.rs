@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram_vec, register_int_counter, register_int_gauge, HistogramVec, IntCounter,
-    IntGauge,
+    register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    HistogramVec, IntCounter, IntCounterVec, IntGauge,
 };
 
 macro_rules! metric {
@@ -26,6 +26,12 @@ metric!(MERGE_BYTES_READ: IntCounter = register_int_counter!(
     "shale_merge_bytes_read_total", "Bytes of split inputs read by merges."));
 metric!(MERGE_BYTES_WRITTEN: IntCounter = register_int_counter!(
     "shale_merge_bytes_written_total", "Bytes of split outputs written by merges."));
+
+metric!(COMPACTION_TRIGGERS: IntCounterVec = register_int_counter_vec!(
+    "shale_compaction_triggers_total",
+    "Compaction tasks planned, by trigger: `policy` (the merge policy), `small_splits`, \
+     `delete_ratio`, `delete_bytes` or `manual`.",
+    &["trigger"]));
 
 metric!(MERGE_STAGE_SECONDS: HistogramVec = register_histogram_vec!(
     "shale_merge_stage_seconds",
@@ -56,4 +62,5 @@ pub fn register() {
     LazyLock::force(&MERGE_BYTES_READ);
     LazyLock::force(&MERGE_BYTES_WRITTEN);
     LazyLock::force(&MERGE_STAGE_SECONDS);
+    LazyLock::force(&COMPACTION_TRIGGERS);
 }

@@ -3,6 +3,7 @@
 //! and the janitor deletes what compaction, retention and crashes leave behind. Everything
 //! here does I/O; the decisions are the pure policies of [`crate::policy`].
 
+mod deletes;
 mod janitor;
 pub mod metrics;
 mod planner;
@@ -15,6 +16,7 @@ use shale_config::CompactionConfig;
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::{IndexStorages, SplitCache};
 
+pub use deletes::{delete_trigger, DeleteCounts, DeleteTrigger};
 pub use janitor::{Janitor, JanitorReport};
 pub use planner::{plan_round, RELEASED_FOR_SCOPE_MODE};
 pub use worker::{execute_merge, MergeOutcome};
@@ -38,6 +40,8 @@ pub struct CompactionEnv {
     pub scratch_dir: PathBuf,
     /// Settings.
     pub config: CompactionConfig,
+    /// Deleted-document counts of splits, kept between planning rounds.
+    pub delete_counts: Arc<DeleteCounts>,
 }
 
 /// Errors of compaction rounds and merges.

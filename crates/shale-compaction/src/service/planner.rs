@@ -19,7 +19,7 @@ use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTaskState, Metastore,
 use shale_types::{MergeKind, MergeScope, SplitMetadata, SplitState};
 use tracing::{debug, info};
 
-use super::{CompactionEnv, CompactionError};
+use super::{metrics, CompactionEnv, CompactionError};
 use crate::policy::{index_merge_policy, plan};
 
 /// The reason recorded on tasks released because no node of this scope mode claims them.
@@ -38,7 +38,13 @@ pub async fn plan_round(
 ) -> Result<usize, CompactionError> {
     let node_local = env.config.scope == ScopeMode::NodeLocal;
     let mut created = 0;
+    // Indexes with delete tasks (the others need no delete compaction).
+    let last_opstamps = metastore.last_delete_opstamps().await?;
     for index in metastore.list_indexes().await? {
+        // Off for the node or the index: no automatic merge nor delete compaction.
+        if !env.config.enabled || !index.index_config.compaction.enabled {
+            continue;
+        }
         let policy = index_merge_policy(&index.index_config.indexing_settings);
         let live = metastore
             .list_merge_tasks(
@@ -63,7 +69,7 @@ pub async fn plan_round(
                 info!(index = %index.index_uid, released = released.len(), "released cluster-scope merge tasks");
             }
         }
-        let busy: HashSet<String> = live
+        let mut busy: HashSet<String> = live
             .into_iter()
             .filter(|task| !released.contains(&task.task_id))
             .flat_map(|task| task.split_ids)
@@ -103,9 +109,6 @@ pub async fn plan_round(
                     .filter(|split| !node_local || live_nodes.contains(&split.node_id)),
             );
         }
-        if candidates.len() < 2 {
-            continue;
-        }
         let mut tasks: Vec<NewMergeTask> = Vec::new();
         for (scope, operations) in plan(&candidates, policy.as_ref(), node_local, now) {
             for op in operations {
@@ -121,14 +124,32 @@ pub async fn plan_round(
                 tasks.push(NewMergeTask::new(scope.clone(), op.split_ids).with_kind(op.kind));
             }
         }
-        if tasks.is_empty() {
+        if !tasks.is_empty() {
+            let new_tasks = metastore
+                .create_merge_tasks(&index.index_uid, tasks, env.config.merge_max_attempts)
+                .await?;
+            debug!(index = %index.index_uid, tasks = new_tasks.len(), "planned merges");
+            metrics::COMPACTION_TRIGGERS
+                .with_label_values(&["policy"])
+                .inc_by(new_tasks.len() as u64);
+            created += new_tasks.len();
+            busy.extend(new_tasks.into_iter().flat_map(|task| task.split_ids));
+        }
+        // Delete compaction of the splits no merge takes (merges apply deletes themselves).
+        if !last_opstamps.contains_key(&index.index_uid) {
             continue;
         }
-        let new_tasks = metastore
-            .create_merge_tasks(&index.index_uid, tasks, env.config.merge_max_attempts)
+        let planned = super::deletes::plan_delete_compactions(
+            env,
+            metastore,
+            &index,
+            &busy,
+            node_local.then_some(live_nodes),
+            now,
+        )
+        .await?;
+        created += super::deletes::create_delete_tasks(env, metastore, &index, planned, node_local)
             .await?;
-        debug!(index = %index.index_uid, tasks = new_tasks.len(), "planned merges");
-        created += new_tasks.len();
     }
     Ok(created)
 }

@@ -25,7 +25,7 @@ use shale_index::{BuiltSplit, DocMapper, LocalityCut};
 use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTask, MetastoreError};
 use shale_storage::{CachedSplit, StorageRef};
 use shale_types::sort_key::SortKey;
-use shale_types::{new_ulid, now_unix_secs, MergeKind, SplitMetadata, SplitState};
+use shale_types::{new_ulid, now_unix_secs, DeleteTask, MergeKind, SplitMetadata, SplitState};
 use tracing::{info, warn};
 
 use super::metrics::{self, stage};
@@ -126,6 +126,10 @@ struct Prepared {
     storage: StorageRef,
     /// For a locality merge: how to cut its outputs.
     locality: Option<LocalityCut>,
+    /// Per input, the delete tasks it is not clean of: the merge leaves their documents out.
+    deletes: Vec<Vec<DeleteTask>>,
+    /// The outputs are clean of every delete task up to this opstamp that an input was not.
+    applied_opstamp: u64,
 }
 
 /// One merged split, and the key level it is published at.
@@ -175,12 +179,35 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
             }
         }
     }
-    if inputs.len() < 2 {
+    if inputs.len() < 2 && task.kind != MergeKind::Delete {
         return Err(inapplicable("fewer than two inputs".to_string()));
     }
     let config = &index.index_config;
+    // Every merge applies the delete tasks its inputs are not clean of, those old enough to
+    // leave the time-travel window: no merge brings a deleted document back, and a merge that
+    // started before a task was created leaves its outputs unclean of it (search and a later
+    // compaction apply it).
+    let min_clean = inputs.iter().map(|s| s.delete_opstamp).min().unwrap_or(0);
+    let applicable = super::deletes::purgeable_delete_tasks(
+        env.metastore.as_ref(),
+        &index,
+        min_clean,
+        now_unix_secs(),
+    )
+    .await?;
+    let applied_opstamp = applicable.last().map_or(0, |task| task.opstamp);
+    let deletes: Vec<Vec<DeleteTask>> = inputs
+        .iter()
+        .map(|split| {
+            applicable
+                .iter()
+                .filter(|task| task.may_touch(split))
+                .cloned()
+                .collect()
+        })
+        .collect();
     let locality = match (task.kind, &config.indexing_settings.merge_policy) {
-        (MergeKind::Merge, _) => None,
+        (MergeKind::Merge | MergeKind::Delete, _) => None,
         (MergeKind::Locality, MergePolicyConfig::Locality(settings)) => {
             let bucket = inputs[0].time_bucket_start;
             if inputs.iter().any(|split| split.time_bucket_start != bucket) {
@@ -224,6 +251,8 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
         doc_mapper,
         storage,
         locality,
+        deletes,
+        applied_opstamp,
     })
 }
 
@@ -278,45 +307,63 @@ async fn merge(
         doc_mapper,
         storage,
         locality,
+        deletes,
+        applied_opstamp,
     } = prepared;
     // Plain merges keep the inputs' level (a size-tiered merge of fresh splits stays level 0).
     let plain_level = inputs.iter().map(|s| s.key_level).min().unwrap_or(0);
-    let (doc_mapper, locality, merged) = tokio::task::spawn_blocking(move || {
-        let merged = match &locality {
-            Some(cut) => shale_index::locality_merge_split_files(
-                &doc_mapper,
-                &paths,
-                &scratch.join("outputs"),
-                cut,
-            )
-            .map(|outputs| {
-                outputs
-                    .into_iter()
-                    .map(|output| MergedSplit {
-                        built: output.built,
-                        key_level: output.key_level,
-                    })
-                    .collect::<Vec<_>>()
-            }),
-            None => shale_index::merge_split_files(&doc_mapper, &paths, &scratch.join("output"))
-                .map(|built| {
-                    vec![MergedSplit {
-                        built,
-                        key_level: plain_level,
-                    }]
-                }),
-        };
-        (doc_mapper, locality, merged)
+    let (doc_mapper, locality, deletes, merged) = tokio::task::spawn_blocking(move || {
+        let merged = (|| -> Result<(u64, Vec<MergedSplit>), shale_index::IndexError> {
+            // The documents the delete tasks take out, to check the outputs' count against.
+            let mut deleted = 0u64;
+            for (path, tasks) in paths.iter().zip(&deletes) {
+                if !tasks.is_empty() {
+                    let input = shale_index::open_split(path)?;
+                    deleted += shale_index::count_deleted(&doc_mapper, &input, tasks)?;
+                }
+            }
+            let outputs = match &locality {
+                Some(cut) => shale_index::locality_merge_split_files(
+                    &doc_mapper,
+                    &paths,
+                    &deletes,
+                    &scratch.join("outputs"),
+                    cut,
+                )?
+                .into_iter()
+                .map(|output| MergedSplit {
+                    built: output.built,
+                    key_level: output.key_level,
+                })
+                .collect(),
+                None => shale_index::merge_split_files_with_deletes(
+                    &doc_mapper,
+                    &paths,
+                    &deletes,
+                    &scratch.join("output"),
+                )?
+                .into_iter()
+                .map(|built| MergedSplit {
+                    built,
+                    key_level: plain_level,
+                })
+                .collect(),
+            };
+            Ok((deleted, outputs))
+        })();
+        (doc_mapper, locality, deletes, merged)
     })
     .await?;
-    let merged = merged?;
-    let expected_docs: u64 = inputs.iter().map(|s| s.num_docs).sum();
+    let (deleted, merged) = merged?;
+    let expected_docs: u64 = inputs.iter().map(|s| s.num_docs).sum::<u64>()
+        - deleted.min(inputs.iter().map(|s| s.num_docs).sum::<u64>());
     let produced: u64 = merged.iter().map(|m| m.built.num_docs).sum();
-    if produced != expected_docs || merged.is_empty() {
+    if produced != expected_docs || (merged.is_empty() && expected_docs > 0) {
         return Err(CompactionError::Inapplicable {
             task_id: task.task_id.clone(),
             reason: format!(
-                "merge produced {produced} documents in {} splits from inputs holding {expected_docs}",
+                "merge produced {produced} documents in {} splits from inputs holding {expected_docs} \
+                 once {deleted} deleted ones are left out",
                 merged.len()
             ),
         });
@@ -328,6 +375,8 @@ async fn merge(
             doc_mapper,
             storage,
             locality,
+            deletes,
+            applied_opstamp,
         },
         merged,
     ))
@@ -339,15 +388,18 @@ fn output_metadata(
     prepared: &Prepared,
     built: &BuiltSplit,
     key_level: u8,
+    kind: MergeKind,
 ) -> SplitMetadata {
     let first = &prepared.inputs[0];
+    // A delete compaction rewrites one split without merging it with another: not a merge op.
+    let merge_ops_added = u32::from(kind != MergeKind::Delete);
     let num_merge_ops = prepared
         .inputs
         .iter()
         .map(|s| s.num_merge_ops)
         .max()
         .unwrap_or(0)
-        + 1;
+        + merge_ops_added;
     let policy = index_merge_policy(&prepared.index.index_config.indexing_settings);
     SplitMetadata {
         split_id: new_ulid(),
@@ -364,10 +416,11 @@ fn output_metadata(
         create_timestamp: now_unix_secs(),
         maturity: policy.split_maturity(built.num_docs, num_merge_ops),
         num_merge_ops,
+        // Each input is now clean up to the tasks applied, or further if it already was.
         delete_opstamp: prepared
             .inputs
             .iter()
-            .map(|s| s.delete_opstamp)
+            .map(|s| s.delete_opstamp.max(prepared.applied_opstamp))
             .min()
             .unwrap_or(0),
         footer_offsets: built.footer_offsets,
@@ -461,7 +514,7 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     drop(downloaded);
     let outputs: Vec<SplitMetadata> = merged
         .iter()
-        .map(|m| output_metadata(env, &prepared, &m.built, m.key_level))
+        .map(|m| output_metadata(env, &prepared, &m.built, m.key_level, task.kind))
         .collect();
     let (uploaded, upload_time) = stage("upload", upload(env, &prepared, &outputs, &merged)).await;
     uploaded?;

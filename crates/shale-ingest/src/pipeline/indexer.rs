@@ -94,14 +94,20 @@ impl Indexer {
                 batch.last_position = position;
                 let doc = match record {
                     Record::Parsed(doc) => doc,
-                    Record::Raw(payload) => match doc_mapper.parse_doc(&payload) {
-                        Ok(doc) => doc,
-                        Err(err) => {
-                            // Validated at ingest: only a mapping change can make this happen.
-                            warn!(%err, position, "dropping a WAL record that no longer parses");
-                            continue;
+                    Record::Raw(payload) => {
+                        let (opstamp, json) = crate::opstamps::decode_record(&payload);
+                        match doc_mapper.parse_doc(json) {
+                            Ok(mut doc) => {
+                                doc.opstamp = opstamp;
+                                doc
+                            }
+                            Err(err) => {
+                                // Validated at ingest: only a mapping change can do this.
+                                warn!(%err, position, "dropping a WAL record that no longer parses");
+                                continue;
+                            }
                         }
-                    },
+                    }
                 };
                 let mut partition = doc.partition_id;
                 if !batch.partitions.contains(&partition)

@@ -60,7 +60,8 @@ impl Uploader {
                     create_timestamp: now,
                     maturity,
                     num_merge_ops: 0,
-                    delete_opstamp: 0,
+                    // Delete tasks up to the oldest document's opstamp reach none of them.
+                    delete_opstamp: split.min_doc_opstamp,
                     footer_offsets: split.footer_offsets,
                     time_bucket_start: split.time_bucket_start,
                     sort_key_min: split.sort_key_min,

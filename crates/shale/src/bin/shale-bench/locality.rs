@@ -443,7 +443,13 @@ async fn replay_merge(
     for run in 0..2 {
         let out = work.path().join(format!("shale-{run}"));
         let started = Instant::now();
-        let outputs = shale_index::locality_merge_split_files(&mapper, &paths, &out, &cut)?;
+        let outputs = shale_index::locality_merge_split_files(
+            &mapper,
+            &paths,
+            &vec![Vec::new(); paths.len()],
+            &out,
+            &cut,
+        )?;
         shale_best = shale_best.min(started.elapsed().as_secs_f64());
         let merged: u64 = outputs.iter().map(|o| o.built.num_docs).sum();
         anyhow::ensure!(

@@ -102,6 +102,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cache: cache.clone(),
         scratch_dir: data.join("merging"),
         config: CompactionConfig::default(),
+        delete_counts: Default::default(),
     };
     let mut shale_best = f64::MAX;
     let mut output_bytes = 0;

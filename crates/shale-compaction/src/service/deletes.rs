@@ -1,0 +1,258 @@
+//! Delete compaction planning: which published splits to rewrite without their deleted
+//! documents (Milvus' triggers). A split is rewritten once the delete tasks it is not clean
+//! of delete more than `compaction.delete_ratio` of its documents, or more than
+//! `compaction.delete_bytes` of them (as ingested). Only tasks older than the index's
+//! time-travel window count: younger ones must stay visible to `as_of` searches.
+//!
+//! Counting what a split's tasks delete means opening the split (through the split cache);
+//! counts are remembered per split and task range, so a split is counted again only when a
+//! new task may touch it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use shale_config::CompactionSettings;
+use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore};
+use shale_types::{DeleteTask, MergeKind, SplitMetadata, SplitState};
+use tracing::{debug, warn};
+
+use super::{CompactionEnv, CompactionError};
+use crate::service::metrics;
+
+/// Why a split is rewritten by a delete compaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteTrigger {
+    /// Deleted documents exceed `delete_ratio` of the split.
+    Ratio,
+    /// Deleted documents weigh more than `delete_bytes`.
+    Bytes,
+}
+
+impl DeleteTrigger {
+    /// The trigger's name in metrics and APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteTrigger::Ratio => "delete_ratio",
+            DeleteTrigger::Bytes => "delete_bytes",
+        }
+    }
+}
+
+/// Deleted-document counts already computed: split id → (last task opstamp counted,
+/// documents those tasks delete).
+#[derive(Default)]
+pub struct DeleteCounts {
+    counts: Mutex<HashMap<String, (u64, u64)>>,
+}
+
+impl DeleteCounts {
+    fn get(&self, split_id: &str, up_to: u64) -> Option<u64> {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts
+            .get(split_id)
+            .filter(|(opstamp, _)| *opstamp == up_to)
+            .map(|(_, count)| *count)
+    }
+
+    fn set(&self, split_id: &str, up_to: u64, count: u64) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.insert(split_id.to_string(), (up_to, count));
+    }
+
+    /// Forgets the splits not in `keep` (replaced or deleted since).
+    fn retain(&self, keep: &HashSet<&str>) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.retain(|split_id, _| keep.contains(split_id.as_str()));
+    }
+}
+
+/// The trigger that fires for a split of `num_docs` documents (`uncompressed_bytes` as
+/// ingested) of which `deleted` are deleted, if any.
+pub fn delete_trigger(
+    settings: &CompactionSettings,
+    num_docs: u64,
+    uncompressed_bytes: u64,
+    deleted: u64,
+) -> Option<DeleteTrigger> {
+    if deleted == 0 || num_docs == 0 {
+        return None;
+    }
+    if deleted as f64 > settings.delete_ratio * num_docs as f64 {
+        return Some(DeleteTrigger::Ratio);
+    }
+    let deleted_bytes =
+        (u128::from(uncompressed_bytes) * u128::from(deleted)) / u128::from(num_docs);
+    if deleted_bytes > u128::from(settings.delete_bytes) {
+        return Some(DeleteTrigger::Bytes);
+    }
+    None
+}
+
+/// The delete tasks of `index` old enough to be purged at `now` (outside the time-travel
+/// window), from `opstamp_gt` on: a prefix of the history, so that "clean up to `o`" keeps
+/// meaning every task up to `o`.
+pub async fn purgeable_delete_tasks(
+    metastore: &dyn Metastore,
+    index: &IndexMetadata,
+    opstamp_gt: u64,
+    now: i64,
+) -> Result<Vec<DeleteTask>, CompactionError> {
+    let purge_before = now - index.index_config.time_travel_retention_secs();
+    Ok(metastore
+        .list_delete_tasks(&index.index_uid, opstamp_gt)
+        .await?
+        .into_iter()
+        .take_while(|task| task.create_timestamp <= purge_before)
+        .collect())
+}
+
+/// The published splits of `index`, not in `busy` (and, when given, made by one of
+/// `live_nodes`), whose purgeable delete tasks pass a trigger, with the trigger.
+pub async fn plan_delete_compactions(
+    env: &CompactionEnv,
+    metastore: &Arc<dyn Metastore>,
+    index: &IndexMetadata,
+    busy: &HashSet<String>,
+    live_nodes: Option<&HashSet<String>>,
+    now: i64,
+) -> Result<Vec<(SplitMetadata, DeleteTrigger)>, CompactionError> {
+    let published: Vec<SplitMetadata> = metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]),
+        )
+        .await?
+        .into_iter()
+        .map(|split| split.split_metadata)
+        .collect();
+    env.delete_counts
+        .retain(&published.iter().map(|s| s.split_id.as_str()).collect());
+    let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
+        return Ok(Vec::new());
+    };
+    let tasks = purgeable_delete_tasks(metastore.as_ref(), index, min_clean, now).await?;
+    if tasks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let settings = &index.index_config.compaction;
+    let doc_mapper = Arc::new(shale_index::DocMapper::for_index(&index.index_config)?);
+    let storage = env
+        .storages
+        .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
+    let mut planned = Vec::new();
+    for split in published {
+        // node_local: only a live node's splits (its own workers claim their tasks).
+        if busy.contains(&split.split_id)
+            || live_nodes.is_some_and(|live| !live.contains(&split.node_id))
+        {
+            continue;
+        }
+        let touching: Vec<DeleteTask> = tasks
+            .iter()
+            .filter(|task| task.may_touch(&split))
+            .cloned()
+            .collect();
+        let Some(up_to) = touching.last().map(|task| task.opstamp) else {
+            continue;
+        };
+        let deleted = match env.delete_counts.get(&split.split_id, up_to) {
+            Some(count) => count,
+            None => {
+                let pin = match env
+                    .cache
+                    .get_split(storage.as_ref(), &split.split_id, split.size_bytes)
+                    .await
+                {
+                    Ok(pin) => pin,
+                    Err(err) => {
+                        warn!(%err, split_id = %split.split_id, "cannot count deleted documents");
+                        continue;
+                    }
+                };
+                let path = pin.split_file();
+                let doc_mapper = doc_mapper.clone();
+                let count = tokio::task::spawn_blocking(move || {
+                    let index = shale_index::open_split(&path)?;
+                    shale_index::count_deleted(&doc_mapper, &index, &touching)
+                })
+                .await??;
+                drop(pin);
+                env.delete_counts.set(&split.split_id, up_to, count);
+                count
+            }
+        };
+        if let Some(trigger) = delete_trigger(
+            settings,
+            split.num_docs,
+            split.uncompressed_docs_size_bytes,
+            deleted,
+        ) {
+            debug!(split_id = %split.split_id, deleted, trigger = trigger.as_str(), "delete compaction");
+            planned.push((split, trigger));
+        }
+    }
+    Ok(planned)
+}
+
+/// Records planned delete compactions as merge tasks (one split each); returns how many.
+pub async fn create_delete_tasks(
+    env: &CompactionEnv,
+    metastore: &Arc<dyn Metastore>,
+    index: &IndexMetadata,
+    planned: Vec<(SplitMetadata, DeleteTrigger)>,
+    node_local: bool,
+) -> Result<usize, CompactionError> {
+    if planned.is_empty() {
+        return Ok(0);
+    }
+    let triggers: HashMap<String, DeleteTrigger> = planned
+        .iter()
+        .map(|(split, trigger)| (split.split_id.clone(), *trigger))
+        .collect();
+    let tasks = planned
+        .into_iter()
+        .map(|(split, _)| {
+            shale_metastore::NewMergeTask::new(split.merge_scope(node_local), vec![split.split_id])
+                .with_kind(MergeKind::Delete)
+        })
+        .collect();
+    let created = metastore
+        .create_merge_tasks(&index.index_uid, tasks, env.config.merge_max_attempts)
+        .await?;
+    for task in &created {
+        if let Some(trigger) = task.split_ids.first().and_then(|id| triggers.get(id)) {
+            metrics::COMPACTION_TRIGGERS
+                .with_label_values(&[trigger.as_str()])
+                .inc();
+        }
+    }
+    Ok(created.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triggers_fire_above_their_thresholds_and_not_at_or_below() {
+        let settings = CompactionSettings {
+            delete_ratio: 0.2,
+            delete_bytes: 10_000,
+            ..CompactionSettings::default()
+        };
+        // 1000 docs of 10 bytes: 200 deleted is the ratio exactly (2000 bytes).
+        assert_eq!(delete_trigger(&settings, 1000, 10_000, 200), None);
+        assert_eq!(
+            delete_trigger(&settings, 1000, 10_000, 201),
+            Some(DeleteTrigger::Ratio)
+        );
+        assert_eq!(delete_trigger(&settings, 1000, 10_000, 0), None);
+        // 100_000 docs of 100 bytes: 100 deleted is 10_000 bytes exactly, 101 is above.
+        assert_eq!(delete_trigger(&settings, 100_000, 10_000_000, 100), None);
+        assert_eq!(
+            delete_trigger(&settings, 100_000, 10_000_000, 101),
+            Some(DeleteTrigger::Bytes)
+        );
+        assert_eq!(delete_trigger(&settings, 0, 0, 0), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! Delete tasks in SQL (table `delete_tasks`, migration 0006), shared by both backends.
+//! Opstamps are assigned under the index row lock (every index writer takes it), so two
+//! concurrent creators get consecutive opstamps, never the same one.
+
+use std::collections::BTreeMap;
+
+use shale_types::{DeleteQuery, DeleteTask, IndexUid};
+use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
+
+use super::{from_db, serde_err, to_db, Dialect, SqlMetastore};
+use crate::{MetastoreError, MetastoreResult};
+
+impl<DB> SqlMetastore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    fn decode_delete_task(row: &DB::Row) -> MetastoreResult<DeleteTask> {
+        let index_uid: String = row.try_get("index_uid")?;
+        let query: String = row.try_get("delete_query")?;
+        Ok(DeleteTask {
+            index_uid: index_uid.parse().map_err(serde_err)?,
+            opstamp: from_db(row.try_get("opstamp")?),
+            create_timestamp: row.try_get("create_timestamp")?,
+            delete_query: serde_json::from_str(&query).map_err(serde_err)?,
+        })
+    }
+
+    pub(super) async fn insert_delete_task(
+        &self,
+        index_uid: &IndexUid,
+        delete_query: DeleteQuery,
+        now: i64,
+    ) -> MetastoreResult<DeleteTask> {
+        let query_json = serde_json::to_string(&delete_query).map_err(serde_err)?;
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let row = sqlx::query::<DB>(
+                "SELECT CAST(COALESCE(MAX(opstamp), 0) AS BIGINT) AS last FROM delete_tasks \
+                 WHERE index_uid = $1",
+            )
+            .bind(index_uid.to_string())
+            .fetch_one(&mut *write.tx)
+            .await?;
+            let last: i64 = row.try_get("last")?;
+            let opstamp = from_db(last)
+                .checked_add(1)
+                .ok_or_else(|| MetastoreError::FailedPrecondition("opstamps exhausted".into()))?;
+            sqlx::query::<DB>(
+                "INSERT INTO delete_tasks (index_uid, opstamp, create_timestamp, delete_query) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(index_uid.to_string())
+            .bind(to_db(opstamp))
+            .bind(now)
+            .bind(query_json)
+            .execute(&mut *write.tx)
+            .await?;
+            Ok(DeleteTask {
+                index_uid: index_uid.clone(),
+                opstamp,
+                create_timestamp: now,
+                delete_query,
+            })
+        }
+        .await;
+        write.finish(result).await
+    }
+
+    pub(super) async fn select_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        opstamp_gt: u64,
+    ) -> MetastoreResult<Vec<DeleteTask>> {
+        let exists = sqlx::query::<DB>("SELECT index_uid FROM indexes WHERE index_uid = $1")
+            .bind(index_uid.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        if exists.is_none() {
+            return Err(super::index_not_found(index_uid));
+        }
+        let rows = sqlx::query::<DB>(AssertSqlSafe(
+            "SELECT index_uid, opstamp, create_timestamp, delete_query FROM delete_tasks \
+             WHERE index_uid = $1 AND opstamp > $2 ORDER BY opstamp"
+                .to_string(),
+        ))
+        .bind(index_uid.to_string())
+        .bind(to_db(opstamp_gt))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(Self::decode_delete_task).collect()
+    }
+
+    pub(super) async fn select_last_delete_opstamps(
+        &self,
+    ) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
+        let rows = sqlx::query::<DB>(
+            "SELECT index_uid, CAST(MAX(opstamp) AS BIGINT) AS last FROM delete_tasks \
+             GROUP BY index_uid",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let index_uid: String = row.try_get("index_uid")?;
+                let last: i64 = row.try_get("last")?;
+                Ok((index_uid.parse().map_err(serde_err)?, from_db(last)))
+            })
+            .collect()
+    }
+}
