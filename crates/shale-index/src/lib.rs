@@ -45,8 +45,8 @@ pub use error::{DocParsingError, IndexError};
 pub use key_filter::KeyFilter;
 pub use locality_merge::{locality_merge_split_files, LocalityCut, LocalityOutput};
 pub use merge::{
-    merge_split_files, merge_split_files_with_deletes, merge_splits, merge_splits_to,
-    merge_splits_with_deletes,
+    merge_split_files, merge_split_files_capped, merge_split_files_with_deletes, merge_splits,
+    merge_splits_to, merge_splits_with_deletes,
 };
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
 pub use shale_config::OTHER_PARTITION_ID;

@@ -413,7 +413,10 @@ fn group_prefixes(
 type OutputRanges = (Option<SortKey>, Option<SortKey>, Option<TimeRange>);
 
 /// The min and max sort key of a merged (sorted, single-segment) index, and its time range.
-fn output_ranges(doc_mapper: &DocMapper, index: &Index) -> Result<OutputRanges, IndexError> {
+pub(crate) fn output_ranges(
+    doc_mapper: &DocMapper,
+    index: &Index,
+) -> Result<OutputRanges, IndexError> {
     let reader = index.reader()?;
     let searcher = reader.searcher();
     let mut min: Option<Vec<u8>> = None;

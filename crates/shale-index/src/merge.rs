@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use shale_types::sort_key::SortKey;
 use shale_types::TimeRange;
-use tantivy::directory::MmapDirectory;
-use tantivy::Index;
+use tantivy::directory::{MmapDirectory, OwnedBytes};
+use tantivy::fastfield::{write_alive_bitset, AliveBitSet};
+use tantivy::{BitSet, Index};
 
 use shale_types::DeleteTask;
 
@@ -240,4 +241,174 @@ fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats,
         time_bucket_start: None,
         min_doc_opstamp: 0,
     })
+}
+
+/// Merges bundle files like [`merge_split_files_with_deletes`], into as many outputs as it
+/// takes for none to exceed `max_output_bytes`: when what is left of the inputs (their bytes,
+/// in proportion to the documents left) is larger, the documents are cut, in input order,
+/// into `n` runs of about equal bytes, each merged into its own split, with 10 % headroom for
+/// the estimate. Outputs are written in `scratch_dir` as `out-{i}.split`; none is written for
+/// a run without documents.
+pub fn merge_split_files_capped(
+    doc_mapper: &DocMapper,
+    bundle_paths: &[PathBuf],
+    deletes: &[Vec<DeleteTask>],
+    scratch_dir: &Path,
+    max_output_bytes: u64,
+) -> Result<Vec<crate::BuiltSplit>, IndexError> {
+    if deletes.len() != bundle_paths.len() {
+        return Err(IndexError::InvalidArgument(format!(
+            "{} delete lists for {} inputs",
+            deletes.len(),
+            bundle_paths.len()
+        )));
+    }
+    let inputs = bundle_paths
+        .iter()
+        .map(|path| open_split(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Every segment, what is left alive in it, and its bytes per document.
+    let mut segments = Vec::new();
+    let mut estimated_bytes = 0f64;
+    for ((input, path), tasks) in inputs.iter().zip(bundle_paths).zip(deletes) {
+        let size = std::fs::metadata(path)
+            .map_err(|err| IndexError::io(path, err))?
+            .len();
+        let input_segments = segment_deletes(doc_mapper, input, tasks)?;
+        let docs: u64 = input_segments.iter().map(|s| u64::from(s.max_doc)).sum();
+        let bytes_per_doc = if docs == 0 {
+            0.0
+        } else {
+            size as f64 / docs as f64
+        };
+        for segment in input_segments {
+            estimated_bytes += bytes_per_doc * f64::from(segment.max_doc - segment.num_deleted);
+            segments.push((segment, bytes_per_doc));
+        }
+    }
+    let budget = max_output_bytes.max(1) as f64 * 0.9;
+    let num_outputs = (estimated_bytes / budget).ceil().max(1.0) as usize;
+    if num_outputs == 1 {
+        let output_dir = scratch_dir.join("out-0");
+        let bundle_path = scratch_dir.join("out-0.split");
+        return Ok(merge_splits_with_deletes(
+            doc_mapper,
+            &inputs,
+            deletes,
+            &output_dir,
+            &bundle_path,
+        )?
+        .into_iter()
+        .collect());
+    }
+    // Input-wide stats every output shares (tags: a superset is correct for pruning).
+    let mut tags = TagCollector::default();
+    let mut buckets = BTreeSet::new();
+    let mut min_doc_opstamp: Option<u64> = None;
+    let mut uncompressed_bytes = 0u64;
+    let mut total_docs = 0u64;
+    for input in &inputs {
+        let stats = match split_stats(input)? {
+            Some(stats) => stats,
+            None => stats_from_index(doc_mapper, input)?,
+        };
+        for tag in &stats.tags {
+            tags.insert(tag);
+        }
+        buckets.insert(stats.time_bucket_start);
+        min_doc_opstamp = min_doc_opstamp
+            .into_iter()
+            .chain([stats.min_doc_opstamp])
+            .min();
+        uncompressed_bytes += stats.uncompressed_docs_size_bytes;
+        total_docs += stats.num_docs;
+    }
+    let tags = tags.into_tags();
+    let time_bucket_start = match buckets.len() {
+        1 => buckets.into_iter().next().flatten(),
+        _ => None,
+    };
+    // Cut the live documents, in order, into runs of about `estimated_bytes / n`.
+    let per_output = estimated_bytes / num_outputs as f64;
+    let mut runs: Vec<Vec<(usize, BitSet)>> = vec![Vec::new(); num_outputs];
+    let mut run = 0usize;
+    let mut run_bytes = 0f64;
+    for (ord, (segment, bytes_per_doc)) in segments.iter().enumerate() {
+        let reader = segment.reader()?;
+        for doc in 0..segment.max_doc {
+            if reader.is_deleted(doc) {
+                continue;
+            }
+            if run_bytes >= per_output && run + 1 < num_outputs {
+                run += 1;
+                run_bytes = 0.0;
+            }
+            let bits = match runs[run].last_mut() {
+                Some((last, bits)) if *last == ord => bits,
+                _ => {
+                    runs[run].push((ord, BitSet::with_max_value(segment.max_doc)));
+                    &mut runs[run].last_mut().expect("just pushed").1
+                }
+            };
+            bits.insert(doc);
+            run_bytes += bytes_per_doc;
+        }
+    }
+    let mut outputs = Vec::new();
+    for (i, run) in runs.into_iter().enumerate() {
+        if run.is_empty() {
+            continue;
+        }
+        let mut run_segments = Vec::with_capacity(run.len());
+        let mut filters = Vec::with_capacity(run.len());
+        let mut num_docs = 0u64;
+        for (ord, bits) in run {
+            let (segment, _) = &segments[ord];
+            num_docs += bits.len() as u64;
+            run_segments.push(segment.segment.clone());
+            let mut bytes = Vec::new();
+            write_alive_bitset(&bits, &mut bytes).map_err(tantivy::TantivyError::from)?;
+            filters.push(Some(AliveBitSet::open(OwnedBytes::new(bytes))));
+        }
+        let output_dir = scratch_dir.join(format!("out-{i}"));
+        std::fs::create_dir_all(&output_dir).map_err(|err| IndexError::io(&output_dir, err))?;
+        let directory = MmapDirectory::open(&output_dir)
+            .map_err(|err| IndexError::io(&output_dir, std::io::Error::other(err.to_string())))?;
+        let merged = tantivy::indexer::merge_filtered_segments(
+            &run_segments,
+            doc_mapper.index_settings(),
+            filters,
+            directory,
+        )?;
+        let (sort_key_min, sort_key_max, time_range) = if doc_mapper.sort_fields().is_some() {
+            crate::locality_merge::output_ranges(doc_mapper, &merged)?
+        } else {
+            (
+                None,
+                None,
+                stats_from_index(doc_mapper, &merged)?.time_range,
+            )
+        };
+        let stats = SplitStats {
+            version: SPLIT_STATS_VERSION,
+            num_docs,
+            time_range,
+            tags: tags.clone(),
+            uncompressed_docs_size_bytes: crate::locality_merge::share(
+                uncompressed_bytes,
+                num_docs,
+                total_docs,
+            ),
+            sort_key_min,
+            sort_key_max,
+            time_bucket_start,
+            min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
+        };
+        let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
+        commit_stats(&mut writer, &stats)?;
+        writer.wait_merging_threads()?;
+        let bundle_path = scratch_dir.join(format!("out-{i}.split"));
+        outputs.push(bundle_index(&merged, &output_dir, stats, &bundle_path)?);
+    }
+    Ok(outputs)
 }

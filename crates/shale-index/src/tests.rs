@@ -1496,3 +1496,60 @@ fn a_locality_merge_leaves_out_deleted_documents() {
     let total: u64 = outputs.iter().map(|o| o.built.num_docs).sum();
     assert_eq!(total as usize, expected.len());
 }
+
+#[test]
+fn a_capped_merge_writes_several_outputs_none_over_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let paths: Vec<std::path::PathBuf> = (0..3)
+        .map(|s| {
+            split_with_opstamps(
+                &mapper,
+                &dir.path().join(format!("in{s}")),
+                s * 2000..(s + 1) * 2000,
+                |_| 0,
+            )
+            .path
+        })
+        .collect();
+    let total: u64 = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    let cap = total / 2;
+    let task = delete_task(1, "tenant_id:1", None, None);
+    let outputs = merge_split_files_capped(
+        &mapper,
+        &paths,
+        &[vec![task.clone()], vec![], vec![task]],
+        &dir.path().join("m"),
+        cap,
+    )
+    .unwrap();
+    assert!(outputs.len() >= 2, "{} outputs", outputs.len());
+    for output in &outputs {
+        assert!(output.size_bytes <= cap, "{} > {cap}", output.size_bytes);
+        let index = open_split(&output.path).unwrap();
+        assert_eq!(count_query(&mapper, &index, "*") as u64, output.num_docs);
+    }
+    // Every document once, but those deleted in inputs 0 and 2.
+    let expected = (0..6000)
+        .filter(|i| !(i % 5 == 1 && (i / 2000) != 1))
+        .count() as u64;
+    assert_eq!(outputs.iter().map(|o| o.num_docs).sum::<u64>(), expected);
+    let mut ranges: Vec<TimeRange> = outputs.iter().map(|o| o.time_range.unwrap()).collect();
+    ranges.sort_by_key(|r| r.start);
+    assert_eq!(ranges.first().unwrap().start, T0);
+    assert_eq!(ranges.last().unwrap().end, T0 + 5999);
+    // Under the cap: one output.
+    let single = merge_split_files_capped(
+        &mapper,
+        &paths,
+        &[vec![], vec![], vec![]],
+        &dir.path().join("one"),
+        total * 2,
+    )
+    .unwrap();
+    assert_eq!(single.len(), 1);
+    assert_eq!(single[0].num_docs, 6000);
+}

@@ -110,6 +110,8 @@ macro_rules! metastore_conformance_tests {
             merge_tasks_of_dead_workers_are_requeued,
             delete_tasks_are_numbered_per_index_and_listed_by_opstamp,
             concurrent_delete_tasks_get_distinct_opstamps,
+            merge_tasks_record_their_trigger_and_compaction,
+            compactions_are_recorded_listed_and_updated,
         );
     };
     (@cases $setup:path; $($case:ident),* $(,)?) => {
@@ -1270,7 +1272,7 @@ async fn claim(
     index_uid: Option<&IndexUid>,
 ) -> Option<MergeTask> {
     metastore
-        .claim_merge_task(node_id, LEASE, now, index_uid, None)
+        .claim_merge_task(node_id, LEASE, now, index_uid, None, false)
         .await
         .expect("claim_merge_task")
 }
@@ -1542,7 +1544,7 @@ pub async fn claim_merge_task_can_be_limited_to_a_node_scope(metastore: Arc<dyn 
         let metastore = metastore.clone();
         async move {
             metastore
-                .claim_merge_task(node, LEASE, T0, None, Some(node))
+                .claim_merge_task(node, LEASE, T0, None, Some(node), false)
                 .await
                 .expect("claim_merge_task")
         }
@@ -1780,7 +1782,7 @@ pub async fn concurrent_claimers_each_claim_a_task_once(metastore: Arc<dyn Metas
                     let node_id = format!("node-{i}");
                     // Leases outlive the test: nothing becomes claimable again.
                     let task = metastore
-                        .claim_merge_task(&node_id, 1_000_000, T0, None, None)
+                        .claim_merge_task(&node_id, 1_000_000, T0, None, None, false)
                         .await;
                     (node_id, task)
                 })
@@ -2385,7 +2387,7 @@ pub async fn delete_merge_tasks_deletes_finished_tasks_only(metastore: Arc<dyn M
     let [succeeded, failed, running, pending] = [0, 1, 2, 3].map(|i| created[i].task_id.clone());
     for _ in 0..3 {
         metastore
-            .claim_merge_task("node-1", 1_000_000, T0, None, None)
+            .claim_merge_task("node-1", 1_000_000, T0, None, None, false)
             .await
             .expect("claim");
     }
@@ -2574,6 +2576,142 @@ pub async fn concurrent_delete_tasks_get_distinct_opstamps(metastore: Arc<dyn Me
     }
     opstamps.sort();
     assert_eq!(opstamps, (1..=8).collect::<Vec<u64>>());
+}
+
+// ----- manual compactions -----
+
+pub async fn merge_tasks_record_their_trigger_and_compaction(metastore: Arc<dyn Metastore>) {
+    use shale_types::MergeTrigger;
+    let uid = index_with_published(&metastore, "logs", &["a", "b", "c", "d", "e"]).await;
+    let created = metastore
+        .create_merge_tasks(
+            &uid,
+            vec![
+                new_task(&uid, &["a", "b"]),
+                new_task(&uid, &["c"])
+                    .with_kind(MergeKind::Delete)
+                    .with_trigger(MergeTrigger::DeleteRatio),
+                new_task(&uid, &["d", "e"]).with_compaction("C1"),
+            ],
+            3,
+        )
+        .await
+        .expect("create");
+    assert_eq!(created.len(), 3);
+    let by_id = |id: &str| created.iter().find(|t| t.task_id == id).cloned().unwrap();
+    for task in &created {
+        let stored = stored_task(&metastore, &task.task_id).await;
+        assert_eq!(&stored, task);
+    }
+    assert_eq!(by_id(&created[0].task_id).trigger, MergeTrigger::Policy);
+    assert_eq!(created[0].compaction_id, None);
+    assert_eq!(created[1].trigger, MergeTrigger::DeleteRatio);
+    assert_eq!(created[1].kind, MergeKind::Delete);
+    assert_eq!(created[2].trigger, MergeTrigger::Manual);
+    assert_eq!(created[2].compaction_id.as_deref(), Some("C1"));
+    // A node whose automatic compaction is off claims only the manual task.
+    let manual = metastore
+        .claim_merge_task("node-1", LEASE, T0, None, None, true)
+        .await
+        .expect("claim")
+        .expect("a manual task");
+    assert_eq!(manual.task_id, created[2].task_id);
+    assert!(metastore
+        .claim_merge_task("node-1", LEASE, T0, None, None, true)
+        .await
+        .expect("claim")
+        .is_none());
+    assert!(claim(&metastore, "node-2", T0, None).await.is_some());
+}
+
+pub async fn compactions_are_recorded_listed_and_updated(metastore: Arc<dyn Metastore>) {
+    use crate::{CompactionRequest, CompactionState};
+    let logs = create(&metastore, "logs").await.index_uid;
+    let other = create(&metastore, "other").await.index_uid;
+    let request = CompactionRequest {
+        start_timestamp: Some(10),
+        end_timestamp: Some(20),
+        force: true,
+    };
+    let first = metastore
+        .create_compaction(&logs, request.clone(), T0)
+        .await
+        .expect("create");
+    assert_eq!(first.state, CompactionState::Pending);
+    assert_eq!(first.request, request);
+    assert_eq!(first.create_timestamp, T0);
+    let second = metastore
+        .create_compaction(&logs, CompactionRequest::default(), T0 + 1)
+        .await
+        .expect("create");
+    let elsewhere = metastore
+        .create_compaction(&other, CompactionRequest::default(), T0)
+        .await
+        .expect("create");
+    let listed = metastore
+        .list_compactions(Some(&logs), &[])
+        .await
+        .expect("list");
+    assert_eq!(listed, [second.clone(), first.clone()], "newest first");
+    assert_eq!(
+        metastore
+            .list_compactions(None, &[])
+            .await
+            .expect("list")
+            .len(),
+        3
+    );
+    let mut executing = first.clone();
+    executing.state = CompactionState::Executing;
+    executing.start_timestamp = Some(T0 + 2);
+    executing.progress.total = 4;
+    executing.progress.completed = 1;
+    executing.progress.splits_before = 9;
+    executing.progress.bytes_read = 1234;
+    executing.update_timestamp = T0 + 2;
+    metastore
+        .update_compaction(&executing)
+        .await
+        .expect("update");
+    assert_eq!(
+        metastore
+            .list_compactions(Some(&logs), &[CompactionState::Executing])
+            .await
+            .expect("list"),
+        [executing.clone()]
+    );
+    let pending: BTreeSet<String> = metastore
+        .list_compactions(None, &[CompactionState::Pending])
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|c| c.compaction_id)
+        .collect();
+    assert_eq!(
+        pending,
+        BTreeSet::from([
+            second.compaction_id.clone(),
+            elsewhere.compaction_id.clone()
+        ])
+    );
+    let mut unknown = executing.clone();
+    unknown.compaction_id = "nope".to_string();
+    assert!(matches!(
+        metastore.update_compaction(&unknown).await,
+        Err(MetastoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        metastore
+            .create_compaction(&IndexUid::new("gone"), CompactionRequest::default(), T0)
+            .await,
+        Err(MetastoreError::NotFound { .. })
+    ));
+    // Deleting the index forgets its compactions.
+    metastore.delete_index(&logs).await.expect("delete");
+    assert_eq!(
+        metastore.list_compactions(None, &[]).await.expect("list"),
+        [elsewhere]
+    );
 }
 
 // ----- cluster -----

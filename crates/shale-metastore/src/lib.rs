@@ -16,6 +16,7 @@
 //!   passes, run against both backends by `tests/sqlite.rs` and `tests/postgres.rs`.
 
 mod cluster;
+mod compaction;
 mod merge_task;
 mod migrations;
 mod postgres;
@@ -30,6 +31,7 @@ pub mod recording;
 pub use cluster::{
     Fence, Lease, NodeIdentity, NodeRecord, Shard, ShardKey, ShardState, LEADER_LEASE,
 };
+pub use compaction::{Compaction, CompactionProgress, CompactionRequest, CompactionState};
 pub use merge_task::{MergeTask, MergeTaskState, NewMergeTask};
 pub use postgres::PostgresMetastore;
 pub use sql::{Dialect, SqlMetastore};
@@ -314,7 +316,8 @@ pub trait Metastore: Send + Sync + 'static {
     /// `Running`, owned by `node_id` until `now + lease_secs`, with one more attempt. On the
     /// way, tasks whose inputs are no longer all Published, or that used up `max_attempts`,
     /// are marked `Failed` and skipped. `None` when nothing is claimable. Concurrent claimers
-    /// never get the same task. With `scope_node`, only tasks whose scope is that node's
+    /// never get the same task. With `manual_only`, only tasks of manual compactions (a node
+    /// whose automatic compaction is off). With `scope_node`, only tasks whose scope is that node's
     /// (`node_local` mode: a node claims only the tasks of its own splits).
     async fn claim_merge_task(
         &self,
@@ -323,6 +326,7 @@ pub trait Metastore: Send + Sync + 'static {
         now: i64,
         index_uid: Option<&IndexUid>,
         scope_node: Option<&str>,
+        manual_only: bool,
     ) -> MetastoreResult<Option<MergeTask>>;
 
     /// Gives up those of `task_ids` that are claimable (`Pending`, or `Running` with a lease
@@ -416,6 +420,27 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// The last opstamp of every index that has delete tasks.
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>>;
+
+    // ----- manual compactions -----
+
+    /// Records a manual compaction of `index_uid` as `pending`.
+    async fn create_compaction(
+        &self,
+        index_uid: &IndexUid,
+        request: CompactionRequest,
+        now: i64,
+    ) -> MetastoreResult<Compaction>;
+
+    /// Manual compactions, newest first, of `index_uid` only if given, in one of `states`
+    /// (empty: any state).
+    async fn list_compactions(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[CompactionState],
+    ) -> MetastoreResult<Vec<Compaction>>;
+
+    /// Stores a compaction's state, progress, error and times (`NotFound` if unknown).
+    async fn update_compaction(&self, compaction: &Compaction) -> MetastoreResult<()>;
 
     // ----- fences -----
 

@@ -12,7 +12,7 @@
 //! Invariant: a split is an input of at most one *live* (`Pending` or `Running`) task.
 
 use serde::{Deserialize, Serialize};
-use shale_types::{IndexUid, MergeKind, MergeScope, SplitId};
+use shale_types::{IndexUid, MergeKind, MergeScope, MergeTrigger, SplitId};
 
 /// The state of a [`MergeTask`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -79,6 +79,12 @@ pub struct MergeTask {
     /// What the merge does with them.
     #[serde(default)]
     pub kind: MergeKind,
+    /// Why it was planned.
+    #[serde(default)]
+    pub trigger: MergeTrigger,
+    /// The manual compaction it belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_id: Option<String>,
     /// Where the task is in its life cycle.
     pub state: MergeTaskState,
     /// The node holding the lease while `Running`; afterwards the node that last held it
@@ -120,16 +126,37 @@ pub struct NewMergeTask {
     /// What the merge does with them.
     #[serde(default)]
     pub kind: MergeKind,
+    /// Why it is planned.
+    #[serde(default)]
+    pub trigger: MergeTrigger,
+    /// The manual compaction it belongs to, if any.
+    #[serde(default)]
+    pub compaction_id: Option<String>,
 }
 
 impl NewMergeTask {
-    /// A (plain) merge of `split_ids` in `scope`.
+    /// A (plain) merge of `split_ids` in `scope`, planned by the merge policy.
     pub fn new(scope: MergeScope, split_ids: Vec<SplitId>) -> Self {
         NewMergeTask {
             scope,
             split_ids,
             kind: MergeKind::Merge,
+            trigger: MergeTrigger::Policy,
+            compaction_id: None,
         }
+    }
+
+    /// The same task, planned by `trigger`.
+    pub fn with_trigger(mut self, trigger: MergeTrigger) -> Self {
+        self.trigger = trigger;
+        self
+    }
+
+    /// The same task, part of the manual compaction `compaction_id`.
+    pub fn with_compaction(mut self, compaction_id: impl Into<String>) -> Self {
+        self.trigger = MergeTrigger::Manual;
+        self.compaction_id = Some(compaction_id.into());
+        self
     }
 
     /// The same task, doing a merge of `kind`.

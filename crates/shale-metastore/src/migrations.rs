@@ -40,6 +40,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "delete tasks",
         include_str!("../migrations/sqlite/0006_delete_tasks.sql"),
     ),
+    (
+        7,
+        "compactions",
+        include_str!("../migrations/sqlite/0007_compactions.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -73,6 +78,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         6,
         "delete tasks",
         include_str!("../migrations/postgres/0006_delete_tasks.sql"),
+    ),
+    (
+        7,
+        "compactions",
+        include_str!("../migrations/postgres/0007_compactions.sql"),
     ),
 ];
 

@@ -138,9 +138,10 @@ impl Metastore for RecordingMetastore {
         now: i64,
         index_uid: Option<&IndexUid>,
         scope_node: Option<&str>,
+        manual_only: bool,
     ) -> MetastoreResult<Option<MergeTask>> {
         self.inner
-            .claim_merge_task(node_id, lease_secs, now, index_uid, scope_node)
+            .claim_merge_task(node_id, lease_secs, now, index_uid, scope_node, manual_only)
             .await
     }
     async fn release_merge_tasks(
@@ -299,5 +300,23 @@ impl Metastore for RecordingMetastore {
         &self,
     ) -> MetastoreResult<std::collections::BTreeMap<IndexUid, u64>> {
         self.inner.last_delete_opstamps().await
+    }
+    async fn create_compaction(
+        &self,
+        index_uid: &IndexUid,
+        request: crate::CompactionRequest,
+        now: i64,
+    ) -> MetastoreResult<crate::Compaction> {
+        self.inner.create_compaction(index_uid, request, now).await
+    }
+    async fn list_compactions(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[crate::CompactionState],
+    ) -> MetastoreResult<Vec<crate::Compaction>> {
+        self.inner.list_compactions(index_uid, states).await
+    }
+    async fn update_compaction(&self, compaction: &crate::Compaction) -> MetastoreResult<()> {
+        self.inner.update_compaction(compaction).await
     }
 }

@@ -33,15 +33,16 @@ use sqlx::{
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::{
-    Fence, IndexMetadata, Lease, ListSplitsQuery, MergeTask, MergeTaskState, Metastore,
-    MetastoreError, MetastoreResult, NewMergeTask, NodeIdentity, NodeRecord, Shard, ShardKey,
-    SplitStats,
+    Compaction, CompactionRequest, CompactionState, Fence, IndexMetadata, Lease, ListSplitsQuery,
+    MergeTask, MergeTaskState, Metastore, MetastoreError, MetastoreResult, NewMergeTask,
+    NodeIdentity, NodeRecord, Shard, ShardKey, SplitStats,
 };
 
 /// Split ids bound per statement, well below SQLite's and PostgreSQL's parameter limits.
 const IDS_PER_STATEMENT: usize = 500;
 
 mod cluster;
+mod compactions;
 mod delete_tasks;
 mod merge_tasks;
 
@@ -727,6 +728,7 @@ where
                 "DELETE FROM merge_task_splits WHERE index_uid = $1",
                 "DELETE FROM merge_tasks WHERE index_uid = $1",
                 "DELETE FROM delete_tasks WHERE index_uid = $1",
+                "DELETE FROM compactions WHERE index_uid = $1",
                 "DELETE FROM splits WHERE index_uid = $1",
                 "DELETE FROM checkpoints WHERE index_uid = $1",
                 "DELETE FROM indexes WHERE index_uid = $1",
@@ -979,8 +981,9 @@ where
         now: i64,
         index_uid: Option<&IndexUid>,
         scope_node: Option<&str>,
+        manual_only: bool,
     ) -> MetastoreResult<Option<MergeTask>> {
-        self.claim_next_merge_task(node_id, lease_secs, now, index_uid, scope_node)
+        self.claim_next_merge_task(node_id, lease_secs, now, index_uid, scope_node, manual_only)
             .await
     }
 
@@ -1067,6 +1070,27 @@ where
 
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
         self.select_last_delete_opstamps().await
+    }
+
+    async fn create_compaction(
+        &self,
+        index_uid: &IndexUid,
+        request: CompactionRequest,
+        now: i64,
+    ) -> MetastoreResult<Compaction> {
+        self.insert_compaction(index_uid, request, now).await
+    }
+
+    async fn list_compactions(
+        &self,
+        index_uid: Option<&IndexUid>,
+        states: &[CompactionState],
+    ) -> MetastoreResult<Vec<Compaction>> {
+        self.select_compactions(index_uid, states).await
+    }
+
+    async fn update_compaction(&self, compaction: &Compaction) -> MetastoreResult<()> {
+        self.store_compaction(compaction).await
     }
 
     fn with_fence(&self, fence: Fence) -> Arc<dyn Metastore> {

@@ -160,7 +160,7 @@ async fn two_handles_on_one_file_never_claim_one_merge_task_twice() {
             };
             tokio::spawn(async move {
                 metastore
-                    .claim_merge_task(&format!("node-{i}"), 3600, 1_000_000, None, None)
+                    .claim_merge_task(&format!("node-{i}"), 3600, 1_000_000, None, None, false)
                     .await
             })
         })

@@ -218,6 +218,15 @@ fn routes(node: Arc<Node>) -> Router {
             "/api/v1/indexes/{index_id}/compaction",
             get(compaction_status),
         )
+        .route("/api/v1/indexes/{index_id}/compact", post(start_compaction))
+        .route(
+            "/api/v1/indexes/{index_id}/compactions",
+            get(list_compactions),
+        )
+        .route(
+            "/api/v1/indexes/{index_id}/compactions/{compaction_id}",
+            get(get_compaction),
+        )
         .route("/api/v1/{index_id}/ingest", post(ingest))
         .route(
             "/api/v1/{index_id}/delete-tasks",
@@ -431,6 +440,88 @@ async fn list_delete_tasks(
     Ok(Json(Value::Array(
         tasks.iter().map(render_delete_task).collect(),
     )))
+}
+
+/// A manual compaction as the API shows it.
+fn render_compaction(index_id: &str, compaction: &shale_metastore::Compaction) -> Value {
+    let progress = &compaction.progress;
+    json!({
+        "compaction_id": compaction.compaction_id,
+        "index_id": index_id,
+        "state": compaction.state.as_str(),
+        "request": compaction.request,
+        "plan": {
+            "total": progress.total,
+            "completed": progress.completed,
+            "failed": progress.failed,
+        },
+        "splits_before": progress.splits_before,
+        "splits_after": progress.splits_after,
+        "bytes_read": progress.bytes_read,
+        "bytes_written": progress.bytes_written,
+        "error": compaction.error,
+        "created_at": compaction.create_timestamp,
+        "started_at": compaction.start_timestamp,
+        "finished_at": compaction.finish_timestamp,
+    })
+}
+
+/// `POST /api/v1/indexes/{index_id}/compact`, optional body `{start_timestamp,
+/// end_timestamp, force}`: starts a manual compaction, answers its id at once.
+async fn start_compaction(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let request: shale_metastore::CompactionRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        Default::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|err| ApiError::bad_request(format!("invalid compaction request: {err}")))?
+    };
+    let compaction = state.node.start_compaction(&index_id, request).await?;
+    Ok(Json(json!({
+        "compaction_id": compaction.compaction_id,
+        "state": compaction.state.as_str(),
+    })))
+}
+
+async fn list_compactions(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let index = state.node.metastore.index_metadata(&index_id).await?;
+    let compactions = state
+        .node
+        .metastore
+        .list_compactions(Some(&index.index_uid), &[])
+        .await?;
+    Ok(Json(Value::Array(
+        compactions
+            .iter()
+            .map(|c| render_compaction(&index_id, c))
+            .collect(),
+    )))
+}
+
+async fn get_compaction(
+    State(state): State<AppState>,
+    Path((index_id, compaction_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let index = state.node.metastore.index_metadata(&index_id).await?;
+    let compaction = state
+        .node
+        .metastore
+        .list_compactions(Some(&index.index_uid), &[])
+        .await?
+        .into_iter()
+        .find(|c| c.compaction_id == compaction_id)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "compaction `{compaction_id}` of index `{index_id}` not found"
+            ))
+        })?;
+    Ok(Json(render_compaction(&index_id, &compaction)))
 }
 
 /// Recent finished merges shown by the compaction endpoint.

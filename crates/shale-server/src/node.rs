@@ -555,6 +555,32 @@ impl Node {
         futures::future::join_all(calls).await;
     }
 
+    /// Records a manual compaction of `index_id` and wakes the planner (the leader's plans
+    /// it); returns it at once, `pending`.
+    pub async fn start_compaction(
+        &self,
+        index_id: &str,
+        request: shale_metastore::CompactionRequest,
+    ) -> Result<shale_metastore::Compaction, NodeError> {
+        let index = self.metastore.index_metadata(index_id).await?;
+        if let (Some(start), Some(end)) = (request.start_timestamp, request.end_timestamp) {
+            if start >= end {
+                return Err(NodeError::InvalidRequest(format!(
+                    "invalid time range: start_timestamp ({start}) must be before end_timestamp \
+                     ({end})"
+                )));
+            }
+        }
+        let compaction = self
+            .membership
+            .node_metastore()
+            .create_compaction(&index.index_uid, request, shale_types::now_unix_secs())
+            .await?;
+        info!(index_id, compaction_id = %compaction.compaction_id, "manual compaction requested");
+        self.compaction.planner_notify().notify_one();
+        Ok(compaction)
+    }
+
     /// Deletes an index: stops its pipelines, drops its WAL, its metastore rows and its split
     /// objects. Returns the deleted splits.
     pub async fn delete_index(&self, index_id: &str) -> Result<Vec<Split>, NodeError> {

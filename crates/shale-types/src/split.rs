@@ -247,6 +247,60 @@ impl MergeKind {
     }
 }
 
+/// Why a merge task was planned.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeTrigger {
+    /// The index's merge policy.
+    #[default]
+    Policy,
+    /// More than `small_split_count` splits of a scope under half the target size.
+    SmallSplits,
+    /// A split's deleted documents exceed `delete_ratio` of it.
+    DeleteRatio,
+    /// A split's deleted documents exceed `delete_bytes`.
+    DeleteBytes,
+    /// A manual compaction.
+    Manual,
+}
+
+impl MergeTrigger {
+    /// Every trigger.
+    pub const ALL: [MergeTrigger; 5] = [
+        MergeTrigger::Policy,
+        MergeTrigger::SmallSplits,
+        MergeTrigger::DeleteRatio,
+        MergeTrigger::DeleteBytes,
+        MergeTrigger::Manual,
+    ];
+
+    /// The trigger's name, as stored, serialized and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeTrigger::Policy => "policy",
+            MergeTrigger::SmallSplits => "small_splits",
+            MergeTrigger::DeleteRatio => "delete_ratio",
+            MergeTrigger::DeleteBytes => "delete_bytes",
+            MergeTrigger::Manual => "manual",
+        }
+    }
+
+    /// The trigger named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        MergeTrigger::ALL
+            .into_iter()
+            .find(|trigger| trigger.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for MergeTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::fmt::Display for MergeKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

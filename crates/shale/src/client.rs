@@ -129,6 +129,27 @@ pub struct DeleteArgs {
     list: bool,
 }
 
+#[derive(clap::Args)]
+pub struct CompactArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Index id.
+    #[arg(long)]
+    index: String,
+    /// Only splits reaching at or after this time (seconds).
+    #[arg(long)]
+    start_timestamp: Option<i64>,
+    /// Only splits starting before this time (seconds).
+    #[arg(long)]
+    end_timestamp: Option<i64>,
+    /// Include mature splits (below the size cap) too.
+    #[arg(long)]
+    force: bool,
+    /// Wait for the compaction to finish, with a progress bar.
+    #[arg(long)]
+    wait: bool,
+}
+
 #[derive(clap::Subcommand)]
 pub enum SplitsCommand {
     /// List an index's splits as a table.
@@ -481,6 +502,59 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     }
     let task = call(client.post(url).json(&body)).await?;
     print_json(&task)
+}
+
+/// `shale compact`: starts a manual compaction; with `--wait`, follows it to the end.
+pub async fn compact(args: CompactArgs) -> anyhow::Result<()> {
+    let client = http()?;
+    let mut body = serde_json::json!({ "force": args.force });
+    if let Some(ts) = args.start_timestamp {
+        body["start_timestamp"] = ts.into();
+    }
+    if let Some(ts) = args.end_timestamp {
+        body["end_timestamp"] = ts.into();
+    }
+    let url = args
+        .endpoint
+        .url(&format!("/api/v1/indexes/{}/compact", args.index));
+    let started = call(client.post(url).json(&body)).await?;
+    let Some(compaction_id) = started["compaction_id"].as_str() else {
+        bail!("unexpected answer: {started}");
+    };
+    if !args.wait {
+        return print_json(&started);
+    }
+    let url = args.endpoint.url(&format!(
+        "/api/v1/indexes/{}/compactions/{compaction_id}",
+        args.index
+    ));
+    let bar = ProgressBar::new(0).with_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} merges {msg}",
+    )?);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let status = loop {
+        let status = call(client.get(&url)).await?;
+        let plan = &status["plan"];
+        bar.set_length(plan["total"].as_u64().unwrap_or(0));
+        bar.set_position(
+            plan["completed"].as_u64().unwrap_or(0) + plan["failed"].as_u64().unwrap_or(0),
+        );
+        let state = status["state"].as_str().unwrap_or("unknown").to_string();
+        bar.set_message(state.clone());
+        if state == "completed" || state == "failed" {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    bar.finish();
+    print_json(&status)?;
+    if status["state"] == "failed" {
+        bail!(
+            "compaction {compaction_id} failed: {}",
+            status["error"].as_str().unwrap_or("no error recorded")
+        );
+    }
+    Ok(())
 }
 
 pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {

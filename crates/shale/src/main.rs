@@ -36,6 +36,8 @@ enum Command {
     Search(client::SearchArgs),
     /// Delete the documents matching a query (or list the delete tasks).
     Delete(client::DeleteArgs),
+    /// Compact an index now (merges down to the target, every pending delete applied).
+    Compact(client::CompactArgs),
     /// Inspect splits.
     #[command(subcommand)]
     Splits(client::SplitsCommand),
@@ -227,6 +229,7 @@ fn main() -> std::process::ExitCode {
             Command::Ingest(args) => client::ingest(args).await,
             Command::Search(args) => client::search(args).await,
             Command::Delete(args) => client::delete(args).await,
+            Command::Compact(args) => client::compact(args).await,
             Command::Splits(cmd) => client::splits(cmd).await,
             Command::Compaction(cmd) => client::compaction(cmd).await,
             Command::Cluster(cmd) => client::cluster(cmd).await,

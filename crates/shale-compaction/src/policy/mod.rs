@@ -16,6 +16,7 @@
 mod limit_merge;
 mod locality;
 mod no_merge;
+mod small_splits;
 mod stable_log;
 
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub use shale_config::{
     DEFAULT_MATURATION_PERIOD_SECS, DEFAULT_MAX_MERGE_FACTOR, DEFAULT_MAX_MERGE_OPS,
     DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
 };
+pub use small_splits::{small_split_operations, small_split_target};
 pub use stable_log::StableLogMergePolicy;
 
 /// One merge: the ids of the splits to merge, in the order the policy produced them, and

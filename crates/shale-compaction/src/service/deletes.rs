@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use shale_config::CompactionSettings;
 use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore};
-use shale_types::{DeleteTask, MergeKind, SplitMetadata, SplitState};
+use shale_types::{DeleteTask, MergeKind, MergeTrigger, SplitMetadata, SplitState};
 use tracing::{debug, warn};
 
 use super::{CompactionEnv, CompactionError};
@@ -211,9 +211,13 @@ pub async fn create_delete_tasks(
         .collect();
     let tasks = planned
         .into_iter()
-        .map(|(split, _)| {
+        .map(|(split, trigger)| {
             shale_metastore::NewMergeTask::new(split.merge_scope(node_local), vec![split.split_id])
                 .with_kind(MergeKind::Delete)
+                .with_trigger(match trigger {
+                    DeleteTrigger::Ratio => MergeTrigger::DeleteRatio,
+                    DeleteTrigger::Bytes => MergeTrigger::DeleteBytes,
+                })
         })
         .collect();
     let created = metastore

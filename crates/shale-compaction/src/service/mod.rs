@@ -5,6 +5,7 @@
 
 mod deletes;
 mod janitor;
+mod manual;
 pub mod metrics;
 mod planner;
 mod worker;
@@ -18,6 +19,7 @@ use shale_storage::{IndexStorages, SplitCache};
 
 pub use deletes::{delete_trigger, DeleteCounts, DeleteTrigger};
 pub use janitor::{Janitor, JanitorReport};
+pub use manual::manual_round;
 pub use planner::{plan_round, RELEASED_FOR_SCOPE_MODE};
 pub use worker::{execute_merge, MergeOutcome};
 
@@ -176,10 +178,17 @@ async fn planner_loop(
     let interval = std::time::Duration::from_secs(env.config.planner_interval_secs.max(1));
     loop {
         if let Some((metastore, live_nodes)) = leader() {
-            match plan_round(&env, &metastore, &live_nodes, shale_types::now_unix_secs()).await {
+            let now = shale_types::now_unix_secs();
+            match plan_round(&env, &metastore, &live_nodes, now).await {
                 Ok(created) if created > 0 => wake_workers.notify_one(),
                 Ok(_) => {}
                 Err(err) => tracing::warn!(%err, "merge planning round failed"),
+            }
+            // Manual compactions run whether automatic compaction is on or not.
+            match manual_round(&env, &metastore, now).await {
+                Ok(created) if created > 0 => wake_workers.notify_one(),
+                Ok(_) => {}
+                Err(err) => tracing::warn!(%err, "manual compaction round failed"),
             }
         }
         if let Ok(pending) = env

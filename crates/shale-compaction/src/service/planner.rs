@@ -16,11 +16,11 @@ use std::sync::Arc;
 
 use shale_config::{MergePolicyConfig, ScopeMode};
 use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTaskState, Metastore, NewMergeTask};
-use shale_types::{MergeKind, MergeScope, SplitMetadata, SplitState};
+use shale_types::{MergeKind, MergeScope, MergeTrigger, SplitMetadata, SplitState};
 use tracing::{debug, info};
 
 use super::{metrics, CompactionEnv, CompactionError};
-use crate::policy::{index_merge_policy, plan};
+use crate::policy::{index_merge_policy, plan, small_split_operations, small_split_target};
 
 /// The reason recorded on tasks released because no node of this scope mode claims them.
 pub const RELEASED_FOR_SCOPE_MODE: &str =
@@ -121,6 +121,17 @@ pub async fn plan_round(
                         continue;
                     }
                 }
+                // Under `max_split_bytes`, a plain merge whose inputs would come out as many
+                // splits as they are (or more) is pointless churn.
+                if op.kind == MergeKind::Merge
+                    && !reduces_split_count(
+                        &op.split_ids,
+                        &candidates,
+                        index.index_config.compaction.max_split_bytes,
+                    )
+                {
+                    continue;
+                }
                 tasks.push(NewMergeTask::new(scope.clone(), op.split_ids).with_kind(op.kind));
             }
         }
@@ -134,6 +145,42 @@ pub async fn plan_round(
                 .inc_by(new_tasks.len() as u64);
             created += new_tasks.len();
             busy.extend(new_tasks.into_iter().flat_map(|task| task.split_ids));
+        }
+        // Too many small splits in a scope: merge them, whatever the policy waits for.
+        if let Some(target) = small_split_target(&index.index_config.indexing_settings) {
+            let free: Vec<SplitMetadata> = candidates
+                .iter()
+                .filter(|split| !busy.contains(&split.split_id))
+                .cloned()
+                .collect();
+            let small = small_split_operations(
+                &free,
+                target,
+                index.index_config.compaction.small_split_count,
+                node_local,
+            );
+            let cap = index.index_config.compaction.max_split_bytes;
+            let small: Vec<_> = small
+                .into_iter()
+                .filter(|(_, split_ids)| reduces_split_count(split_ids, &free, cap))
+                .collect();
+            if !small.is_empty() {
+                let tasks = small
+                    .into_iter()
+                    .map(|(scope, split_ids)| {
+                        NewMergeTask::new(scope, split_ids).with_trigger(MergeTrigger::SmallSplits)
+                    })
+                    .collect();
+                let new_tasks = metastore
+                    .create_merge_tasks(&index.index_uid, tasks, env.config.merge_max_attempts)
+                    .await?;
+                info!(index = %index.index_uid, tasks = new_tasks.len(), "small-split merges");
+                metrics::COMPACTION_TRIGGERS
+                    .with_label_values(&["small_splits"])
+                    .inc_by(new_tasks.len() as u64);
+                created += new_tasks.len();
+                busy.extend(new_tasks.into_iter().flat_map(|task| task.split_ids));
+            }
         }
         // Delete compaction of the splits no merge takes (merges apply deletes themselves).
         if !last_opstamps.contains_key(&index.index_uid) {
@@ -152,6 +199,23 @@ pub async fn plan_round(
             .await?;
     }
     Ok(created)
+}
+
+/// Whether merging `split_ids` (among `splits`) under a `max_split_bytes` cap writes fewer
+/// splits than it reads (the worker cuts outputs at 90 % of the cap).
+pub fn reduces_split_count(
+    split_ids: &[String],
+    splits: &[SplitMetadata],
+    max_split_bytes: u64,
+) -> bool {
+    let bytes: u64 = splits
+        .iter()
+        .filter(|split| split_ids.contains(&split.split_id))
+        .map(|split| split.size_bytes)
+        .sum();
+    let budget = (max_split_bytes / 10 * 9).max(1);
+    let outputs = bytes.div_ceil(budget).max(1);
+    outputs < split_ids.len() as u64
 }
 
 /// Locality: the Published splits of every ended bucket that holds a fresh (level-0)

@@ -5,9 +5,12 @@
 //!    incarnation;
 //! 2. **download**: the inputs, through the split cache (which pins them while merging), or
 //!    straight into scratch space when they would take more than half the cache;
-//! 3. **merge**: Tantivy merges them into one split bundle — or, for a `locality` task, into
-//!    level-1 splits cut at sort-key boundaries (`shale_index::locality_merge_split_files`),
-//!    kept clear of the bucket's other level-1 splits; the doc count is checked;
+//! 3. **merge**: Tantivy merges them into one split bundle — several when they add up to more
+//!    than `compaction.max_split_bytes` — or, for a `locality` task, into level-1 splits cut at
+//!    sort-key boundaries (`shale_index::locality_merge_split_files`), kept clear of the
+//!    bucket's other level-1 splits. Every merge leaves out the documents of the delete tasks
+//!    its inputs are not clean of (a `delete` task rewrites one split for just that); the
+//!    doc count is checked against the inputs' minus the deleted;
 //! 4. **upload**: the outputs are staged in the metastore and uploaded (durably);
 //! 5. **publish**: ONE metastore transaction publishes the outputs and marks the inputs
 //!    MarkedForDeletion, only if every input is still Published and this node still owns the
@@ -229,9 +232,11 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
                     Some((split.sort_key_min.clone()?, split.sort_key_max.clone()?))
                 })
                 .collect();
+            // No output above `compaction.max_split_bytes` (with headroom for the estimate).
+            let cap = config.compaction.max_split_bytes / 10 * 9;
             Some(LocalityCut {
                 target_num_docs: settings.target_num_docs(),
-                target_bytes: settings.target_split_bytes,
+                target_bytes: Some(settings.target_split_bytes.map_or(cap, |t| t.min(cap))),
                 fixed_ranges,
             })
         }
@@ -312,6 +317,7 @@ async fn merge(
     } = prepared;
     // Plain merges keep the inputs' level (a size-tiered merge of fresh splits stays level 0).
     let plain_level = inputs.iter().map(|s| s.key_level).min().unwrap_or(0);
+    let max_split_bytes = index.index_config.compaction.max_split_bytes;
     let (doc_mapper, locality, deletes, merged) = tokio::task::spawn_blocking(move || {
         let merged = (|| -> Result<(u64, Vec<MergedSplit>), shale_index::IndexError> {
             // The documents the delete tasks take out, to check the outputs' count against.
@@ -336,18 +342,24 @@ async fn merge(
                     key_level: output.key_level,
                 })
                 .collect(),
-                None => shale_index::merge_split_files_with_deletes(
-                    &doc_mapper,
-                    &paths,
-                    &deletes,
-                    &scratch.join("output"),
-                )?
-                .into_iter()
-                .map(|built| MergedSplit {
-                    built,
-                    key_level: plain_level,
-                })
-                .collect(),
+                None => {
+                    let outputs = shale_index::merge_split_files_capped(
+                        &doc_mapper,
+                        &paths,
+                        &deletes,
+                        &scratch.join("outputs"),
+                        max_split_bytes,
+                    )?;
+                    // Outputs cut by size overlap in key range: level 0.
+                    let level = if outputs.len() > 1 { 0 } else { plain_level };
+                    outputs
+                        .into_iter()
+                        .map(|built| MergedSplit {
+                            built,
+                            key_level: level,
+                        })
+                        .collect()
+                }
             };
             Ok((deleted, outputs))
         })();
@@ -556,6 +568,8 @@ pub(crate) async fn worker_loop(
                 now_unix_secs(),
                 None,
                 own_scope.as_deref(),
+                // Automatic compaction off on this node: manual compactions only.
+                !env.config.enabled,
             )
             .await;
         match claimed {

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
-use shale_types::{IndexUid, MergeKind, MergeScope, SplitId, SplitState};
+use shale_types::{IndexUid, MergeKind, MergeScope, MergeTrigger, SplitId, SplitState};
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use super::{
@@ -26,13 +26,14 @@ use crate::{MergeTask, MergeTaskState, MetastoreError, MetastoreResult, NewMerge
 /// Columns selected to decode a [`MergeTask`].
 const TASK_COLUMNS: &str = "task_id, index_uid, scope_source_id, scope_partition_id, \
      scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, lease_expires_at, \
-     attempts, max_attempts, output_split_ids, error, create_timestamp, update_timestamp, merge_kind";
+     attempts, max_attempts, output_split_ids, error, create_timestamp, update_timestamp, merge_kind, \
+     merge_trigger, compaction_id";
 
 /// The error recorded on tasks that a claim fails because their inputs changed.
 const INPUTS_NOT_PUBLISHED: &str = "inputs no longer published";
 
 /// A new task id: a ULID greater than every task id this process generated before.
-fn next_task_id() -> String {
+pub(super) fn next_task_id() -> String {
     static GENERATOR: Mutex<ulid::Generator> = Mutex::new(ulid::Generator::new());
     let mut generator = GENERATOR.lock().unwrap_or_else(PoisonError::into_inner);
     match generator.generate() {
@@ -111,6 +112,7 @@ where
         let split_ids: String = row.try_get("split_ids")?;
         let state: String = row.try_get("task_state")?;
         let kind: String = row.try_get("merge_kind")?;
+        let trigger: String = row.try_get("merge_trigger")?;
         let output_split_ids: String = row.try_get("output_split_ids")?;
         let output_split_ids: Vec<SplitId> =
             serde_json::from_str(&output_split_ids).map_err(serde_err)?;
@@ -132,6 +134,9 @@ where
             split_ids: serde_json::from_str(&split_ids).map_err(serde_err)?,
             kind: MergeKind::parse(&kind)
                 .ok_or_else(|| serde_err(format!("unknown merge kind `{kind}`")))?,
+            trigger: MergeTrigger::parse(&trigger)
+                .ok_or_else(|| serde_err(format!("unknown merge trigger `{trigger}`")))?,
+            compaction_id: row.try_get("compaction_id")?,
             state: MergeTaskState::parse(&state)
                 .ok_or_else(|| serde_err(format!("unknown merge task state `{state}`")))?,
             lease_owner: row.try_get("lease_owner")?,
@@ -193,8 +198,9 @@ where
             "INSERT INTO merge_tasks (task_id, index_uid, scope_source_id, scope_partition_id, \
                  scope_doc_mapping_uid, scope_node_id, split_ids, task_state, lease_owner, \
                  lease_expires_at, attempts, max_attempts, output_split_ids, error, \
-                 create_timestamp, update_timestamp, merge_kind) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                 create_timestamp, update_timestamp, merge_kind, merge_trigger, compaction_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+                 $18, $19)",
         )
         .bind(task.task_id.clone())
         .bind(task.index_uid.to_string())
@@ -213,6 +219,8 @@ where
         .bind(task.create_timestamp)
         .bind(task.update_timestamp)
         .bind(task.kind.as_str().to_string())
+        .bind(task.trigger.as_str().to_string())
+        .bind(task.compaction_id.clone())
         .execute(&mut *conn)
         .await?;
         // Three parameters per row: stay well below the parameter limits.
@@ -315,6 +323,8 @@ where
                     scope: new_task.scope,
                     split_ids: new_task.split_ids,
                     kind: new_task.kind,
+                    trigger: new_task.trigger,
+                    compaction_id: new_task.compaction_id,
                     state: MergeTaskState::Pending,
                     lease_owner: None,
                     lease_expires_at: None,
@@ -344,6 +354,7 @@ where
         now: i64,
         index_uid: Option<&IndexUid>,
         scope_node: Option<&str>,
+        manual_only: bool,
     ) -> MetastoreResult<Option<MergeTask>> {
         let mut filters = String::new();
         let mut next_param = 2;
@@ -353,6 +364,9 @@ where
         }
         if scope_node.is_some() {
             filters.push_str(&format!(" AND scope_node_id = ${next_param}"));
+        }
+        if manual_only {
+            filters.push_str(" AND compaction_id IS NOT NULL");
         }
         let sql = format!(
             "SELECT {TASK_COLUMNS} FROM merge_tasks \

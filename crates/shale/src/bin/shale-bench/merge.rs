@@ -165,6 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 now_unix_secs(),
                 Some(&index.index_uid),
                 None,
+                false,
             )
             .await?
             .ok_or_else(|| anyhow::anyhow!("no task to claim"))?;
