@@ -112,6 +112,7 @@ macro_rules! metastore_conformance_tests {
             concurrent_delete_tasks_get_distinct_opstamps,
             merge_tasks_record_their_trigger_and_compaction,
             compactions_are_recorded_listed_and_updated,
+            list_splits_visible_at_a_past_second,
         );
     };
     (@cases $setup:path; $($case:ident),* $(,)?) => {
@@ -2576,6 +2577,40 @@ pub async fn concurrent_delete_tasks_get_distinct_opstamps(metastore: Arc<dyn Me
     }
     opstamps.sort();
     assert_eq!(opstamps, (1..=8).collect::<Vec<u64>>());
+}
+
+pub async fn list_splits_visible_at_a_past_second(metastore: Arc<dyn Metastore>) {
+    let uid = create(&metastore, "logs").await.index_uid;
+    stage(&metastore, &uid, &["a", "b", "never"]).await;
+    publish(&metastore, &uid, &["a", "b"]).await;
+    let t1 = shale_types::now_unix_secs();
+    // The next second: `a` is replaced by `c`, the staged split is dropped.
+    while shale_types::now_unix_secs() == t1 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stage(&metastore, &uid, &["c"]).await;
+    metastore
+        .publish_splits(&uid, &ids(&["c"]), &ids(&["a"]), None)
+        .await
+        .expect("publish");
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["never"]))
+        .await
+        .expect("mark");
+    let t2 = shale_types::now_unix_secs();
+    let visible = |at: i64| {
+        let mut query = ListSplitsQuery::for_index(uid.clone());
+        query.visible_at = Some(at);
+        // The states asked are ignored: visibility decides.
+        query.split_states = vec![SplitState::Staged];
+        listed_ids(&metastore, query)
+    };
+    assert_eq!(visible(t1).await, ["a", "b"]);
+    assert_eq!(visible(t2).await, ["b", "c"]);
+    assert!(visible(t1 - 3600).await.is_empty());
+    let mut count = ListSplitsQuery::for_index(uid.clone());
+    count.visible_at = Some(t1);
+    assert_eq!(metastore.count_splits(count).await.expect("count"), 2);
 }
 
 // ----- manual compactions -----

@@ -174,6 +174,9 @@ pub struct ListSplitsQuery {
     pub partition_id: Option<PartitionId>,
     /// Splits immature at this second only (for the merge planner).
     pub immature_at: Option<i64>,
+    /// Splits that were Published at the end of this second (time travel): published then,
+    /// and still Published or marked for deletion later. Overrides `split_states`.
+    pub visible_at: Option<i64>,
 }
 
 impl ListSplitsQuery {

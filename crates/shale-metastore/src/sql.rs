@@ -541,7 +541,7 @@ fn split_filters(query: &ListSplitsQuery) -> (String, Vec<Bind>) {
             Bind::Text(index_uid.to_string()),
         );
     }
-    if !query.split_states.is_empty() {
+    if !query.split_states.is_empty() && query.visible_at.is_none() {
         sql.push_str(" AND split_state IN (");
         for (i, state) in query.split_states.iter().enumerate() {
             let clause = if i == 0 { "$?" } else { ", $?" };
@@ -578,6 +578,19 @@ fn split_filters(query: &ListSplitsQuery) -> (String, Vec<Bind>) {
     }
     if let Some(now) = query.immature_at {
         push(&mut sql, " AND maturity_timestamp > $?", Bind::Int(now));
+    }
+    if let Some(at) = query.visible_at {
+        push(
+            &mut sql,
+            " AND publish_timestamp IS NOT NULL AND publish_timestamp <= $?",
+            Bind::Int(at),
+        );
+        push(
+            &mut sql,
+            " AND (split_state = 'Published' OR (split_state = 'MarkedForDeletion' \
+             AND update_timestamp > $?))",
+            Bind::Int(at),
+        );
     }
     (sql, binds)
 }

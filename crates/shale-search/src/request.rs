@@ -33,6 +33,10 @@ pub struct SearchRequest {
     /// Fields searched by terms without a field (default: the index's default search fields).
     #[serde(default, deserialize_with = "comma_list")]
     pub search_field: Option<Vec<String>>,
+    /// Time travel: search the index as it was at the end of this second (Unix seconds),
+    /// within the index's `time_travel_retention`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<i64>,
 }
 
 fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {

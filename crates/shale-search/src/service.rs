@@ -294,10 +294,15 @@ impl SearchService {
         let _timer = SEARCH_LATENCY.start_timer();
         let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
 
+        let as_of = match request.as_of {
+            Some(as_of) => Some(check_as_of(&index, as_of, shale_types::now_unix_secs())?),
+            None => None,
+        };
         // List (only the splits overlapping the time range) and prune before opening
-        // anything.
+        // anything. Time travel lists the splits published then, replaced since or not.
         let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
             .with_states(&[SplitState::Published]);
+        query.visible_at = as_of;
         query.time_range_start = request.start_timestamp;
         query.time_range_end = request.end_timestamp;
         let time_filtered = query.time_range_start.is_some() || query.time_range_end.is_some();
@@ -308,12 +313,12 @@ impl SearchService {
             .map_err(SearchError::Metastore)?;
         // Splits the metastore left out by time range count as pruned too.
         let pruned_by_time = if time_filtered {
+            let mut all = ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]);
+            all.visible_at = as_of;
             let total = self
                 .metastore
-                .count_splits(
-                    ListSplitsQuery::for_index(index.index_uid.clone())
-                        .with_states(&[SplitState::Published]),
-                )
+                .count_splits(all)
                 .await
                 .map_err(SearchError::Metastore)?;
             (total as usize).saturating_sub(published.len())
@@ -326,7 +331,7 @@ impl SearchService {
             .collect();
         let key_filter = self.key_filter(&request, &doc_mapper);
         let (splits, pruned) = prune(candidates, &request, &doc_mapper, key_filter.as_ref());
-        let delete_tasks = self.pending_delete_tasks(&index, &splits).await?;
+        let delete_tasks = self.pending_delete_tasks(&index, &splits, as_of).await?;
         self.execute(
             &index,
             &request,
@@ -339,12 +344,14 @@ impl SearchService {
         .await
     }
 
-    /// The delete tasks some of `splits` are not clean of: their documents are left out of
-    /// the results until a merge purges them.
+    /// The delete tasks some of `splits` are not clean of (those that existed at `as_of`
+    /// for time travel): their documents are left out of the results until a merge purges
+    /// them.
     async fn pending_delete_tasks(
         &self,
         index: &IndexMetadata,
         splits: &[SplitMetadata],
+        as_of: Option<i64>,
     ) -> Result<Vec<DeleteTask>, SearchError> {
         let Some(min_clean) = splits.iter().map(|s| s.delete_opstamp).min() else {
             return Ok(Vec::new());
@@ -356,6 +363,7 @@ impl SearchService {
             .map_err(SearchError::Metastore)?;
         Ok(tasks
             .into_iter()
+            .filter(|task| as_of.is_none_or(|at| task.create_timestamp <= at))
             .filter(|task| splits.iter().any(|split| task.may_touch(split)))
             .collect())
     }
@@ -391,7 +399,7 @@ impl SearchService {
         let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
         let key_filter = self.key_filter(&request, &doc_mapper);
         let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, key_filter.as_ref());
-        let delete_tasks = self.pending_delete_tasks(&index, &splits).await?;
+        let delete_tasks = self.pending_delete_tasks(&index, &splits, None).await?;
         self.execute(
             &index,
             &request,
@@ -675,6 +683,32 @@ impl SearchService {
             })
             .collect()
     }
+}
+
+/// `as_of` if it is inside the index's time-travel window at `now`, else why not.
+fn check_as_of(index: &IndexMetadata, as_of: i64, now: i64) -> Result<i64, SearchError> {
+    let retention = index.index_config.time_travel_retention_secs();
+    if retention == 0 {
+        return Err(SearchError::InvalidRequest(format!(
+            "time travel is off for index `{}`: `as_of` needs `time_travel_retention` in its \
+             config",
+            index.index_id()
+        )));
+    }
+    let window = index
+        .index_config
+        .time_travel_retention
+        .as_deref()
+        .unwrap_or_default();
+    if as_of < now - retention || as_of > now {
+        return Err(SearchError::InvalidRequest(format!(
+            "as_of {as_of} is outside the time-travel window of index `{}`: [{}, {now}] \
+             (time_travel_retention: {window})",
+            index.index_id(),
+            now - retention
+        )));
+    }
+    Ok(as_of)
 }
 
 /// Drops the splits that cannot match: time range outside the request's, missing a tag

@@ -1,7 +1,8 @@
 //! The janitor: garbage collection of split objects and rows, and retention.
 //!
 //! - **Replaced and expired splits** (MarkedForDeletion): once their grace period is over —
-//!   so that a search that listed them before a merge replaced them still completes — their
+//!   so that a search that listed them before a merge replaced them still completes — and
+//!   the index's `time_travel_retention` too (an `as_of` search may need them), their
 //!   objects are deleted, then their rows.
 //! - **Stale uploads** (Staged splits older than the staged timeout: an upload whose publish
 //!   never came): first marked for deletion in the metastore, only if still Staged, so that
@@ -138,7 +139,9 @@ impl Janitor {
 
             let mut marked = ListSplitsQuery::for_index(index.index_uid.clone())
                 .with_states(&[SplitState::MarkedForDeletion]);
-            marked.update_timestamp_lte = Some(now - grace);
+            // Replaced splits stay readable by `as_of` searches for the time-travel window.
+            let keep = grace.max(index.index_config.time_travel_retention_secs());
+            marked.update_timestamp_lte = Some(now - keep);
             let doomed: Vec<Split> = metastore.list_splits(marked).await?;
             if !doomed.is_empty() {
                 self.delete_splits(
