@@ -300,3 +300,106 @@ async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
         node.stop().await;
     }
 }
+
+/// A delete through any node applies at once on every node, spares what any indexer
+/// acknowledges after it, and a manual compaction started anywhere runs on the cluster.
+#[tokio::test]
+async fn deletes_and_manual_compactions_work_across_the_cluster() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let config = |node_id: &str, roles: &str| {
+        let mut config = fast_cluster(tmp.path(), &metastore, node_id);
+        config.cluster.dead_after_ms = 3_000;
+        config.cluster.leader_lease_ms = 2_000;
+        config.compaction.planner_interval_secs = 1;
+        config.roles = shale_config::Role::parse_list(roles).unwrap();
+        config
+    };
+    let a = TestNode::start_with(config("a", "indexer,searcher,compactor")).await;
+    let b = TestNode::start_with(config("b", "indexer,searcher,compactor")).await;
+    let c = TestNode::start_with(config("c", "searcher")).await;
+    wait_for("three live nodes", async || {
+        node_ids(&cluster_state(&c).await, "live_nodes").len() == 3
+    })
+    .await;
+    let index = common::LOGS_INDEX.replace(
+        "  commit_timeout_secs: 1\n",
+        "  commit_timeout_secs: 1\n  merge_policy:\n    type: no_merge\n",
+    );
+    a.create_index(&index).await;
+    wait_for("open shards on a and b", async || {
+        let shards = a.node.metastore.list_shards(None).await.unwrap();
+        let mut nodes: Vec<String> = shards
+            .iter()
+            .filter(|s| s.state == shale_metastore::ShardState::Open)
+            .map(|s| s.node_id.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes == ["a", "b"]
+    })
+    .await;
+    for (i, node) in [&a, &b, &c].into_iter().enumerate() {
+        node.ingest(
+            "logs",
+            &common::log_docs(i * 100, 100, 1_700_000_000, "api"),
+            "force",
+        )
+        .await;
+    }
+    // 30 ERROR documents, on splits of both indexers.
+    let (status, task) = c
+        .post(
+            "/api/v1/logs/delete-tasks",
+            serde_json::json!({"query": "level:ERROR"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    for node in [&a, &b, &c] {
+        assert_eq!(node.count("logs", "level:ERROR").await, 0);
+        assert_eq!(node.count("logs", "*").await, 270);
+    }
+    // Both indexers stamp what they acknowledge from now on: these are not deleted.
+    a.ingest(
+        "logs",
+        &common::log_docs(1000, 100, 1_700_000_000, "late"),
+        "force",
+    )
+    .await;
+    b.ingest(
+        "logs",
+        &common::log_docs(2000, 100, 1_700_000_000, "late"),
+        "force",
+    )
+    .await;
+    for node in [&a, &b, &c] {
+        assert_eq!(node.count("logs", "level:ERROR").await, 20);
+    }
+    // A manual compaction asked of the searcher node runs on the compactors (`force`: the
+    // splits of a `no_merge` index are mature).
+    let (status, started) = c
+        .post(
+            "/api/v1/indexes/logs/compact",
+            r#"{"force": true}"#.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{started}");
+    let id = started["compaction_id"].as_str().unwrap().to_string();
+    let mut done = serde_json::Value::Null;
+    wait_for("the compaction to complete", async || {
+        let (_, status) = c
+            .get(&format!("/api/v1/indexes/logs/compactions/{id}"))
+            .await;
+        done = status.clone();
+        status["state"] == "completed"
+    })
+    .await;
+    assert_eq!(done["splits_after"], 1, "{done}");
+    for node in [&a, &b, &c] {
+        assert_eq!(node.count("logs", "*").await, 470);
+        assert_eq!(node.count("logs", "level:ERROR").await, 20);
+    }
+    for node in [a, b, c] {
+        node.stop().await;
+    }
+}

@@ -77,7 +77,11 @@ struct Ledger {
 async fn post(client: &reqwest::Client, url: String, body: String) -> Option<Value> {
     match client.post(url).body(body).send().await {
         Ok(resp) if resp.status().is_success() => resp.json().await.ok(),
-        Ok(resp) => panic!("{}: {}", resp.status(), resp.text().await.unwrap_or_default()),
+        Ok(resp) => panic!(
+            "{}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        ),
         Err(_) => None,
     }
 }
@@ -233,7 +237,13 @@ async fn killing_the_node_mid_merge_and_mid_delete_never_brings_a_deleted_docume
         "only {kills_mid_merge} kills hit a running merge"
     );
     wait_idle(&client, &node.base).await;
-    check(&client, &node.base, &ledger.lock().unwrap(), "after the kills").await;
+    check(
+        &client,
+        &node.base,
+        &ledger.lock().unwrap(),
+        "after the kills",
+    )
+    .await;
 
     // A manual compaction purges every delete: still exactly the same documents.
     let started = post(
@@ -264,7 +274,13 @@ async fn killing_the_node_mid_merge_and_mid_delete_never_brings_a_deleted_docume
         assert!(Instant::now() < deadline, "compaction stuck: {status}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    check(&client, &node.base, &ledger.lock().unwrap(), "after purging").await;
+    check(
+        &client,
+        &node.base,
+        &ledger.lock().unwrap(),
+        "after purging",
+    )
+    .await;
 }
 
 /// Waits until no merge is pending or running for 5 s.
@@ -287,7 +303,10 @@ async fn wait_idle(client: &reqwest::Client, base: &str) {
         } else if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(5) {
             return;
         }
-        assert!(Instant::now() < deadline, "compaction never settled: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "compaction never settled: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -308,9 +327,15 @@ async fn check(client: &reqwest::Client, base: &str, ledger: &Ledger, when: &str
         if ledger.deleted.contains(grp) {
             assert_eq!(found, 0, "{when}: deleted batch {grp} came back");
         } else if ledger.maybe_deleted.contains(grp) {
-            assert!(found == 0 || found == BATCH, "{when}: {grp}: {found} of {BATCH}");
+            assert!(
+                found == 0 || found == BATCH,
+                "{when}: {grp}: {found} of {BATCH}"
+            );
         } else {
-            assert_eq!(found, BATCH, "{when}: acknowledged batch {grp} lost documents");
+            assert_eq!(
+                found, BATCH,
+                "{when}: acknowledged batch {grp} lost documents"
+            );
             expected_visible += 1;
         }
     }
@@ -320,7 +345,10 @@ async fn check(client: &reqwest::Client, base: &str, ledger: &Ledger, when: &str
                 ledger.maybe_acked.contains(grp),
                 "{when}: {grp} was never sent"
             );
-            assert!(*found == BATCH || ledger.deleted.contains(grp), "{when}: {grp}: {found}");
+            assert!(
+                *found == BATCH || ledger.deleted.contains(grp),
+                "{when}: {grp}: {found}"
+            );
         }
     }
     let spared = ledger
