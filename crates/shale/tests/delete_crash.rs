@@ -60,7 +60,7 @@ fn start(dir: &std::path::Path, port: u16) -> NodeProcess {
 }
 
 /// What the test knows about each batch (`c{cycle}b{batch}`).
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Ledger {
     /// Batches acknowledged.
     acked: BTreeSet<String>,
@@ -165,7 +165,7 @@ async fn killing_the_node_mid_merge_and_mid_delete_never_brings_a_deleted_docume
                     round += 1;
                     let target = {
                         let ledger = ledger.lock().unwrap();
-                        if round % 4 == 0 {
+                        if round.is_multiple_of(4) {
                             let ahead = next_batch.load(std::sync::atomic::Ordering::SeqCst) + 15;
                             Some((format!("c{cycle}b{ahead}"), true))
                         } else {

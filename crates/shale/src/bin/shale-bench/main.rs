@@ -12,10 +12,14 @@
 //! - `shale-bench locality`: `stable_log` vs `locality` compaction on the same replayed corpus:
 //!   splits opened and latency of single-key queries, split count, bytes, write
 //!   amplification, locality merge throughput vs raw Tantivy `merge_indices`.
+//! - `shale-bench deletes`: deletes of 1 %, 10 % and 30 % of 1 M documents: search latency
+//!   before vs after the purge, a delete compaction vs a raw Tantivy rewrite of the same
+//!   split, bytes reclaimed.
 
 mod cluster;
 mod compaction;
 mod corpus;
+mod deletes;
 mod ingest;
 mod locality;
 mod merge;
@@ -40,6 +44,8 @@ enum Command {
     Cluster(cluster::Args),
     /// stable_log vs locality compaction: splits opened by single-key queries, and more.
     Locality(locality::Args),
+    /// Deletes of 1 %, 10 %, 30 %: search before/after purge, delete compaction vs raw.
+    Deletes(deletes::Args),
 }
 
 #[tokio::main]
@@ -57,5 +63,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Compaction(args) => compaction::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Locality(args) => locality::run(args).await,
+        Command::Deletes(args) => deletes::run(args).await,
     }
 }
