@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::parse_byte_size;
 use crate::ConfigError;
 
 /// Default `compaction.delete_ratio`.
@@ -26,13 +25,13 @@ pub struct CompactionSettings {
     /// its documents is deleted.
     pub delete_ratio: f64,
     /// … or once its deleted documents weigh more than this many bytes (as ingested).
-    #[serde(deserialize_with = "byte_size")]
+    #[serde(deserialize_with = "crate::units::deserialize_byte_size")]
     pub delete_bytes: u64,
     /// When more than this many published splits of a merge scope are smaller than half the
     /// target, they are merged whatever the merge policy says.
     pub small_split_count: usize,
     /// No merge writes a split larger than this; bigger merges write several splits.
-    #[serde(deserialize_with = "byte_size")]
+    #[serde(deserialize_with = "crate::units::deserialize_byte_size")]
     pub max_split_bytes: u64,
 }
 
@@ -70,22 +69,5 @@ impl CompactionSettings {
             return Err(invalid("max_split_bytes", "must be at least 1MB"));
         }
         Ok(())
-    }
-}
-
-/// A byte size written as an integer or a string with a unit (`10MiB`).
-fn byte_size<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged, expecting = "a number of bytes or a size like `10MiB`")]
-    enum Raw {
-        Int(u64),
-        Text(String),
-    }
-    match Raw::deserialize(deserializer)? {
-        Raw::Int(bytes) => Ok(bytes),
-        Raw::Text(text) => parse_byte_size(&text).map_err(|err| match err {
-            ConfigError::Invalid { message, .. } => serde::de::Error::custom(message),
-            other => serde::de::Error::custom(other),
-        }),
     }
 }

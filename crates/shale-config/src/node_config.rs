@@ -48,7 +48,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::parse_byte_size;
 use crate::validation::deserialize_with_path;
 use crate::ConfigError;
 
@@ -425,21 +424,7 @@ struct ByteSize(u64);
 
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged, expecting = "a number of bytes or a size like `10MiB`")]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Int(bytes) => Ok(ByteSize(bytes)),
-            Raw::Text(text) => parse_byte_size(&text)
-                .map(ByteSize)
-                .map_err(|err| match err {
-                    ConfigError::Invalid { message, .. } => serde::de::Error::custom(message),
-                    other => serde::de::Error::custom(other),
-                }),
-        }
+        crate::units::deserialize_byte_size(deserializer).map(ByteSize)
     }
 }
 

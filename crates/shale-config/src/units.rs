@@ -122,6 +122,27 @@ pub fn parse_byte_size(input: &str) -> Result<u64, ConfigError> {
     Ok(bytes.round() as u64)
 }
 
+/// Deserializes a byte size written as an integer or a string with a unit (`10MiB`), for
+/// `serde(deserialize_with)`.
+pub(crate) fn deserialize_byte_size<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<u64, D::Error> {
+    use serde::Deserialize;
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a number of bytes or a size like `10MiB`")]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Raw::deserialize(deserializer)? {
+        Raw::Int(bytes) => Ok(bytes),
+        Raw::Text(text) => parse_byte_size(&text).map_err(|err| match err {
+            ConfigError::Invalid { message, .. } => serde::de::Error::custom(message),
+            other => serde::de::Error::custom(other),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

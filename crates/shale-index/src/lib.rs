@@ -13,7 +13,15 @@
 //!   [`bundle`]) plus a [`BuiltSplit`] summary (doc count, time range, tags, sizes).
 //! * [`open_split`] opens a bundle as a read-only, memory-mapped Tantivy [`Index`](tantivy::Index)
 //!   without unpacking it; [`unpack_split`] writes its files out instead.
-//! * [`merge_splits`] merges splits of one doc mapping into a new bundle.
+//! * [`merge_splits`] merges splits of one doc mapping into a new bundle;
+//!   [`merge_split_files_with_deletes`] and [`merge_split_files_capped`] leave out what delete
+//!   tasks delete (and cut outputs at a size cap); the locality merge does the same.
+//!
+//! **Deletes.** Every document carries its ingest opstamp in the hidden fast field
+//! [`OPSTAMP_FIELD_NAME`]; [`DocMapper::delete_task_query`] matches what a delete task deletes
+//! (its query, its time range, an opstamp below the task's), [`DocMapper::without_deleted`]
+//! excludes it from a search, [`segment_deletes`] turns it into alive bitsets for merges and
+//! [`count_deleted`] counts it for the delete-compaction triggers.
 //!
 //! **Tags.** For every tag field a split records each value present as `field:value`; past
 //! [`MAX_VALUES_PER_TAG_FIELD`] distinct values it records only `field!`, meaning "any value".

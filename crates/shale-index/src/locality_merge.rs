@@ -23,18 +23,14 @@ use std::path::{Path, PathBuf};
 
 use shale_types::sort_key::{self, SortKey};
 use shale_types::{DeleteTask, TimeRange};
-use tantivy::directory::{MmapDirectory, OwnedBytes};
+use tantivy::directory::OwnedBytes;
 use tantivy::fastfield::{write_alive_bitset, AliveBitSet};
-use tantivy::indexer::merge_filtered_segments;
 use tantivy::{BitSet, Index, Segment, SegmentReader};
 
 use crate::bundle::open_split;
 use crate::doc_mapper::{DocMapper, SORT_KEY_FIELD_NAME};
 use crate::error::IndexError;
-use crate::split::{
-    bundle_index, commit_stats, split_stats, writer_for, SplitStats, TagCollector,
-    MIN_HEAP_BYTES_PER_THREAD, SPLIT_STATS_VERSION,
-};
+use crate::split::{split_stats, SplitStats, TagCollector, SPLIT_STATS_VERSION};
 use crate::BuiltSplit;
 
 /// How to cut the outputs of a locality merge.
@@ -226,15 +222,8 @@ pub fn locality_merge_split_files(
             filters.push(Some(AliveBitSet::open(OwnedBytes::new(bytes))));
         }
         let output_dir = scratch_dir.join(format!("out-{i}"));
-        std::fs::create_dir_all(&output_dir).map_err(|err| IndexError::io(&output_dir, err))?;
-        let directory = MmapDirectory::open(&output_dir)
-            .map_err(|err| IndexError::io(&output_dir, std::io::Error::other(err.to_string())))?;
-        let merged = merge_filtered_segments(
-            &output_segments,
-            doc_mapper.index_settings(),
-            filters,
-            directory,
-        )?;
+        let merged =
+            crate::merge::merge_filtered(doc_mapper, &output_segments, filters, &output_dir)?;
         let (mut sort_key_min, mut sort_key_max, time_range) = output_ranges(doc_mapper, &merged)?;
         if group.key_level > 0 {
             // A level-1 split owns whole prefixes: its range is widened to them (from the
@@ -257,11 +246,8 @@ pub fn locality_merge_split_files(
             time_bucket_start,
             min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
-        let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
-        commit_stats(&mut writer, &stats)?;
-        writer.wait_merging_threads()?;
         let bundle_path = scratch_dir.join(format!("out-{i}.split"));
-        let built = bundle_index(&merged, &output_dir, stats, &bundle_path)?;
+        let built = crate::merge::bundle_merged(&merged, &output_dir, stats, &bundle_path)?;
         outputs.push(LocalityOutput {
             built,
             key_level: group.key_level,

@@ -166,17 +166,7 @@ pub fn merge_splits_with_deletes(
         return Ok(None);
     }
 
-    std::fs::create_dir_all(output_scratch_dir)
-        .map_err(|err| IndexError::io(output_scratch_dir, err))?;
-    let directory = MmapDirectory::open(output_scratch_dir).map_err(|err| {
-        IndexError::io(output_scratch_dir, std::io::Error::other(err.to_string()))
-    })?;
-    let merged = tantivy::indexer::merge_filtered_segments(
-        &segments,
-        doc_mapper.index_settings(),
-        filters,
-        directory,
-    )?;
+    let merged = merge_filtered(doc_mapper, &segments, filters, output_scratch_dir)?;
     let num_docs: u64 = merged
         .searchable_segment_metas()?
         .iter()
@@ -201,10 +191,39 @@ pub fn merge_splits_with_deletes(
         },
         min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
     };
-    let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
+    bundle_merged(&merged, output_scratch_dir, stats, bundle_path).map(Some)
+}
+
+/// Merges `segments`, keeping the documents `filters` select in each (`None`: every one),
+/// into a new index in `output_dir`, sorted as the doc mapping says.
+pub(crate) fn merge_filtered(
+    doc_mapper: &DocMapper,
+    segments: &[tantivy::Segment],
+    filters: Vec<Option<AliveBitSet>>,
+    output_dir: &Path,
+) -> Result<Index, IndexError> {
+    std::fs::create_dir_all(output_dir).map_err(|err| IndexError::io(output_dir, err))?;
+    let directory = MmapDirectory::open(output_dir)
+        .map_err(|err| IndexError::io(output_dir, std::io::Error::other(err.to_string())))?;
+    Ok(tantivy::indexer::merge_filtered_segments(
+        segments,
+        doc_mapper.index_settings(),
+        filters,
+        directory,
+    )?)
+}
+
+/// Records `stats` in a merged index and writes its bundle to `bundle_path`.
+pub(crate) fn bundle_merged(
+    merged: &Index,
+    output_dir: &Path,
+    stats: SplitStats,
+    bundle_path: &Path,
+) -> Result<crate::BuiltSplit, IndexError> {
+    let mut writer = writer_for(merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
     commit_stats(&mut writer, &stats)?;
     writer.wait_merging_threads()?;
-    bundle_index(&merged, output_scratch_dir, stats, bundle_path).map(Some)
+    bundle_index(merged, output_dir, stats, bundle_path)
 }
 
 /// Stats of an index without recorded stats: time range from the timestamp fast column,
@@ -371,15 +390,7 @@ pub fn merge_split_files_capped(
             filters.push(Some(AliveBitSet::open(OwnedBytes::new(bytes))));
         }
         let output_dir = scratch_dir.join(format!("out-{i}"));
-        std::fs::create_dir_all(&output_dir).map_err(|err| IndexError::io(&output_dir, err))?;
-        let directory = MmapDirectory::open(&output_dir)
-            .map_err(|err| IndexError::io(&output_dir, std::io::Error::other(err.to_string())))?;
-        let merged = tantivy::indexer::merge_filtered_segments(
-            &run_segments,
-            doc_mapper.index_settings(),
-            filters,
-            directory,
-        )?;
+        let merged = merge_filtered(doc_mapper, &run_segments, filters, &output_dir)?;
         let (sort_key_min, sort_key_max, time_range) = if doc_mapper.sort_fields().is_some() {
             crate::locality_merge::output_ranges(doc_mapper, &merged)?
         } else {
@@ -404,11 +415,8 @@ pub fn merge_split_files_capped(
             time_bucket_start,
             min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
-        let mut writer = writer_for(&merged, MIN_HEAP_BYTES_PER_THREAD, 1)?;
-        commit_stats(&mut writer, &stats)?;
-        writer.wait_merging_threads()?;
         let bundle_path = scratch_dir.join(format!("out-{i}.split"));
-        outputs.push(bundle_index(&merged, &output_dir, stats, &bundle_path)?);
+        outputs.push(bundle_merged(&merged, &output_dir, stats, &bundle_path)?);
     }
     Ok(outputs)
 }

@@ -12,6 +12,8 @@
 //! - Merge tasks ([`MergeTask`], module `merge_task`) live here too, so that any node can
 //!   claim them: PostgreSQL claimers use `SELECT … FOR UPDATE SKIP LOCKED` under a lease, and
 //!   a merge is published in one transaction that checks the claim and the inputs.
+//! - Delete tasks ([`DeleteTask`]: a query and an opstamp, per index) and manual compactions
+//!   ([`Compaction`], module `compaction`) live here too.
 //! - The `testing` feature exposes the `conformance` module: the test suite every backend
 //!   passes, run against both backends by `tests/sqlite.rs` and `tests/postgres.rs`.
 

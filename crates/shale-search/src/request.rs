@@ -31,32 +31,12 @@ pub struct SearchRequest {
     #[serde(default)]
     pub sort_by: Option<String>,
     /// Fields searched by terms without a field (default: the index's default search fields).
-    #[serde(default, deserialize_with = "comma_list")]
+    #[serde(default, deserialize_with = "shale_types::field_list")]
     pub search_field: Option<Vec<String>>,
     /// Time travel: search the index as it was at the end of this second (Unix seconds),
     /// within the index's `time_travel_retention`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_of: Option<i64>,
-}
-
-fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(match Option::<OneOrMany>::deserialize(d)? {
-        None => None,
-        Some(OneOrMany::One(s)) => Some(
-            s.split(',')
-                .map(str::trim)
-                .filter(|f| !f.is_empty())
-                .map(str::to_string)
-                .collect(),
-        ),
-        Some(OneOrMany::Many(v)) => Some(v),
-    })
 }
 
 /// Sort direction.

@@ -26,7 +26,7 @@ pub struct DeleteQuery {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "field_list"
+        deserialize_with = "crate::field_list"
     )]
     pub search_field: Option<Vec<String>>,
     /// Inclusive lower bound on the timestamp field, seconds.
@@ -62,28 +62,4 @@ impl DeleteTask {
                 )
             })
     }
-}
-
-/// A list of field names, or one comma-separated string.
-fn field_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(
-        untagged,
-        expecting = "a list of field names or a comma-separated string"
-    )]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(match Option::<OneOrMany>::deserialize(d)? {
-        None => None,
-        Some(OneOrMany::One(s)) => Some(
-            s.split(',')
-                .map(str::trim)
-                .filter(|f| !f.is_empty())
-                .map(str::to_string)
-                .collect(),
-        ),
-        Some(OneOrMany::Many(v)) => Some(v),
-    })
 }

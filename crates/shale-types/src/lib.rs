@@ -138,6 +138,31 @@ impl TimeRange {
     }
 }
 
+/// Deserializes a list of field names given as a JSON list or one comma-separated string
+/// (`"a,b"`), as Quickwit's `search_field` parameters are (`serde(deserialize_with)`).
+pub fn field_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(
+        untagged,
+        expecting = "a list of field names or a comma-separated string"
+    )]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => None,
+        Some(OneOrMany::One(s)) => Some(
+            s.split(',')
+                .map(str::trim)
+                .filter(|f| !f.is_empty())
+                .map(str::to_string)
+                .collect(),
+        ),
+        Some(OneOrMany::Many(v)) => Some(v),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,7 +47,8 @@ search_settings:
   default_search_fields: [message]
 "#;
 
-const SERVICES: [&str; 12] = [
+/// The services of the corpus.
+pub const SERVICES: [&str; 12] = [
     "checkout",
     "cart",
     "payment",

@@ -31,27 +31,16 @@ pub struct Args {
     seed: u64,
 }
 
-const SERVICES: usize = 12;
+const SERVICES: usize = corpus::SERVICES.len();
 const HOSTS_PER_SERVICE: usize = 40;
 
-/// Host `k` of the corpus' 480 (service-major).
+/// Host `k` of the corpus' 480, spread over services: service `k % 12`, number `k / 12`.
 fn host(k: usize) -> String {
-    const NAMES: [&str; SERVICES] = [
-        "checkout",
-        "cart",
-        "payment",
-        "auth",
-        "search",
-        "catalog",
-        "shipping",
-        "email",
-        "frontend",
-        "recommendation",
-        "ads",
-        "inventory",
-    ];
-    // Spread over services: host k is service k % 12, number k / 12.
-    format!("{}-{:02}.prod.internal", NAMES[k % SERVICES], k / SERVICES)
+    format!(
+        "{}-{:02}.prod.internal",
+        corpus::SERVICES[k % SERVICES],
+        k / SERVICES
+    )
 }
 
 async fn p50(
