@@ -1,6 +1,7 @@
 //! The `shale` CLI against a `shale run` node started with no flag but the data dir and port:
 //! index create/list/describe, ingest from a file (with rejected lines summarized), search,
-//! splits list, index delete, and a clear error for a bad config.
+//! delete (and its list), compact --wait, splits list, index delete, and a clear error for a
+//! bad config.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -129,6 +130,57 @@ fn cli_round_trip() {
         &endpoint,
     ));
     assert!(out.contains("documents:        2500"), "{out}");
+
+    // Deletes: the task is printed, searches miss the documents at once, `--list` lists it.
+    let out = stdout(&shale(
+        &[
+            "delete",
+            "--index",
+            "cli-logs",
+            "--query",
+            "msg:\"number 42\"",
+        ],
+        &endpoint,
+    ));
+    let task: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(task["opstamp"], 1, "{out}");
+    let out = stdout(&shale(
+        &[
+            "search",
+            "--index",
+            "cli-logs",
+            "--query",
+            "msg:\"number 42\"",
+        ],
+        &endpoint,
+    ));
+    let resp: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(resp["num_hits"], 0);
+    let out = stdout(&shale(
+        &["delete", "--index", "cli-logs", "--list"],
+        &endpoint,
+    ));
+    let tasks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(tasks.as_array().unwrap().len(), 1);
+    let out = shale(
+        &["delete", "--index", "cli-logs", "--query", "msg:("],
+        &endpoint,
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("400"));
+    // A manual compaction, waited for: every pending delete applied.
+    let out = stdout(&shale(
+        &["compact", "--index", "cli-logs", "--force", "--wait"],
+        &endpoint,
+    ));
+    let done: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(done["state"], "completed", "{out}");
+    assert_eq!(done["plan"]["failed"], 0, "{out}");
+    let out = stdout(&shale(
+        &["index", "describe", "--index", "cli-logs"],
+        &endpoint,
+    ));
+    assert!(out.contains("documents:        2499"), "{out}");
 
     // A locality index: splits list shows each split's bucket, key level and key range.
     let sorted = tmp.path().join("sorted.yaml");

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use shale_config::CompactionSettings;
 use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore};
-use shale_types::{DeleteTask, MergeKind, MergeTrigger, SplitMetadata, SplitState};
+use shale_types::{DeleteTask, IndexUid, MergeKind, MergeTrigger, SplitMetadata, SplitState};
 use tracing::{debug, warn};
 
 use super::{CompactionEnv, CompactionError};
@@ -38,31 +38,39 @@ impl DeleteTrigger {
     }
 }
 
-/// Deleted-document counts already computed: split id → (last task opstamp counted,
-/// documents those tasks delete).
+/// Split id → (last task opstamp counted, documents those tasks delete).
+type SplitCounts = HashMap<String, (u64, u64)>;
+
+/// Deleted-document counts already computed, per index.
 #[derive(Default)]
 pub struct DeleteCounts {
-    counts: Mutex<HashMap<String, (u64, u64)>>,
+    counts: Mutex<HashMap<IndexUid, SplitCounts>>,
 }
 
 impl DeleteCounts {
-    fn get(&self, split_id: &str, up_to: u64) -> Option<u64> {
+    fn get(&self, index_uid: &IndexUid, split_id: &str, up_to: u64) -> Option<u64> {
         let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         counts
+            .get(index_uid)?
             .get(split_id)
             .filter(|(opstamp, _)| *opstamp == up_to)
             .map(|(_, count)| *count)
     }
 
-    fn set(&self, split_id: &str, up_to: u64, count: u64) {
+    fn set(&self, index_uid: &IndexUid, split_id: &str, up_to: u64, count: u64) {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.insert(split_id.to_string(), (up_to, count));
+        counts
+            .entry(index_uid.clone())
+            .or_default()
+            .insert(split_id.to_string(), (up_to, count));
     }
 
-    /// Forgets the splits not in `keep` (replaced or deleted since).
-    fn retain(&self, keep: &HashSet<&str>) {
+    /// Forgets the splits of `index_uid` not in `keep` (replaced or deleted since).
+    fn retain(&self, index_uid: &IndexUid, keep: &HashSet<&str>) {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.retain(|split_id, _| keep.contains(split_id.as_str()));
+        if let Some(splits) = counts.get_mut(index_uid) {
+            splits.retain(|split_id, _| keep.contains(split_id.as_str()));
+        }
     }
 }
 
@@ -125,8 +133,10 @@ pub async fn plan_delete_compactions(
         .into_iter()
         .map(|split| split.split_metadata)
         .collect();
-    env.delete_counts
-        .retain(&published.iter().map(|s| s.split_id.as_str()).collect());
+    env.delete_counts.retain(
+        &index.index_uid,
+        &published.iter().map(|s| s.split_id.as_str()).collect(),
+    );
     let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
         return Ok(Vec::new());
     };
@@ -155,7 +165,10 @@ pub async fn plan_delete_compactions(
         let Some(up_to) = touching.last().map(|task| task.opstamp) else {
             continue;
         };
-        let deleted = match env.delete_counts.get(&split.split_id, up_to) {
+        let deleted = match env
+            .delete_counts
+            .get(&index.index_uid, &split.split_id, up_to)
+        {
             Some(count) => count,
             None => {
                 let pin = match env
@@ -177,7 +190,8 @@ pub async fn plan_delete_compactions(
                 })
                 .await??;
                 drop(pin);
-                env.delete_counts.set(&split.split_id, up_to, count);
+                env.delete_counts
+                    .set(&index.index_uid, &split.split_id, up_to, count);
                 count
             }
         };
