@@ -63,8 +63,8 @@ pub enum SortBy {
 }
 
 impl SortBy {
-    /// Parses the `sort_by` parameter: `field` (descending, newest first), `-field` (descending),
-    /// `+field` (ascending), `field:asc|desc`, or `_score`.
+    /// Parses the `sort_by` parameter as Quickwit does: `field` or `+field` sorts descending
+    /// (newest first), `-field` ascending; also `field:asc|desc`, and `_score`.
     pub fn parse(s: &str) -> Result<SortBy, String> {
         let s = s.trim();
         if s == "_score" || s == "-_score" {
@@ -78,9 +78,9 @@ impl SortBy {
             };
             (field, order)
         } else if let Some(field) = s.strip_prefix('-') {
-            (field, SortOrder::Desc)
-        } else if let Some(field) = s.strip_prefix('+') {
             (field, SortOrder::Asc)
+        } else if let Some(field) = s.strip_prefix('+') {
+            (field, SortOrder::Desc)
         } else {
             (s, SortOrder::Desc)
         };
@@ -126,8 +126,9 @@ mod tests {
             order,
         };
         assert_eq!(SortBy::parse("ts").unwrap(), f("ts", SortOrder::Desc));
-        assert_eq!(SortBy::parse("-ts").unwrap(), f("ts", SortOrder::Desc));
-        assert_eq!(SortBy::parse("+ts").unwrap(), f("ts", SortOrder::Asc));
+        // Quickwit's mini-language: `-` is ascending, `+` (or nothing) descending.
+        assert_eq!(SortBy::parse("-ts").unwrap(), f("ts", SortOrder::Asc));
+        assert_eq!(SortBy::parse("+ts").unwrap(), f("ts", SortOrder::Desc));
         assert_eq!(SortBy::parse("ts:asc").unwrap(), f("ts", SortOrder::Asc));
         assert!(SortBy::parse("ts:up").is_err());
     }

@@ -240,12 +240,16 @@ fn routes(node: Arc<Node>) -> Router {
             "/api/v1/{index_id}/search",
             get(search_get).post(search_post),
         )
-        .route("/api/v1/_elastic/_bulk", post(crate::elastic::bulk))
+        .route(
+            "/api/v1/_elastic/_bulk",
+            post(crate::elastic::bulk).put(crate::elastic::bulk),
+        )
         .route(
             "/api/v1/_elastic/{index_id}/_bulk",
-            post(crate::elastic::bulk_index),
+            post(crate::elastic::bulk_index).put(crate::elastic::bulk_index),
         )
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn(crate::elastic::product_header))
         .with_state(state)
 }
 

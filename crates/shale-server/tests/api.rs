@@ -196,13 +196,17 @@ async fn search_queries_sorting_paging_and_pruning() {
         .await;
     assert_eq!(resp["hits"][0]["doc_id"], "api-0");
     assert_eq!(resp["hits"][1]["doc_id"], "api-1");
-    // GET form
+    // GET form; Quickwit's mini-language: `-field` ascending, `+field` descending.
     let (status, resp) = node
-        .get("/api/v1/logs/search?query=service:web&max_hits=1&sort_by=%2Btimestamp")
+        .get("/api/v1/logs/search?query=service:web&max_hits=1&sort_by=-timestamp")
         .await;
     assert_eq!(status, 200, "{resp}");
     assert_eq!(resp["num_hits"], 100);
     assert_eq!(resp["hits"][0]["doc_id"], "web-200");
+    let (_, resp) = node
+        .get("/api/v1/logs/search?query=service:web&max_hits=1&sort_by=%2Btimestamp")
+        .await;
+    assert_eq!(resp["hits"][0]["doc_id"], "web-299");
     let (status, resp) = node
         .get("/api/v1/logs/search?query=host-1&search_field=host,level&max_hits=0&start_timestamp=1700000000")
         .await;
@@ -296,7 +300,12 @@ async fn elasticsearch_bulk_reports_per_item_status() {
 
     let (status, resp) = node.post("/api/v1/_elastic/_bulk", "{oops\n").await;
     assert_eq!(status, 400);
-    assert!(resp["message"].as_str().unwrap().contains("line 1"));
+    assert_eq!(resp["error"]["type"], "parse_exception");
+    assert!(resp["error"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("line [1]"));
+    assert_eq!(resp["status"], 400);
     node.stop().await;
 }
 
