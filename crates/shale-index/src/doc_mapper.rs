@@ -424,30 +424,19 @@ impl DocMapper {
             .collect();
         let timestamp = fields.iter().position(|f| f.is_timestamp);
 
-        let default_search_fields = if search_settings.default_search_fields.is_empty() {
-            let mut names: Vec<String> = doc_mapping
-                .field_mappings
-                .iter()
-                .filter(|f| matches!(&f.kind, FieldKind::Text(o) if o.indexed))
-                .map(|f| f.name.clone())
-                .collect();
-            if dynamic_field.is_some() {
-                names.push(DYNAMIC_FIELD_NAME.to_string());
-            }
-            names
-        } else {
-            for (i, name) in search_settings.default_search_fields.iter().enumerate() {
-                let indexed = doc_mapping.field_mapping(name).map(|f| f.is_indexed());
-                if indexed != Some(true) {
-                    return Err(shale_config::ConfigError::Invalid {
-                        field: format!("search_settings.default_search_fields[{i}]"),
-                        message: format!("`{name}` is not an indexed field of the doc mapping"),
-                    }
-                    .into());
+        // As in Quickwit: no implicit default search fields (a term without a field then
+        // needs `search_field` in the request).
+        for (i, name) in search_settings.default_search_fields.iter().enumerate() {
+            let indexed = doc_mapping.field_mapping(name).map(|f| f.is_indexed());
+            if indexed != Some(true) {
+                return Err(shale_config::ConfigError::Invalid {
+                    field: format!("search_settings.default_search_fields[{i}]"),
+                    message: format!("`{name}` is not an indexed field of the doc mapping"),
                 }
+                .into());
             }
-            search_settings.default_search_fields.clone()
-        };
+        }
+        let default_search_fields = search_settings.default_search_fields.clone();
 
         Ok(DocMapper {
             partition_key: doc_mapping.partition_key()?,

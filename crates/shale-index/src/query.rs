@@ -67,8 +67,8 @@ impl DocMapper {
     /// `-c`, `f:[1 TO 5]`, `f:IN [a b]`, `f:*`, …) with AND as the default operator, as Quickwit.
     ///
     /// Terms without a field search `search_fields`, or else the
-    /// [default search fields](DocMapper::default_search_fields). `*` or an empty query match
-    /// all documents. In dynamic mode, fields that are not declared are looked up in the
+    /// [default search fields](DocMapper::default_search_fields); with neither, such a term is
+    /// an error, as in Quickwit. `*` or an empty query match all documents. In dynamic mode, fields that are not declared are looked up in the
     /// catch-all `_dynamic` field (`service:api` → `_dynamic.service:api`).
     pub fn parse_query(
         &self,
@@ -101,6 +101,13 @@ impl DocMapper {
             .into_iter()
             .find(|err| !matches!(err, QueryParserError::AllButQueryForbidden))
         {
+            Some(QueryParserError::NoDefaultFieldDeclared) => {
+                Err(IndexError::InvalidQuery(format!(
+                    "`{query}`: query requires a default search field and none was supplied: \
+                     name the field (`field:term`), pass `search_field`, or set \
+                     `search_settings.default_search_fields` in the index config"
+                )))
+            }
             Some(err) => Err(IndexError::InvalidQuery(format!("`{query}`: {err}"))),
             None => Ok(query_obj),
         }

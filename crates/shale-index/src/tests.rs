@@ -207,20 +207,19 @@ fn schema_per_type() {
 }
 
 #[test]
-fn default_search_fields_fallback() {
+fn without_default_search_fields_a_bare_term_needs_a_field() {
     let mut config = config_with(Mode::Dynamic, false);
     config.search_settings.default_search_fields.clear();
     let mapper = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
-    assert_eq!(
-        mapper.default_search_fields(),
-        ["severity", "body", "hidden", DYNAMIC_FIELD_NAME]
-    );
-    config.doc_mapping.mode = Mode::Lenient;
-    let mapper = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap();
-    assert_eq!(
-        mapper.default_search_fields(),
-        ["severity", "body", "hidden"]
-    );
+    assert!(mapper.default_search_fields().is_empty());
+    let err = mapper.parse_query("fox", None).err().unwrap().to_string();
+    assert!(err.contains("requires a default search field"), "{err}");
+    // A named field, a search field, `*`: fine.
+    assert!(mapper.parse_query("body:fox", None).is_ok());
+    assert!(mapper
+        .parse_query("fox", Some(&["body".to_string()]))
+        .is_ok());
+    assert!(mapper.parse_query("*", None).is_ok());
 }
 
 #[test]

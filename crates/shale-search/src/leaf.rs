@@ -18,16 +18,62 @@ use tantivy::query::{BooleanQuery, Occur, Query};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
 use tokio::sync::Semaphore;
 
-use crate::request::{SearchRequest, SortBy, SortOrder};
+use crate::request::{SearchRequest, SortBy, SortField, SortOrder};
 
-/// A sort value: a score (best first) or a timestamp in microseconds (order per request).
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize, Deserialize)]
-pub enum SortKey {
-    /// BM25 score.
-    Score(f32),
-    /// Fast-field value; `None` for documents without one.
-    Value(Option<i64>),
+/// One sort value of a hit: a score, a fast-field value (datetimes in microseconds), or
+/// nothing (the document has no value: it sorts last in either direction).
+#[derive(Clone, Debug, PartialEq, PartialOrd, Serialize, Deserialize)]
+pub enum SortValue {
+    /// No value.
+    Null,
+    /// Unsigned integers and booleans.
+    U64(u64),
+    /// Signed integers and datetimes (microseconds).
+    I64(i64),
+    /// Floats and scores.
+    F64(f64),
+    /// Text.
+    Str(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
 }
+
+impl SortValue {
+    fn from_owned(value: tantivy::schema::OwnedValue) -> SortValue {
+        use tantivy::schema::OwnedValue as V;
+        match value {
+            V::U64(v) => SortValue::U64(v),
+            V::I64(v) => SortValue::I64(v),
+            V::F64(v) => SortValue::F64(v),
+            V::Bool(v) => SortValue::U64(u64::from(v)),
+            V::Date(v) => SortValue::I64(v.into_timestamp_micros()),
+            V::Str(v) => SortValue::Str(v),
+            V::Bytes(v) => SortValue::Bytes(v),
+            _ => SortValue::Null,
+        }
+    }
+
+    /// Order of two values of one criterion, best first for `order`; `Null` always last.
+    fn compare(&self, other: &SortValue, order: SortOrder) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        match (self, other) {
+            (SortValue::Null, SortValue::Null) => Ordering::Equal,
+            (SortValue::Null, _) => Ordering::Greater,
+            (_, SortValue::Null) => Ordering::Less,
+            (a, b) => {
+                let natural = a.partial_cmp(b).unwrap_or(Ordering::Equal);
+                match order {
+                    SortOrder::Asc => natural,
+                    SortOrder::Desc => natural.reverse(),
+                }
+            }
+        }
+    }
+}
+
+/// The sort values of a hit, one per criterion of the request's [`SortBy`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SortKey(pub Vec<SortValue>);
 
 /// A hit without its document.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -203,17 +249,25 @@ impl Leaf {
         let sort_by = match &request.sort_by {
             Some(s) => SortBy::parse(s).map_err(LeafError::InvalidRequest)?,
             None => match doc_mapper.timestamp_field_name() {
-                Some(ts) => SortBy::Field {
-                    field: ts.to_string(),
-                    order: SortOrder::Desc,
-                },
-                None => SortBy::Score,
+                Some(ts) => SortBy::field(ts, SortOrder::Desc),
+                None => SortBy::score(),
             },
         };
-        if let SortBy::Field { field, .. } = &sort_by {
-            if doc_mapper.timestamp_field_name() != Some(field.as_str()) {
+        for criterion in &sort_by.fields {
+            let SortField::Field { field, .. } = criterion else {
+                continue;
+            };
+            let entry = doc_mapper
+                .field(field)
+                .map(|f| doc_mapper.schema().get_field_entry(f))
+                .ok_or_else(|| {
+                    LeafError::InvalidRequest(format!(
+                        "cannot sort by `{field}`: no such field in the doc mapping"
+                    ))
+                })?;
+            if !entry.is_fast() {
                 return Err(LeafError::InvalidRequest(format!(
-                    "cannot sort by `{field}`: only the timestamp field or `_score` can be sorted on"
+                    "cannot sort by `{field}`: it is not a fast field (set `fast: true`)"
                 )));
             }
         }
@@ -269,10 +323,14 @@ impl Leaf {
                 }
             };
             let sort_by = prepared.sort_by.clone();
+            let timestamp_field = prepared
+                .doc_mapper
+                .timestamp_field_name()
+                .map(str::to_string);
             let storage = storage.clone();
             futures.push(async move {
                 let result = self
-                    .search_split(storage.as_ref(), split, query, sort_by, k)
+                    .search_split(storage.as_ref(), split, query, sort_by, timestamp_field, k)
                     .await;
                 (split, result)
             });
@@ -419,6 +477,7 @@ impl Leaf {
         split: &SplitMetadata,
         query: Arc<dyn Query>,
         sort_by: SortBy,
+        timestamp_field: Option<String>,
         k: usize,
     ) -> Result<(u64, Vec<(SortKey, DocAddress)>), (String, bool)> {
         // The permit bounds downloads as well as searches.
@@ -429,10 +488,18 @@ impl Leaf {
             .await
             .map_err(|err| (err.to_string(), false))?;
         let open = self.open_split(storage, split).await?;
-        tokio::task::spawn_blocking(move || run_leaf(&open.searcher, query.as_ref(), &sort_by, k))
-            .await
-            .map_err(|err| (err.to_string(), false))?
-            .map_err(|err| (err, false))
+        tokio::task::spawn_blocking(move || {
+            run_leaf(
+                &open.searcher,
+                query.as_ref(),
+                &sort_by,
+                timestamp_field.as_deref(),
+                k,
+            )
+        })
+        .await
+        .map_err(|err| (err.to_string(), false))?
+        .map_err(|err| (err, false))
     }
 
     /// Number of splits kept open between searches.
@@ -456,45 +523,78 @@ fn run_leaf(
     searcher: &Searcher,
     query: &dyn Query,
     sort_by: &SortBy,
+    timestamp_field: Option<&str>,
     k: usize,
 ) -> Result<(u64, Vec<(SortKey, DocAddress)>), String> {
+    use tantivy::collector::sort_key::SortByErasedType;
     let err = |e: tantivy::TantivyError| e.to_string();
     if k == 0 {
         let count = searcher.search(query, &Count).map_err(err)?;
         return Ok((count as u64, Vec::new()));
     }
-    match sort_by {
-        SortBy::Score => {
+    let order_of = |order: &SortOrder| match order {
+        SortOrder::Asc => Order::Asc,
+        SortOrder::Desc => Order::Desc,
+    };
+    let erased = |criterion: &SortField| match criterion {
+        SortField::Score => (SortByErasedType::for_score(), Order::Desc),
+        SortField::Field { field, order } => (SortByErasedType::for_field(field), order_of(order)),
+    };
+    match sort_by.fields.as_slice() {
+        [SortField::Score] => {
             let (count, top) = searcher
                 .search(query, &(Count, TopDocs::with_limit(k).order_by_score()))
                 .map_err(err)?;
             Ok((
                 count as u64,
                 top.into_iter()
-                    .map(|(score, doc)| (SortKey::Score(score), doc))
+                    .map(|(score, doc)| (SortKey(vec![SortValue::F64(f64::from(score))]), doc))
                     .collect(),
             ))
         }
-        SortBy::Field { field, order } => {
-            let order = match order {
-                SortOrder::Asc => Order::Asc,
-                SortOrder::Desc => Order::Desc,
-            };
-            let collector =
-                TopDocs::with_limit(k).order_by_fast_field::<tantivy::DateTime>(field, order);
+        // The common case, typed: newest (or oldest) first.
+        [SortField::Field { field, order }] if Some(field.as_str()) == timestamp_field => {
+            let collector = TopDocs::with_limit(k)
+                .order_by_fast_field::<tantivy::DateTime>(field, order_of(order));
             let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
             Ok((
                 count as u64,
                 top.into_iter()
                     .map(|(value, doc)| {
+                        let value = value.map_or(SortValue::Null, |v| {
+                            SortValue::I64(v.into_timestamp_micros())
+                        });
+                        (SortKey(vec![value]), doc)
+                    })
+                    .collect(),
+            ))
+        }
+        [first] => {
+            let collector = TopDocs::with_limit(k).order_by(erased(first));
+            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
+            Ok((
+                count as u64,
+                top.into_iter()
+                    .map(|(value, doc)| (SortKey(vec![SortValue::from_owned(value)]), doc))
+                    .collect(),
+            ))
+        }
+        [first, second] => {
+            let collector = TopDocs::with_limit(k).order_by((erased(first), erased(second)));
+            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
+            Ok((
+                count as u64,
+                top.into_iter()
+                    .map(|((a, b), doc)| {
                         (
-                            SortKey::Value(value.map(|v| v.into_timestamp_micros())),
+                            SortKey(vec![SortValue::from_owned(a), SortValue::from_owned(b)]),
                             doc,
                         )
                     })
                     .collect(),
             ))
         }
+        other => Err(format!("cannot sort by {} criteria", other.len())),
     }
 }
 
@@ -527,36 +627,23 @@ pub(crate) fn merge_hits(
     merged
 }
 
-/// Best first, then by split id, segment and doc.
+/// Best first, criterion by criterion, then by split id, segment and doc.
 fn compare_hits(a: &PartialHit, b: &PartialHit, sort_by: &SortBy) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let primary = match (a.key, b.key) {
-        (SortKey::Score(x), SortKey::Score(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
-        (SortKey::Value(x), SortKey::Value(y)) => {
-            let desc = matches!(
-                sort_by,
-                SortBy::Field {
-                    order: SortOrder::Desc,
-                    ..
-                }
-            );
-            match (x, y) {
-                (Some(x), Some(y)) => {
-                    if desc {
-                        y.cmp(&x)
-                    } else {
-                        x.cmp(&y)
-                    }
-                }
-                // Documents without a value come last either way.
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (None, None) => Ordering::Equal,
-            }
+    let mut ordering = std::cmp::Ordering::Equal;
+    for (i, criterion) in sort_by.fields.iter().enumerate() {
+        let order = match criterion {
+            SortField::Score => SortOrder::Desc,
+            SortField::Field { order, .. } => *order,
+        };
+        let (Some(x), Some(y)) = (a.key.0.get(i), b.key.0.get(i)) else {
+            break;
+        };
+        ordering = x.compare(y, order);
+        if ordering != std::cmp::Ordering::Equal {
+            break;
         }
-        _ => Ordering::Equal,
-    };
-    primary.then_with(|| {
+    }
+    ordering.then_with(|| {
         (&a.doc.split_id, a.doc.segment_ord, a.doc.doc_id).cmp(&(
             &b.doc.split_id,
             b.doc.segment_ord,

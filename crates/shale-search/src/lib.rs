@@ -9,7 +9,7 @@ pub mod leaf;
 mod request;
 mod service;
 
-pub use request::{SearchRequest, SearchResponse, SortBy, SortOrder};
+pub use request::{SearchRequest, SearchResponse, SortBy, SortField, SortOrder, MAX_SORT_FIELDS};
 pub use service::{
     register_metrics, LocalNodes, NodeCallError, SearchError, SearchNodes, SearchService,
     LOCAL_NODE, MAX_PLACEMENT_IMBALANCE,

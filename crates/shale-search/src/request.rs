@@ -48,12 +48,12 @@ pub enum SortOrder {
     Desc,
 }
 
-/// How hits are ordered.
+/// One sort criterion.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SortBy {
+pub enum SortField {
     /// By BM25 score, best first.
     Score,
-    /// By a fast field (the timestamp field).
+    /// By a fast field.
     Field {
         /// Field name.
         field: String,
@@ -62,36 +62,78 @@ pub enum SortBy {
     },
 }
 
+/// How hits are ordered: one or two criteria, the second breaking ties of the first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SortBy {
+    /// The criteria, most significant first.
+    pub fields: Vec<SortField>,
+}
+
+/// Most sort criteria a search may have (as in Quickwit).
+pub const MAX_SORT_FIELDS: usize = 2;
+
 impl SortBy {
-    /// Parses the `sort_by` parameter as Quickwit does: `field` or `+field` sorts descending
-    /// (newest first), `-field` ascending; also `field:asc|desc`, and `_score`.
-    pub fn parse(s: &str) -> Result<SortBy, String> {
-        let s = s.trim();
-        if s == "_score" || s == "-_score" {
-            return Ok(SortBy::Score);
+    /// By score.
+    pub fn score() -> Self {
+        SortBy {
+            fields: vec![SortField::Score],
         }
-        let (field, order) = if let Some((field, order)) = s.split_once(':') {
-            let order = match order {
-                "asc" => SortOrder::Asc,
-                "desc" => SortOrder::Desc,
-                other => return Err(format!("unknown sort order `{other}` (asc or desc)")),
-            };
-            (field, order)
-        } else if let Some(field) = s.strip_prefix('-') {
-            (field, SortOrder::Asc)
-        } else if let Some(field) = s.strip_prefix('+') {
-            (field, SortOrder::Desc)
-        } else {
-            (s, SortOrder::Desc)
-        };
-        if field.is_empty() {
-            return Err("empty sort field".to_string());
-        }
-        Ok(SortBy::Field {
-            field: field.to_string(),
-            order,
-        })
     }
+
+    /// By one field.
+    pub fn field(field: impl Into<String>, order: SortOrder) -> Self {
+        SortBy {
+            fields: vec![SortField::Field {
+                field: field.into(),
+                order,
+            }],
+        }
+    }
+
+    /// Parses the `sort_by` parameter as Quickwit does: comma-separated criteria, each
+    /// `field` or `+field` (descending, newest first), `-field` (ascending), `field:asc|desc`,
+    /// or `_score`; at most [`MAX_SORT_FIELDS`].
+    pub fn parse(s: &str) -> Result<SortBy, String> {
+        let fields = s
+            .split(',')
+            .map(parse_sort_field)
+            .collect::<Result<Vec<_>, _>>()?;
+        if fields.len() > MAX_SORT_FIELDS {
+            return Err(format!(
+                "sort by {} fields: at most {MAX_SORT_FIELDS} are supported",
+                fields.len()
+            ));
+        }
+        Ok(SortBy { fields })
+    }
+}
+
+fn parse_sort_field(s: &str) -> Result<SortField, String> {
+    let s = s.trim();
+    if s == "_score" || s == "+_score" || s == "-_score" {
+        return Ok(SortField::Score);
+    }
+    let (field, order) = if let Some((field, order)) = s.split_once(':') {
+        let order = match order {
+            "asc" => SortOrder::Asc,
+            "desc" => SortOrder::Desc,
+            other => return Err(format!("unknown sort order `{other}` (asc or desc)")),
+        };
+        (field, order)
+    } else if let Some(field) = s.strip_prefix('-') {
+        (field, SortOrder::Asc)
+    } else if let Some(field) = s.strip_prefix('+') {
+        (field, SortOrder::Desc)
+    } else {
+        (s, SortOrder::Desc)
+    };
+    if field.is_empty() {
+        return Err("empty sort field".to_string());
+    }
+    Ok(SortField::Field {
+        field: field.to_string(),
+        order,
+    })
 }
 
 /// A search response, Quickwit's shape plus split fan-out figures.
@@ -120,17 +162,29 @@ mod tests {
 
     #[test]
     fn sort_by_forms() {
-        assert_eq!(SortBy::parse("_score").unwrap(), SortBy::Score);
-        let f = |field: &str, order| SortBy::Field {
-            field: field.into(),
-            order,
-        };
+        assert_eq!(SortBy::parse("_score").unwrap(), SortBy::score());
+        let f = |field: &str, order| SortBy::field(field, order);
         assert_eq!(SortBy::parse("ts").unwrap(), f("ts", SortOrder::Desc));
         // Quickwit's mini-language: `-` is ascending, `+` (or nothing) descending.
         assert_eq!(SortBy::parse("-ts").unwrap(), f("ts", SortOrder::Asc));
         assert_eq!(SortBy::parse("+ts").unwrap(), f("ts", SortOrder::Desc));
         assert_eq!(SortBy::parse("ts:asc").unwrap(), f("ts", SortOrder::Asc));
         assert!(SortBy::parse("ts:up").is_err());
+        assert_eq!(
+            SortBy::parse("service, -ts").unwrap().fields,
+            vec![
+                SortField::Field {
+                    field: "service".into(),
+                    order: SortOrder::Desc
+                },
+                SortField::Field {
+                    field: "ts".into(),
+                    order: SortOrder::Asc
+                },
+            ]
+        );
+        assert!(SortBy::parse("a,b,c").is_err());
+        assert!(SortBy::parse("a,").is_err());
     }
 
     #[test]
