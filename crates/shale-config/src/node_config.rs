@@ -29,6 +29,7 @@
 //!   dead_after_ms: 5000                # no heartbeat for this long: dead for everyone
 //!   leader_lease_ms: 4000              # the leader's lease, renewed every heartbeat
 //!   cluster_secret: …                  # if set, internal calls must present it (else 401)
+//! api_token: …                         # if set, REST calls but /health/* must present it
 //! compaction:
 //!   scope: cluster                     # or node_local (Quickwit's behaviour)
 //!   max_concurrent_merges: 1
@@ -262,6 +263,9 @@ pub struct NodeConfig {
     pub cluster: ClusterConfig,
     /// Compaction and garbage collection settings.
     pub compaction: CompactionConfig,
+    /// When set, every REST call but `/health/*` must present it (`Authorization: Bearer …`,
+    /// or Elasticsearch clients' `ApiKey` / basic-auth password); else a 401.
+    pub api_token: Option<String>,
 }
 
 fn serialize_redacted_uri<S: serde::Serializer>(
@@ -298,6 +302,10 @@ impl fmt::Debug for NodeConfig {
             .field("s3", &self.s3)
             .field("cluster", &self.cluster)
             .field("compaction", &self.compaction)
+            .field(
+                "api_token",
+                &self.api_token.as_ref().map(|_| crate::REDACTED),
+            )
             .finish()
     }
 }
@@ -314,6 +322,9 @@ impl NodeConfig {
         }
         if self.cluster.cluster_secret.is_some() {
             value["cluster"]["cluster_secret"] = serde_json::Value::from(crate::REDACTED);
+        }
+        if self.api_token.is_some() {
+            value["api_token"] = serde_json::Value::from(crate::REDACTED);
         }
         serde_yaml::to_string(&value)
             .unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
@@ -417,6 +428,8 @@ struct NodeConfigFile {
     cluster: Option<ClusterConfig>,
     #[serde(default)]
     compaction: Option<CompactionConfig>,
+    #[serde(default)]
+    api_token: Option<String>,
 }
 
 /// A byte size written as an integer or a string with a unit (`10MiB`).
@@ -515,6 +528,7 @@ impl NodeConfig {
             s3: file.s3.unwrap_or_default(),
             cluster: file.cluster.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
+            api_token: file.api_token,
         };
         config.validate()?;
         Ok(config)
@@ -570,6 +584,12 @@ impl NodeConfig {
             return Err(invalid(
                 "roles",
                 "at least one of indexer, searcher, compactor".to_string(),
+            ));
+        }
+        if self.api_token.as_ref().is_some_and(|token| token.len() < 8) {
+            return Err(invalid(
+                "api_token",
+                "must be at least 8 characters".to_string(),
             ));
         }
         let cluster = &self.cluster;
@@ -675,6 +695,7 @@ impl Default for NodeConfig {
             s3: S3Config::default(),
             cluster: ClusterConfig::default(),
             compaction: CompactionConfig::default(),
+            api_token: None,
         }
     }
 }

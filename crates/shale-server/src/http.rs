@@ -249,8 +249,84 @@ fn routes(node: Arc<Node>) -> Router {
             post(crate::elastic::bulk_index).put(crate::elastic::bulk_index),
         )
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_api_token,
+        ))
         .layer(axum::middleware::from_fn(crate::elastic::product_header))
         .with_state(state)
+}
+
+/// Whether `headers` present `token`: `Authorization: Bearer <token>`, `ApiKey <token>` or
+/// `ApiKey base64(id:token)` (Elasticsearch clients' `api_key`), or `Basic
+/// base64(user:token)` (their basic auth).
+fn presents_token(headers: &HeaderMap, token: &str) -> bool {
+    use base64::Engine;
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some((scheme, credentials)) = value.trim().split_once(' ') else {
+        return false;
+    };
+    let credentials = credentials.trim();
+    let same = |candidate: &[u8]| crate::internal::same_secret(candidate, token.as_bytes());
+    let decoded_secret = || {
+        base64::engine::general_purpose::STANDARD
+            .decode(credentials)
+            .ok()
+            .and_then(|bytes| {
+                let colon = bytes.iter().position(|b| *b == b':')?;
+                Some(bytes[colon + 1..].to_vec())
+            })
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "bearer" => same(credentials.as_bytes()),
+        "apikey" => same(credentials.as_bytes()) || decoded_secret().is_some_and(|s| same(&s)),
+        "basic" => decoded_secret().is_some_and(|s| same(&s)),
+        _ => false,
+    }
+}
+
+/// With `api_token` set, refuses (401) every call but `/health/*` (and the internal API,
+/// which has its own secret) that does not present it.
+async fn require_api_token(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = &state.node.config.api_token else {
+        return next.run(request).await;
+    };
+    let path = request.uri().path();
+    if path.starts_with("/health/")
+        || path.starts_with("/internal/")
+        || presents_token(request.headers(), token)
+    {
+        return next.run(request).await;
+    }
+    let mut response = if path.starts_with(crate::elastic::ELASTIC_PREFIX) {
+        crate::elastic::EsError {
+            status: StatusCode::UNAUTHORIZED,
+            kind: "security_exception",
+            reason: "missing or invalid authentication credentials for REST request".to_string(),
+            retry_after_secs: None,
+        }
+        .into_response()
+    } else {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or invalid API token: send `Authorization: Bearer <api_token>`",
+        )
+        .into_response()
+    };
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    response
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

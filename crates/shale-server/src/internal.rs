@@ -59,7 +59,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
 }
 
 /// Constant-time comparison of two secrets.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -16,11 +16,29 @@ pub struct Endpoint {
     /// REST endpoint of a node.
     #[arg(long, env = "SHALE_ENDPOINT", default_value = "http://127.0.0.1:7280")]
     endpoint: String,
+    /// The node's API token, if it has one (sent as `Authorization: Bearer …`).
+    #[arg(long, env = "SHALE_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
 }
 
 impl Endpoint {
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.endpoint.trim_end_matches('/'), path)
+    }
+
+    /// An HTTP client for the node (with the API token, if any).
+    fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &self.api_token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .context("the API token is not a valid header value")?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        Ok(reqwest::Client::builder()
+            .timeout(Duration::from_secs(600))
+            .default_headers(headers)
+            .build()?)
     }
 }
 
@@ -190,8 +208,8 @@ pub enum ClusterCommand {
 
 /// Prints the cluster members as a table.
 pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
-    let client = http()?;
     let ClusterCommand::Members { endpoint } = cmd;
+    let client = endpoint.client()?;
     let state = call(client.get(endpoint.url("/api/v1/cluster"))).await?;
     println!(
         "cluster {} (seen from {})",
@@ -276,12 +294,6 @@ fn table(rows: &[Vec<String>], right: &[usize]) -> String {
     out
 }
 
-fn http() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()?)
-}
-
 /// Sends a request and returns its JSON, turning error statuses into errors with the
 /// server's `message`.
 async fn call(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
@@ -304,7 +316,12 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
 }
 
 pub async fn index(cmd: IndexCommand) -> anyhow::Result<()> {
-    let client = http()?;
+    let client = match &cmd {
+        IndexCommand::Create { endpoint, .. }
+        | IndexCommand::List { endpoint }
+        | IndexCommand::Describe { endpoint, .. }
+        | IndexCommand::Delete { endpoint, .. } => endpoint.client()?,
+    };
     match cmd {
         IndexCommand::Create {
             endpoint,
@@ -357,7 +374,7 @@ pub async fn index(cmd: IndexCommand) -> anyhow::Result<()> {
 }
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
-    let client = http()?;
+    let client = args.endpoint.client()?;
     let (reader, total_bytes): (Box<dyn Read>, Option<u64>) = match &args.input {
         Some(path) => {
             let file = std::fs::File::open(path)
@@ -457,7 +474,7 @@ impl IngestStats {
 }
 
 pub async fn search(args: SearchArgs) -> anyhow::Result<()> {
-    let client = http()?;
+    let client = args.endpoint.client()?;
     let mut body = serde_json::json!({
         "query": args.query,
         "max_hits": args.max_hits,
@@ -482,7 +499,7 @@ pub async fn search(args: SearchArgs) -> anyhow::Result<()> {
 
 /// `shale delete`: creates a delete task (printed as JSON), or lists them with `--list`.
 pub async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
-    let client = http()?;
+    let client = args.endpoint.client()?;
     let url = args
         .endpoint
         .url(&format!("/api/v1/{}/delete-tasks", args.index));
@@ -506,7 +523,7 @@ pub async fn delete(args: DeleteArgs) -> anyhow::Result<()> {
 
 /// `shale compact`: starts a manual compaction; with `--wait`, follows it to the end.
 pub async fn compact(args: CompactArgs) -> anyhow::Result<()> {
-    let client = http()?;
+    let client = args.endpoint.client()?;
     let mut body = serde_json::json!({ "force": args.force });
     if let Some(ts) = args.start_timestamp {
         body["start_timestamp"] = ts.into();
@@ -558,12 +575,12 @@ pub async fn compact(args: CompactArgs) -> anyhow::Result<()> {
 }
 
 pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
-    let client = http()?;
     let SplitsCommand::List {
         endpoint,
         index,
         states,
     } = cmd;
+    let client = endpoint.client()?;
     let mut url = endpoint.url(&format!("/api/v1/indexes/{index}/splits"));
     if let Some(states) = states {
         url.push_str(&format!("?split_states={states}"));
@@ -661,8 +678,8 @@ fn sort_field_types(config: &Value) -> Option<Vec<SortFieldType>> {
 }
 
 pub async fn compaction(cmd: CompactionCommand) -> anyhow::Result<()> {
-    let client = http()?;
     let CompactionCommand::Status { endpoint, index } = cmd;
+    let client = endpoint.client()?;
     let status =
         call(client.get(endpoint.url(&format!("/api/v1/indexes/{index}/compaction")))).await?;
     println!("index:              {index}");

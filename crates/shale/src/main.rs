@@ -85,6 +85,9 @@ struct RunArgs {
     /// Shared secret of the internal API between nodes (default: none).
     #[arg(long, env = "SHALE_CLUSTER_SECRET", hide_env_values = true)]
     cluster_secret: Option<String>,
+    /// Token every REST call but `/health/*` must present (default: none).
+    #[arg(long, env = "SHALE_API_TOKEN", hide_env_values = true)]
+    api_token: Option<String>,
     /// WAL persist policy: `on-delay` (default) or `on-append`.
     #[arg(long, env = "SHALE_WAL_PERSIST_POLICY")]
     wal_persist_policy: Option<String>,
@@ -139,6 +142,9 @@ fn node_config(args: &RunArgs) -> anyhow::Result<NodeConfig> {
     }
     if let Some(secret) = &args.cluster_secret {
         config.cluster.cluster_secret = Some(secret.clone());
+    }
+    if let Some(token) = &args.api_token {
+        config.api_token = Some(token.clone());
     }
     if let Some(policy) = &args.wal_persist_policy {
         config.wal_persist_policy = match policy.as_str() {

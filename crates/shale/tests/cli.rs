@@ -241,3 +241,40 @@ fn cli_round_trip() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
 }
+
+#[test]
+fn the_cli_presents_the_api_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = shale_testkit::free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let _node = Node(
+        Command::new(env!("CARGO_BIN_EXE_shale"))
+            .args(["run", "--api-token", "cli-token-123"])
+            .env("SHALE_DATA_DIR", tmp.path().join("data"))
+            .env("SHALE_LISTEN", format!("127.0.0.1:{port}"))
+            .env("SHALE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "node did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = shale(&["index", "list"], &endpoint);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    let out = Command::new(env!("CARGO_BIN_EXE_shale"))
+        .args(["index", "list"])
+        .env("SHALE_ENDPOINT", &endpoint)
+        .env("SHALE_API_TOKEN", "cli-token-123")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

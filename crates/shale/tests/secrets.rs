@@ -1,6 +1,6 @@
-//! Secrets stay secret: a metastore password and an S3 secret key given to `shale run` never
-//! appear in its logs (even at debug level), in `--print-config`, in error messages, or in
-//! `/metrics`.
+//! Secrets stay secret: a metastore password, an S3 secret key and an API token given to
+//! `shale run` never appear in its logs (even at debug level), in `--print-config`, in error
+//! messages, or in `/metrics`.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -10,9 +10,10 @@ mod common;
 const PG_PASSWORD: &str = "pg-Sup3rSecret-4711";
 const PG_QUERY_PASSWORD: &str = "pg-QuerySecret-1234";
 const S3_SECRET: &str = "s3-V3rySecret-0815";
+const API_TOKEN: &str = "api-T0kenSecret-2718";
 
 fn assert_no_secret(what: &str, text: &str) {
-    for secret in [PG_PASSWORD, PG_QUERY_PASSWORD, S3_SECRET] {
+    for secret in [PG_PASSWORD, PG_QUERY_PASSWORD, S3_SECRET, API_TOKEN] {
         assert!(
             !text.contains(secret),
             "{what} shows a secret ({secret}):\n{text}"
@@ -49,7 +50,13 @@ async fn secrets_never_appear_in_logs_dumps_errors_or_metrics() {
         format!("postgres://shale:{PG_PASSWORD}@127.0.0.1:1/shale?password={PG_QUERY_PASSWORD}");
     let config = node_config_file(tmp.path(), &unreachable);
     let output = Command::new(env!("CARGO_BIN_EXE_shale"))
-        .args(["run", "--print-config", "--config"])
+        .args([
+            "run",
+            "--print-config",
+            "--api-token",
+            API_TOKEN,
+            "--config",
+        ])
         .arg(&config)
         .arg("--data-dir")
         .arg(tmp.path().join("data"))
@@ -64,6 +71,10 @@ async fn secrets_never_appear_in_logs_dumps_errors_or_metrics() {
     );
     assert!(
         dump.contains("secret_access_key: '***'") || dump.contains("secret_access_key: ***"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("api_token: '***'") || dump.contains("api_token: ***"),
         "{dump}"
     );
 
