@@ -256,16 +256,78 @@ pub struct NumericOptions {
     pub fast: bool,
 }
 
-/// Input formats accepted by datetime fields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Input formats accepted by datetime fields (Quickwit's names), or a strptime format.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DateInputFormat {
     /// `2024-01-02T03:04:05Z`.
     Rfc3339,
-    /// ISO 8601.
+    /// ISO 8601, with an offset (`2024-01-02T03:04:05+01:00`, `20240102T030405Z`).
     Iso8601,
     /// A number of seconds (or milli/micro/nanoseconds, guessed from magnitude as Quickwit does).
     UnixTimestamp,
+    /// A strptime format such as `%Y-%m-%d %H:%M:%S` (UTC unless it has `%z`).
+    Strptime(String),
+}
+
+/// The strptime directives a [`DateInputFormat::Strptime`] may use.
+pub const STRPTIME_DIRECTIVES: &str = "YymdeHMSfzZbhBaAjTFDRs%";
+
+impl DateInputFormat {
+    /// The format's name as written in a config.
+    pub fn name(&self) -> &str {
+        match self {
+            DateInputFormat::Rfc3339 => "rfc3339",
+            DateInputFormat::Iso8601 => "iso8601",
+            DateInputFormat::UnixTimestamp => "unix_timestamp",
+            DateInputFormat::Strptime(format) => format,
+        }
+    }
+
+    /// The format named `name`, or a strptime format (it has a `%`), checked.
+    pub fn parse(name: &str) -> Result<DateInputFormat, String> {
+        match name {
+            "rfc3339" => Ok(DateInputFormat::Rfc3339),
+            "iso8601" => Ok(DateInputFormat::Iso8601),
+            "unix_timestamp" => Ok(DateInputFormat::UnixTimestamp),
+            format if format.contains('%') => {
+                let mut chars = format.chars();
+                while let Some(c) = chars.next() {
+                    if c != '%' {
+                        continue;
+                    }
+                    match chars.next() {
+                        Some(d) if STRPTIME_DIRECTIVES.contains(d) => {}
+                        Some(d) => {
+                            return Err(format!(
+                                "unsupported strptime directive `%{d}` in `{format}` (supported: \
+                                 %Y %y %m %d %e %H %M %S %f %z %Z %b %h %B %a %A %j %T %F %D %R \
+                                 %s %%)"
+                            ))
+                        }
+                        None => return Err(format!("`{format}` ends with a lone `%`")),
+                    }
+                }
+                Ok(DateInputFormat::Strptime(format.to_string()))
+            }
+            other => Err(format!(
+                "unknown input format `{other}`: expected rfc3339, iso8601, unix_timestamp or a \
+                 strptime format such as `%Y-%m-%d %H:%M:%S`"
+            )),
+        }
+    }
+}
+
+impl Serialize for DateInputFormat {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for DateInputFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        DateInputFormat::parse(&name).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Precision of a datetime fast field.

@@ -64,32 +64,192 @@ fn from_offset(datetime: OffsetDateTime, text: &str) -> Result<DateTime, String>
     DateTime::try_from_utc(datetime).ok_or_else(|| out_of_range(text))
 }
 
+/// ISO 8601 with an offset, as Quickwit requires (a local time is ambiguous).
 fn parse_iso8601(text: &str) -> Option<OffsetDateTime> {
-    if let Ok(datetime) = OffsetDateTime::parse(text, &Iso8601::DEFAULT) {
-        return Some(datetime);
-    }
-    // No offset: UTC.
-    if let Ok(datetime) = PrimitiveDateTime::parse(text, &Iso8601::DEFAULT) {
-        return Some(datetime.assume_utc());
-    }
-    // A date alone: midnight UTC.
-    Date::parse(text, &Iso8601::DEFAULT)
-        .ok()
-        .map(|date| PrimitiveDateTime::new(date, Time::MIDNIGHT).assume_utc())
+    OffsetDateTime::parse(text, &Iso8601::DEFAULT).ok()
 }
 
-fn format_name(format: DateInputFormat) -> &'static str {
-    match format {
-        DateInputFormat::Rfc3339 => "rfc3339",
-        DateInputFormat::Iso8601 => "iso8601",
-        DateInputFormat::UnixTimestamp => "unix_timestamp",
+/// Reads up to `max_digits` digits (after a sign when `signed`) at `pos`.
+fn read_number(bytes: &[u8], pos: &mut usize, max_digits: usize, signed: bool) -> Option<i64> {
+    let start = *pos;
+    let mut negative = false;
+    if signed && *pos < bytes.len() && (bytes[*pos] == b'-' || bytes[*pos] == b'+') {
+        negative = bytes[*pos] == b'-';
+        *pos += 1;
     }
+    let digits_start = *pos;
+    while *pos < bytes.len() && *pos - digits_start < max_digits && bytes[*pos].is_ascii_digit() {
+        *pos += 1;
+    }
+    if *pos == digits_start {
+        *pos = start;
+        return None;
+    }
+    let value: i64 = std::str::from_utf8(&bytes[digits_start..*pos])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(if negative { -value } else { value })
+}
+
+/// Reads one of `names` (full, or its first three letters; any case) at `pos`.
+fn read_name(text: &str, pos: &mut usize, names: &[&str]) -> Option<usize> {
+    let rest = text.get(*pos..)?.to_ascii_lowercase();
+    for (i, full) in names.iter().enumerate() {
+        if rest.starts_with(full) {
+            *pos += full.len();
+            return Some(i);
+        }
+    }
+    for (i, full) in names.iter().enumerate() {
+        if rest.starts_with(&full[..3]) {
+            *pos += 3;
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Parses `text` with a strptime `format` (its directives checked by the config); UTC unless
+/// the format has `%z`. The whole text must match.
+pub(crate) fn parse_strptime(text: &str, format: &str) -> Option<OffsetDateTime> {
+    use tantivy::time::{Month, UtcOffset};
+    const MONTHS: [&str; 12] = [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ];
+    const DAYS: [&str; 7] = [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+    ];
+    let (mut year, mut month, mut day, mut ordinal) = (None, None, None, None);
+    let (mut hour, mut minute, mut second, mut nanos) = (0u8, 0u8, 0u8, 0u32);
+    let (mut offset_secs, mut unix) = (0i32, None);
+    let bytes = text.as_bytes();
+    let mut pos = 0usize;
+    // `%T`, `%F`, `%D`, `%R` stand for their definitions.
+    let expanded = format
+        .replace("%T", "%H:%M:%S")
+        .replace("%F", "%Y-%m-%d")
+        .replace("%D", "%m/%d/%y")
+        .replace("%R", "%H:%M");
+    let mut chars = expanded.chars();
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            while pos < bytes.len() && bytes[pos].is_ascii_whitespace() {
+                pos += 1;
+            }
+            continue;
+        }
+        if c != '%' {
+            let mut buf = [0u8; 4];
+            let literal = c.encode_utf8(&mut buf).as_bytes();
+            if bytes.get(pos..pos + literal.len()) != Some(literal) {
+                return None;
+            }
+            pos += literal.len();
+            continue;
+        }
+        match chars.next()? {
+            'Y' => year = Some(i32::try_from(read_number(bytes, &mut pos, 6, true)?).ok()?),
+            'y' => {
+                let y = read_number(bytes, &mut pos, 2, false)? as i32;
+                year = Some(if y < 69 { 2000 + y } else { 1900 + y });
+            }
+            'm' => month = Some(u8::try_from(read_number(bytes, &mut pos, 2, false)?).ok()?),
+            'd' | 'e' => {
+                while pos < bytes.len() && bytes[pos] == b' ' {
+                    pos += 1;
+                }
+                day = Some(u8::try_from(read_number(bytes, &mut pos, 2, false)?).ok()?);
+            }
+            'j' => ordinal = Some(u16::try_from(read_number(bytes, &mut pos, 3, false)?).ok()?),
+            'H' => hour = u8::try_from(read_number(bytes, &mut pos, 2, false)?).ok()?,
+            'M' => minute = u8::try_from(read_number(bytes, &mut pos, 2, false)?).ok()?,
+            'S' => second = u8::try_from(read_number(bytes, &mut pos, 2, false)?).ok()?,
+            'f' => {
+                let start = pos;
+                let value = read_number(bytes, &mut pos, 9, false)?;
+                let digits = (pos - start) as u32;
+                nanos = u32::try_from(value).ok()? * 10u32.pow(9 - digits);
+            }
+            's' => unix = Some(read_number(bytes, &mut pos, 19, true)?),
+            'b' | 'h' | 'B' => month = Some(read_name(text, &mut pos, &MONTHS)? as u8 + 1),
+            'a' | 'A' => {
+                read_name(text, &mut pos, &DAYS)?;
+            }
+            'z' => {
+                if bytes.get(pos) == Some(&b'Z') {
+                    pos += 1;
+                } else {
+                    let sign = match bytes.get(pos)? {
+                        b'+' => 1,
+                        b'-' => -1,
+                        _ => return None,
+                    };
+                    pos += 1;
+                    let hours = read_number(bytes, &mut pos, 2, false)? as i32;
+                    if bytes.get(pos) == Some(&b':') {
+                        pos += 1;
+                    }
+                    let minutes = read_number(bytes, &mut pos, 2, false).unwrap_or(0) as i32;
+                    offset_secs = sign * (hours * 3600 + minutes * 60);
+                }
+            }
+            'Z' => {
+                let rest = text.get(pos..)?;
+                let zone = ["UTC", "GMT", "Z"]
+                    .into_iter()
+                    .find(|z| rest.starts_with(z))?;
+                pos += zone.len();
+            }
+            '%' => {
+                if bytes.get(pos) != Some(&b'%') {
+                    return None;
+                }
+                pos += 1;
+            }
+            _ => return None,
+        }
+    }
+    if pos != bytes.len() {
+        return None;
+    }
+    if let Some(unix) = unix {
+        return OffsetDateTime::from_unix_timestamp(unix).ok();
+    }
+    let year = year?;
+    let date = match (month, ordinal) {
+        (Some(month), _) => {
+            Date::from_calendar_date(year, Month::try_from(month).ok()?, day.unwrap_or(1)).ok()?
+        }
+        (None, Some(ordinal)) => Date::from_ordinal_date(year, ordinal).ok()?,
+        (None, None) => return None,
+    };
+    let time = Time::from_hms_nano(hour, minute, second, nanos).ok()?;
+    let offset = UtcOffset::from_whole_seconds(offset_secs).ok()?;
+    Some(PrimitiveDateTime::new(date, time).assume_offset(offset))
 }
 
 fn format_names(formats: &[DateInputFormat]) -> String {
     formats
         .iter()
-        .map(|f| format_name(*f))
+        .map(DateInputFormat::name)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -112,6 +272,11 @@ pub(crate) fn parse_datetime(
                     }
                     DateInputFormat::Iso8601 => {
                         if let Some(datetime) = parse_iso8601(text) {
+                            return from_offset(datetime, text);
+                        }
+                    }
+                    DateInputFormat::Strptime(format) => {
+                        if let Some(datetime) = parse_strptime(text, format) {
                             return from_offset(datetime, text);
                         }
                     }
@@ -198,14 +363,57 @@ mod tests {
             Ok(1_704_164_645)
         );
         assert_eq!(
-            secs(json!("2024-01-02T03:04:05"), &[Iso8601]),
-            Ok(1_704_164_645)
-        );
-        assert_eq!(
             secs(json!("20240102T030405Z"), &[Iso8601]),
             Ok(1_704_164_645)
         );
-        assert_eq!(secs(json!("2024-01-02"), &[Iso8601]), Ok(1_704_153_600));
+        // As in Quickwit: without an offset the time is ambiguous, so it is refused.
+        assert!(secs(json!("2024-01-02T03:04:05"), &[Iso8601]).is_err());
+        assert!(secs(json!("2024-01-02"), &[Iso8601]).is_err());
+    }
+
+    #[test]
+    fn strptime_formats() {
+        let f = |format: &str| [DateInputFormat::parse(format).unwrap()];
+        assert_eq!(
+            secs(json!("2024-01-02 03:04:05"), &f("%Y-%m-%d %H:%M:%S")),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(
+            secs(
+                json!("2024-01-02 04:04:05 +0100"),
+                &f("%Y-%m-%d %H:%M:%S %z")
+            ),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(
+            secs(
+                json!("02/Jan/2024:03:04:05 +00:00"),
+                &f("%d/%b/%Y:%H:%M:%S %z")
+            ),
+            Ok(1_704_164_645)
+        );
+        assert_eq!(secs(json!("2024-01-02"), &f("%F")), Ok(1_704_153_600));
+        assert_eq!(secs(json!("24 002"), &f("%y %j")), Ok(1_704_153_600));
+        assert_eq!(
+            secs(json!("Tue, 2024-01-02T03:04:05"), &f("%a, %FT%T")),
+            Ok(1_704_164_645)
+        );
+        let nanos = parse_datetime(&json!("2024-01-02 03:04:05.25"), &f("%F %T.%f"))
+            .unwrap()
+            .into_timestamp_nanos();
+        assert_eq!(nanos, 1_704_164_645_250_000_000);
+        assert_eq!(secs(json!("1704164645"), &f("%s")), Ok(1_704_164_645));
+        // Not matching, trailing text, impossible dates: errors naming the format.
+        for bad in [
+            "2024-01-02",
+            "2024-01-02 03:04:05 extra",
+            "2024-13-02 03:04:05",
+        ] {
+            let err = secs(json!(bad), &f("%Y-%m-%d %H:%M:%S")).unwrap_err();
+            assert!(err.contains("%Y-%m-%d %H:%M:%S"), "{bad}: {err}");
+        }
+        assert!(DateInputFormat::parse("%Y-%q").is_err());
+        assert!(DateInputFormat::parse("%Y-%").is_err());
     }
 
     #[test]
