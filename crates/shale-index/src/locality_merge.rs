@@ -72,14 +72,14 @@ struct Group {
 /// level-1 splits cut by `cut`; bundles are written in `scratch_dir` as `out-{i}.split`.
 ///
 /// `deletes[i]` are the delete tasks input `i` is not clean of: the documents they delete are
-/// left out of every output.
+/// left out of every output. Also returns how many were left out.
 pub fn locality_merge_split_files(
     doc_mapper: &DocMapper,
     bundle_paths: &[PathBuf],
     deletes: &[Vec<DeleteTask>],
     scratch_dir: &Path,
     cut: &LocalityCut,
-) -> Result<Vec<LocalityOutput>, IndexError> {
+) -> Result<(Vec<LocalityOutput>, u64), IndexError> {
     if deletes.len() != bundle_paths.len() {
         return Err(IndexError::InvalidArgument(format!(
             "{} delete lists for {} inputs",
@@ -146,6 +146,10 @@ pub fn locality_merge_split_files(
     let time_bucket_start = buckets.into_iter().next().flatten();
     let tags = tags.into_tags();
 
+    let num_deleted: u64 = segment_deletes
+        .iter()
+        .map(|segment| u64::from(segment.num_deleted))
+        .sum();
     // Readers that see only what the delete tasks leave alive.
     let readers = segment_deletes
         .iter()
@@ -253,7 +257,7 @@ pub fn locality_merge_split_files(
             key_level: group.key_level,
         });
     }
-    Ok(outputs)
+    Ok((outputs, num_deleted))
 }
 
 /// `part` of `total` in proportion to `num / denom`.

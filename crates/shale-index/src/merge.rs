@@ -267,14 +267,14 @@ fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats,
 /// in proportion to the documents left) is larger, the documents are cut, in input order,
 /// into `n` runs of about equal bytes, each merged into its own split, with 10 % headroom for
 /// the estimate. Outputs are written in `scratch_dir` as `out-{i}.split`; none is written for
-/// a run without documents.
+/// a run without documents. Also returns how many documents the delete tasks left out.
 pub fn merge_split_files_capped(
     doc_mapper: &DocMapper,
     bundle_paths: &[PathBuf],
     deletes: &[Vec<DeleteTask>],
     scratch_dir: &Path,
     max_output_bytes: u64,
-) -> Result<Vec<crate::BuiltSplit>, IndexError> {
+) -> Result<(Vec<crate::BuiltSplit>, u64), IndexError> {
     if deletes.len() != bundle_paths.len() {
         return Err(IndexError::InvalidArgument(format!(
             "{} delete lists for {} inputs",
@@ -305,20 +305,19 @@ pub fn merge_split_files_capped(
             segments.push((segment, bytes_per_doc));
         }
     }
+    // Documents the delete tasks leave out, for the caller to check the outputs against.
+    let num_deleted: u64 = segments
+        .iter()
+        .map(|(segment, _)| u64::from(segment.num_deleted))
+        .sum();
     let budget = max_output_bytes.max(1) as f64 * 0.9;
     let num_outputs = (estimated_bytes / budget).ceil().max(1.0) as usize;
     if num_outputs == 1 {
         let output_dir = scratch_dir.join("out-0");
         let bundle_path = scratch_dir.join("out-0.split");
-        return Ok(merge_splits_with_deletes(
-            doc_mapper,
-            &inputs,
-            deletes,
-            &output_dir,
-            &bundle_path,
-        )?
-        .into_iter()
-        .collect());
+        let output =
+            merge_splits_with_deletes(doc_mapper, &inputs, deletes, &output_dir, &bundle_path)?;
+        return Ok((output.into_iter().collect(), num_deleted));
     }
     // Input-wide stats every output shares (tags: a superset is correct for pruning).
     let mut tags = TagCollector::default();
@@ -418,5 +417,5 @@ pub fn merge_split_files_capped(
         let bundle_path = scratch_dir.join(format!("out-{i}.split"));
         outputs.push(bundle_merged(&merged, &output_dir, stats, &bundle_path)?);
     }
-    Ok(outputs)
+    Ok((outputs, num_deleted))
 }

@@ -1051,7 +1051,7 @@ fn a_locality_merge_cuts_sorted_outputs_at_key_boundaries_and_conserves_rows() {
         target_bytes: None,
         fixed_ranges: Vec::new(),
     };
-    let outputs = crate::locality_merge_split_files(
+    let (outputs, _) = crate::locality_merge_split_files(
         &mapper,
         &paths,
         &vec![Vec::new(); paths.len()],
@@ -1130,7 +1130,7 @@ fn a_locality_merge_cuts_sorted_outputs_at_key_boundaries_and_conserves_rows() {
         target_bytes: None,
         fixed_ranges: vec![(SortKey(fixed_min.clone()), SortKey(fixed_max.clone()))],
     };
-    let outputs = crate::locality_merge_split_files(
+    let (outputs, _) = crate::locality_merge_split_files(
         &mapper,
         &paths,
         &vec![Vec::new(); paths.len()],
@@ -1476,7 +1476,7 @@ fn a_locality_merge_leaves_out_deleted_documents() {
         fixed_ranges: Vec::new(),
     };
     // Inputs 0 and 1 are not clean of the task, input 2 is.
-    let outputs = crate::locality_merge_split_files(
+    let (outputs, _) = crate::locality_merge_split_files(
         &mapper,
         &paths,
         &[vec![task.clone()], vec![task], vec![]],
@@ -1517,7 +1517,7 @@ fn a_capped_merge_writes_several_outputs_none_over_the_cap() {
         .sum();
     let cap = total / 2;
     let task = delete_task(1, "tenant_id:1", None, None);
-    let outputs = merge_split_files_capped(
+    let (outputs, deleted) = merge_split_files_capped(
         &mapper,
         &paths,
         &[vec![task.clone()], vec![], vec![task]],
@@ -1536,12 +1536,13 @@ fn a_capped_merge_writes_several_outputs_none_over_the_cap() {
         .filter(|i| !(i % 5 == 1 && (i / 2000) != 1))
         .count() as u64;
     assert_eq!(outputs.iter().map(|o| o.num_docs).sum::<u64>(), expected);
+    assert_eq!(deleted, 6000 - expected);
     let mut ranges: Vec<TimeRange> = outputs.iter().map(|o| o.time_range.unwrap()).collect();
     ranges.sort_by_key(|r| r.start);
     assert_eq!(ranges.first().unwrap().start, T0);
     assert_eq!(ranges.last().unwrap().end, T0 + 5999);
     // Under the cap: one output.
-    let single = merge_split_files_capped(
+    let (single, _) = merge_split_files_capped(
         &mapper,
         &paths,
         &[vec![], vec![], vec![]],

@@ -320,30 +320,27 @@ async fn merge(
     let max_split_bytes = index.index_config.compaction.max_split_bytes;
     let (doc_mapper, locality, deletes, merged) = tokio::task::spawn_blocking(move || {
         let merged = (|| -> Result<(u64, Vec<MergedSplit>), shale_index::IndexError> {
-            // The documents the delete tasks take out, to check the outputs' count against.
-            let mut deleted = 0u64;
-            for (path, tasks) in paths.iter().zip(&deletes) {
-                if !tasks.is_empty() {
-                    let input = shale_index::open_split(path)?;
-                    deleted += shale_index::count_deleted(&doc_mapper, &input, tasks)?;
+            // With the documents the delete tasks took out, to check the outputs' count.
+            let (outputs, deleted) = match &locality {
+                Some(cut) => {
+                    let (outputs, deleted) = shale_index::locality_merge_split_files(
+                        &doc_mapper,
+                        &paths,
+                        &deletes,
+                        &scratch.join("outputs"),
+                        cut,
+                    )?;
+                    let outputs = outputs
+                        .into_iter()
+                        .map(|output| MergedSplit {
+                            built: output.built,
+                            key_level: output.key_level,
+                        })
+                        .collect();
+                    (outputs, deleted)
                 }
-            }
-            let outputs = match &locality {
-                Some(cut) => shale_index::locality_merge_split_files(
-                    &doc_mapper,
-                    &paths,
-                    &deletes,
-                    &scratch.join("outputs"),
-                    cut,
-                )?
-                .into_iter()
-                .map(|output| MergedSplit {
-                    built: output.built,
-                    key_level: output.key_level,
-                })
-                .collect(),
                 None => {
-                    let outputs = shale_index::merge_split_files_capped(
+                    let (outputs, deleted) = shale_index::merge_split_files_capped(
                         &doc_mapper,
                         &paths,
                         &deletes,
@@ -352,13 +349,14 @@ async fn merge(
                     )?;
                     // Outputs cut by size overlap in key range: level 0.
                     let level = if outputs.len() > 1 { 0 } else { plain_level };
-                    outputs
+                    let outputs = outputs
                         .into_iter()
                         .map(|built| MergedSplit {
                             built,
                             key_level: level,
                         })
-                        .collect()
+                        .collect();
+                    (outputs, deleted)
                 }
             };
             Ok((deleted, outputs))

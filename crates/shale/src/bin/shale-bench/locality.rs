@@ -443,7 +443,7 @@ async fn replay_merge(
     for run in 0..2 {
         let out = work.path().join(format!("shale-{run}"));
         let started = Instant::now();
-        let outputs = shale_index::locality_merge_split_files(
+        let (outputs, _) = shale_index::locality_merge_split_files(
             &mapper,
             &paths,
             &vec![Vec::new(); paths.len()],
