@@ -13,6 +13,9 @@ use shale_index::DocMapper;
 use shale_metastore::IndexMetadata;
 use shale_storage::{IndexStorages, SplitCache, Storage};
 use shale_types::{DeleteTask, SplitMetadata};
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
+use tantivy::aggregation::DistributedAggregationCollector;
 use tantivy::collector::{Count, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
@@ -134,6 +137,10 @@ pub struct LeafResponse {
     pub hits: Vec<PartialHit>,
     /// The splits that could not be searched (their hits are not counted).
     pub failed_splits: Vec<SplitFailure>,
+    /// The intermediate aggregation results of the splits searched (see
+    /// [`crate::aggs::encode`]), when the request has aggregations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intermediate_aggs: Option<String>,
 }
 
 /// Documents to fetch for the page.
@@ -170,6 +177,7 @@ pub(crate) struct Prepared {
     pub(crate) doc_mapper: Arc<DocMapper>,
     pub(crate) query: Arc<dyn Query>,
     pub(crate) sort_by: SortBy,
+    pub(crate) aggs: Option<Aggregations>,
 }
 
 /// Opened splits kept in memory (bounded), keyed by split id.
@@ -189,6 +197,9 @@ pub struct Leaf {
     storages: IndexStorages,
     cache: Arc<SplitCache>,
     doc_mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
+    /// Per doc mapping, a one-document in-memory index on which aggregations are tried
+    /// before a search runs, so that a request Tantivy refuses is a 400, not split failures.
+    agg_validation: Mutex<HashMap<String, Searcher>>,
     open_splits: Arc<OpenSplits>,
     permits: Arc<Semaphore>,
 }
@@ -211,6 +222,7 @@ impl Leaf {
             storages,
             cache,
             doc_mappers: Mutex::new(HashMap::new()),
+            agg_validation: Mutex::new(HashMap::new()),
             open_splits,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         }
@@ -237,6 +249,45 @@ impl Leaf {
         );
         mappers.insert(key, mapper.clone());
         Ok(mapper)
+    }
+
+    /// Runs `aggs` on an empty document of `index`'s schema and renders the result: any
+    /// error Tantivy raises for the request itself (bad interval, bad ranges, percentiles out
+    /// of bounds, too many buckets) shows here, before a split is searched.
+    pub(crate) fn validate_aggs(
+        &self,
+        index: &IndexMetadata,
+        doc_mapper: &DocMapper,
+        aggs: &Aggregations,
+    ) -> Result<(), LeafError> {
+        let key = format!(
+            "{}/{}",
+            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+        );
+        let searcher = {
+            let mut table = self
+                .agg_validation
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match table.get(&key) {
+                Some(searcher) => searcher.clone(),
+                None => {
+                    let searcher = empty_searcher(doc_mapper)
+                        .map_err(|err| LeafError::Internal(err.to_string()))?;
+                    table.insert(key, searcher.clone());
+                    searcher
+                }
+            }
+        };
+        let collector =
+            DistributedAggregationCollector::from_aggs(aggs.clone(), crate::aggs::context());
+        let results = searcher
+            .search(&tantivy::query::AllQuery, &collector)
+            .map_err(|err| {
+                LeafError::InvalidRequest(format!("invalid aggregation request: {err}"))
+            })?;
+        crate::aggs::finalize(aggs.clone(), results).map_err(LeafError::InvalidRequest)?;
+        Ok(())
     }
 
     /// The doc mapper, query (with the time filter) and sort of `request` on `index`.
@@ -282,10 +333,17 @@ impl Leaf {
                 ])),
                 None => user_query,
             };
+        let aggs = match &request.aggs {
+            Some(aggs) => Some(
+                crate::aggs::parse_aggs(&doc_mapper, aggs).map_err(LeafError::InvalidRequest)?,
+            ),
+            None => None,
+        };
         Ok(Prepared {
             doc_mapper,
             query: Arc::from(query),
             sort_by,
+            aggs,
         })
     }
 
@@ -328,18 +386,36 @@ impl Leaf {
                 .timestamp_field_name()
                 .map(str::to_string);
             let storage = storage.clone();
+            let aggs = prepared.aggs.clone();
             futures.push(async move {
                 let result = self
-                    .search_split(storage.as_ref(), split, query, sort_by, timestamp_field, k)
+                    .search_split(
+                        storage.as_ref(),
+                        split,
+                        query,
+                        sort_by,
+                        timestamp_field,
+                        k,
+                        aggs,
+                    )
                     .await;
                 (split, result)
             });
         }
         let mut response = LeafResponse::default();
+        let mut merged_aggs: Option<IntermediateAggregationResults> = None;
         crate::service::LEAF_SPLITS.inc_by(request.splits.len() as u64);
         while let Some((split, result)) = futures.next().await {
             match result {
-                Ok((count, hits)) => {
+                Ok(LeafSplitResult { count, hits, aggs }) => {
+                    if let Some(aggs) = aggs {
+                        match merged_aggs.as_mut() {
+                            None => merged_aggs = Some(aggs),
+                            Some(merged) => merged.merge_fruits(aggs).map_err(|err| {
+                                LeafError::Internal(format!("merging aggregations: {err}"))
+                            })?,
+                        }
+                    }
                     response.num_hits += count;
                     let mut hits: Vec<PartialHit> = hits
                         .into_iter()
@@ -366,6 +442,11 @@ impl Leaf {
                     unavailable,
                 }),
             }
+        }
+        if prepared.aggs.is_some() {
+            let merged = merged_aggs.unwrap_or_default();
+            response.intermediate_aggs =
+                Some(crate::aggs::encode(&merged).map_err(LeafError::Internal)?);
         }
         Ok(response)
     }
@@ -471,6 +552,7 @@ impl Leaf {
         Ok(open)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn search_split(
         &self,
         storage: &dyn Storage,
@@ -479,7 +561,8 @@ impl Leaf {
         sort_by: SortBy,
         timestamp_field: Option<String>,
         k: usize,
-    ) -> Result<(u64, Vec<(SortKey, DocAddress)>), (String, bool)> {
+        aggs: Option<Aggregations>,
+    ) -> Result<LeafSplitResult, (String, bool)> {
         // The permit bounds downloads as well as searches.
         let _permit = self
             .permits
@@ -489,12 +572,16 @@ impl Leaf {
             .map_err(|err| (err.to_string(), false))?;
         let open = self.open_split(storage, split).await?;
         tokio::task::spawn_blocking(move || {
+            let aggs = aggs.map(|aggs| {
+                DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
+            });
             run_leaf(
                 &open.searcher,
                 query.as_ref(),
                 &sort_by,
                 timestamp_field.as_deref(),
                 k,
+                aggs,
             )
         })
         .await
@@ -519,18 +606,41 @@ impl Leaf {
     }
 }
 
+/// A searcher over one empty document of `doc_mapper`'s schema, in memory.
+fn empty_searcher(doc_mapper: &DocMapper) -> tantivy::Result<Searcher> {
+    let index = tantivy::Index::create_in_ram(doc_mapper.schema().clone());
+    let mut writer: tantivy::IndexWriter<TantivyDocument> =
+        index.writer_with_num_threads(1, 15_000_000)?;
+    writer.add_document(TantivyDocument::default())?;
+    writer.commit()?;
+    Ok(index.reader()?.searcher())
+}
+
+/// What one split gave: its count, its best hits, its aggregations.
+struct LeafSplitResult {
+    count: u64,
+    hits: Vec<(SortKey, DocAddress)>,
+    aggs: Option<IntermediateAggregationResults>,
+}
+
 fn run_leaf(
     searcher: &Searcher,
     query: &dyn Query,
     sort_by: &SortBy,
     timestamp_field: Option<&str>,
     k: usize,
-) -> Result<(u64, Vec<(SortKey, DocAddress)>), String> {
+    aggs: Option<DistributedAggregationCollector>,
+) -> Result<LeafSplitResult, String> {
     use tantivy::collector::sort_key::SortByErasedType;
     let err = |e: tantivy::TantivyError| e.to_string();
+    let result = |count: usize, hits, aggs| LeafSplitResult {
+        count: count as u64,
+        hits,
+        aggs,
+    };
     if k == 0 {
-        let count = searcher.search(query, &Count).map_err(err)?;
-        return Ok((count as u64, Vec::new()));
+        let (count, aggs) = searcher.search(query, &(Count, aggs)).map_err(err)?;
+        return Ok(result(count, Vec::new(), aggs));
     }
     let order_of = |order: &SortOrder| match order {
         SortOrder::Asc => Order::Asc,
@@ -542,57 +652,62 @@ fn run_leaf(
     };
     match sort_by.fields.as_slice() {
         [SortField::Score] => {
-            let (count, top) = searcher
-                .search(query, &(Count, TopDocs::with_limit(k).order_by_score()))
+            let (count, top, aggs) = searcher
+                .search(
+                    query,
+                    &(Count, TopDocs::with_limit(k).order_by_score(), aggs),
+                )
                 .map_err(err)?;
-            Ok((
-                count as u64,
-                top.into_iter()
-                    .map(|(score, doc)| (SortKey(vec![SortValue::F64(f64::from(score))]), doc))
-                    .collect(),
-            ))
+            let hits = top
+                .into_iter()
+                .map(|(score, doc)| (SortKey(vec![SortValue::F64(f64::from(score))]), doc))
+                .collect();
+            Ok(result(count, hits, aggs))
         }
         // The common case, typed: newest (or oldest) first.
         [SortField::Field { field, order }] if Some(field.as_str()) == timestamp_field => {
             let collector = TopDocs::with_limit(k)
                 .order_by_fast_field::<tantivy::DateTime>(field, order_of(order));
-            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
-            Ok((
-                count as u64,
-                top.into_iter()
-                    .map(|(value, doc)| {
-                        let value = value.map_or(SortValue::Null, |v| {
-                            SortValue::I64(v.into_timestamp_micros())
-                        });
-                        (SortKey(vec![value]), doc)
-                    })
-                    .collect(),
-            ))
+            let (count, top, aggs) = searcher
+                .search(query, &(Count, collector, aggs))
+                .map_err(err)?;
+            let hits = top
+                .into_iter()
+                .map(|(value, doc)| {
+                    let value = value.map_or(SortValue::Null, |v| {
+                        SortValue::I64(v.into_timestamp_micros())
+                    });
+                    (SortKey(vec![value]), doc)
+                })
+                .collect();
+            Ok(result(count, hits, aggs))
         }
         [first] => {
             let collector = TopDocs::with_limit(k).order_by(erased(first));
-            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
-            Ok((
-                count as u64,
-                top.into_iter()
-                    .map(|(value, doc)| (SortKey(vec![SortValue::from_owned(value)]), doc))
-                    .collect(),
-            ))
+            let (count, top, aggs) = searcher
+                .search(query, &(Count, collector, aggs))
+                .map_err(err)?;
+            let hits = top
+                .into_iter()
+                .map(|(value, doc)| (SortKey(vec![SortValue::from_owned(value)]), doc))
+                .collect();
+            Ok(result(count, hits, aggs))
         }
         [first, second] => {
             let collector = TopDocs::with_limit(k).order_by((erased(first), erased(second)));
-            let (count, top) = searcher.search(query, &(Count, collector)).map_err(err)?;
-            Ok((
-                count as u64,
-                top.into_iter()
-                    .map(|((a, b), doc)| {
-                        (
-                            SortKey(vec![SortValue::from_owned(a), SortValue::from_owned(b)]),
-                            doc,
-                        )
-                    })
-                    .collect(),
-            ))
+            let (count, top, aggs) = searcher
+                .search(query, &(Count, collector, aggs))
+                .map_err(err)?;
+            let hits = top
+                .into_iter()
+                .map(|((a, b), doc)| {
+                    (
+                        SortKey(vec![SortValue::from_owned(a), SortValue::from_owned(b)]),
+                        doc,
+                    )
+                })
+                .collect();
+            Ok(result(count, hits, aggs))
         }
         other => Err(format!("cannot sort by {} criteria", other.len())),
     }

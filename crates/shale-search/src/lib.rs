@@ -5,6 +5,7 @@
 //! merges the top hits and fetches the page. Every response says how many splits were opened,
 //! how many were pruned and how many nodes served it.
 
+pub mod aggs;
 pub mod leaf;
 mod request;
 mod service;

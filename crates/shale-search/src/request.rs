@@ -37,6 +37,9 @@ pub struct SearchRequest {
     /// within the index's `time_travel_retention`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_of: Option<i64>,
+    /// Aggregations (Elasticsearch's aggregation JSON, as Quickwit's `aggs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggs: Option<serde_json::Value>,
 }
 
 /// Sort direction.
@@ -154,6 +157,9 @@ pub struct SearchResponse {
     /// Nodes that searched splits for this response.
     #[serde(default)]
     pub num_nodes: usize,
+    /// The aggregations' results, when the request had `aggs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregations: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

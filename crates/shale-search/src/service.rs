@@ -16,6 +16,8 @@ use shale_index::DocMapper;
 use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_storage::{IndexStorages, SplitCache};
 use shale_types::{DeleteTask, Split, SplitMetadata, SplitState};
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
 use tokio::sync::Semaphore;
 
 use crate::leaf::{
@@ -264,7 +266,7 @@ impl SearchService {
         &self,
         index_id: &str,
         request: &SearchRequest,
-    ) -> Result<(IndexMetadata, Arc<DocMapper>, SortBy), SearchError> {
+    ) -> Result<(IndexMetadata, Arc<DocMapper>, SortBy, Option<Aggregations>), SearchError> {
         validate_page(request)?;
         let index = match self.metastore.index_metadata(index_id).await {
             Ok(index) => index,
@@ -280,7 +282,15 @@ impl SearchService {
                 LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
                 LeafError::Internal(message) => SearchError::Internal(message),
             })?;
-        Ok((index, prepared.doc_mapper, prepared.sort_by))
+        if let Some(aggs) = &prepared.aggs {
+            self.leaf
+                .validate_aggs(&index, &prepared.doc_mapper, aggs)
+                .map_err(|err| match err {
+                    LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
+                    LeafError::Internal(message) => SearchError::Internal(message),
+                })?;
+        }
+        Ok((index, prepared.doc_mapper, prepared.sort_by, prepared.aggs))
     }
 
     /// Runs `request` on `index_id`.
@@ -292,7 +302,7 @@ impl SearchService {
         let started = Instant::now();
         let _permit = self.admit()?;
         let _timer = SEARCH_LATENCY.start_timer();
-        let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
+        let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
 
         let as_of = match request.as_of {
             Some(as_of) => Some(check_as_of(&index, as_of, shale_types::now_unix_secs())?),
@@ -336,6 +346,7 @@ impl SearchService {
             &index,
             &request,
             &sort_by,
+            aggs,
             splits,
             delete_tasks,
             pruned + pruned_by_time,
@@ -396,7 +407,7 @@ impl SearchService {
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
         let _permit = self.admit()?;
-        let (index, doc_mapper, sort_by) = self.prepare(index_id, &request).await?;
+        let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
         let key_filter = self.key_filter(&request, &doc_mapper);
         let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, key_filter.as_ref());
         let delete_tasks = self.pending_delete_tasks(&index, &splits, None).await?;
@@ -404,6 +415,7 @@ impl SearchService {
             &index,
             &request,
             &sort_by,
+            aggs,
             splits,
             delete_tasks,
             num_splits_pruned,
@@ -419,6 +431,7 @@ impl SearchService {
         index: &IndexMetadata,
         request: &SearchRequest,
         sort_by: &SortBy,
+        aggs: Option<Aggregations>,
         splits: Vec<SplitMetadata>,
         delete_tasks: Vec<DeleteTask>,
         num_splits_pruned: usize,
@@ -448,6 +461,7 @@ impl SearchService {
         let mut num_hits = 0u64;
         let mut unavailable = false;
         let mut top: Vec<PartialHit> = Vec::new();
+        let mut merged_aggs = IntermediateAggregationResults::default();
         let by_id: HashMap<&str, usize> = splits
             .iter()
             .enumerate()
@@ -519,6 +533,17 @@ impl SearchService {
                                 );
                             }
                         }
+                        if let Some(encoded) = &response.intermediate_aggs {
+                            let leaf_aggs = crate::aggs::decode(encoded).map_err(|err| {
+                                SearchError::Internal(format!(
+                                    "aggregations from {}: {err}",
+                                    searchers[node]
+                                ))
+                            })?;
+                            merged_aggs.merge_fruits(leaf_aggs).map_err(|err| {
+                                SearchError::Internal(format!("merging aggregations: {err}"))
+                            })?;
+                        }
                         num_hits += response.num_hits;
                         top = merge_hits(std::mem::take(&mut top), response.hits, k, sort_by);
                     }
@@ -571,6 +596,12 @@ impl SearchService {
                 &page,
             )
             .await?;
+        let aggregations = match aggs {
+            Some(aggs) => Some(
+                crate::aggs::finalize(aggs, merged_aggs).map_err(SearchError::InvalidRequest)?,
+            ),
+            None => None,
+        };
         let num_nodes = served_by.iter().flatten().collect::<HashSet<_>>().len();
         SPLITS_SEARCHED.inc_by(splits.len() as u64);
         SPLITS_PRUNED.inc_by(num_splits_pruned as u64);
@@ -582,6 +613,7 @@ impl SearchService {
             num_splits_searched: splits.len(),
             num_splits_pruned,
             num_nodes,
+            aggregations,
         })
     }
 

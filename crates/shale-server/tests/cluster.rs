@@ -272,9 +272,38 @@ async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
         )
         .await;
     }
-    let request = serde_json::json!({"query": "*", "max_hits": 30, "start_offset": 5});
+    // Aggregations merged across nodes are those of all the documents: log_docs gives
+    // status 200 + i % 5 and host-(i % 3) for i in 0..450.
+    let request = serde_json::json!({"query": "*", "max_hits": 30, "start_offset": 5,
+        "aggs": {"status": {"terms": {"field": "status", "order": {"_key": "asc"}},
+                            "aggs": {"hosts": {"cardinality": {"field": "status"}}}},
+                 "per_min": {"date_histogram": {"field": "timestamp", "fixed_interval": "1m"}}}});
     let reference = a.search("logs", request.clone()).await;
     assert_eq!(reference["num_hits"], 450, "{reference}");
+    let aggs = &reference["aggregations"];
+    let status_counts: Vec<(u64, u64)> = aggs["status"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["key"].as_f64().unwrap() as u64,
+                b["doc_count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        status_counts,
+        vec![(200, 90), (201, 90), (202, 90), (203, 90), (204, 90)],
+        "{aggs}"
+    );
+    let per_min: Vec<u64> = aggs["per_min"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["doc_count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_min.iter().sum::<u64>(), 450, "{aggs}");
     assert!(reference["num_splits_searched"].as_u64().unwrap() >= 9);
     assert!(
         reference["num_nodes"].as_u64().unwrap() >= 2,
@@ -284,6 +313,7 @@ async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
         let response = node.search("logs", request.clone()).await;
         assert_eq!(response["hits"], reference["hits"]);
         assert_eq!(response["num_hits"], reference["num_hits"]);
+        assert_eq!(response["aggregations"], reference["aggregations"]);
     }
     // c dies: its splits are searched elsewhere, the answer is complete.
     c.kill().await;
@@ -291,6 +321,7 @@ async fn searches_fan_out_to_every_searcher_and_survive_a_dead_one() {
         let response = a.search("logs", request.clone()).await;
         assert_eq!(response["num_hits"], 450, "{response}");
         assert_eq!(response["hits"], reference["hits"]);
+        assert_eq!(response["aggregations"], reference["aggregations"]);
         assert!(
             response["errors"].as_array().unwrap().is_empty(),
             "{response}"

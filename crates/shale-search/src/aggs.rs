@@ -1,0 +1,402 @@
+//! Aggregations: Quickwit's `aggs` (Elasticsearch aggregation JSON) run on every split as
+//! Tantivy's distributed aggregations. A leaf merges the intermediate results of its splits
+//! and ships them to the root (postcard, base64 in the JSON of the internal API); the root
+//! merges every leaf's and renders the final result once, so the result is that of one index
+//! holding all the documents.
+//!
+//! The request is normalized first so that what Elasticsearch clients (Grafana among them)
+//! send is accepted: `aggregations` for `aggs`, `meta` dropped, date histograms' legacy
+//! `interval` and fixed-length `calendar_interval`s (minute, hour, day, week), `format`
+//! ignored, `time_zone` as UTC or a fixed offset, bounds given as strings or dates. Fields
+//! are resolved as queries resolve them (undeclared fields of a dynamic index live in
+//! `_dynamic`) and must be fast; anything else is an error naming what is wrong.
+
+use base64::Engine;
+use serde_json::{Map, Value};
+use shale_index::DocMapper;
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
+use tantivy::aggregation::{AggContextParams, AggregationLimitsGuard};
+use tantivy::tokenizer::TokenizerManager;
+
+/// Most buckets an aggregation may return (as in Quickwit and Tantivy).
+pub const MAX_BUCKETS: u32 = 65_000;
+/// Memory an aggregation may use per split, in bytes.
+pub const MAX_AGG_MEMORY: u64 = 500_000_000;
+
+/// The limits every aggregation runs under.
+pub fn limits() -> AggregationLimitsGuard {
+    AggregationLimitsGuard::new(Some(MAX_AGG_MEMORY), Some(MAX_BUCKETS))
+}
+
+/// The context aggregation collectors are built with.
+pub fn context() -> AggContextParams {
+    AggContextParams::new(limits(), TokenizerManager::default())
+}
+
+/// Parses, normalizes and checks the `aggs` of a request against `doc_mapper`.
+pub fn parse_aggs(doc_mapper: &DocMapper, aggs: &Value) -> Result<Aggregations, String> {
+    let aggs = match aggs {
+        // `aggs` in a query string arrives as a JSON string.
+        Value::String(text) => serde_json::from_str::<Value>(text)
+            .map_err(|err| format!("invalid aggregation request: `aggs` is not JSON: {err}"))?,
+        other => other.clone(),
+    };
+    let Value::Object(mut aggs) = aggs else {
+        return Err(
+            "invalid aggregation request: `aggs` must be an object of named \
+                    aggregations"
+                .to_string(),
+        );
+    };
+    normalize_aggs(doc_mapper, &mut aggs, "")?;
+    serde_json::from_value::<Aggregations>(Value::Object(aggs))
+        .map_err(|err| format!("invalid aggregation request: {err}"))
+}
+
+/// Normalizes a map of named aggregations in place; `path` names the parent for messages.
+fn normalize_aggs(
+    doc_mapper: &DocMapper,
+    aggs: &mut Map<String, Value>,
+    path: &str,
+) -> Result<(), String> {
+    for (name, agg) in aggs.iter_mut() {
+        let here = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path}.{name}")
+        };
+        let Value::Object(agg) = agg else {
+            return Err(format!(
+                "invalid aggregation request: aggregation `{here}` must be an object"
+            ));
+        };
+        agg.remove("meta");
+        if let Some(sub) = agg.remove("aggregations") {
+            agg.insert("aggs".to_string(), sub);
+        }
+        if let Some(sub) = agg.get_mut("aggs") {
+            let Value::Object(sub) = sub else {
+                return Err(format!(
+                    "invalid aggregation request: `aggs` of `{here}` must be an object"
+                ));
+            };
+            normalize_aggs(doc_mapper, sub, &here)?;
+        }
+        let kinds: Vec<String> = agg.keys().filter(|k| *k != "aggs").cloned().collect();
+        if kinds.len() != 1 {
+            return Err(format!(
+                "invalid aggregation request: aggregation `{here}` must have exactly one type \
+                 (e.g. `terms`, `date_histogram`, `avg`), found {}",
+                if kinds.is_empty() {
+                    "none".to_string()
+                } else {
+                    kinds
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ));
+        }
+        let kind = kinds[0].clone();
+        let Some(Value::Object(body)) = agg.get_mut(&kind) else {
+            return Err(format!(
+                "invalid aggregation request: `{kind}` of aggregation `{here}` must be an object"
+            ));
+        };
+        if let Some(field) = body.get("field") {
+            let Value::String(field) = field else {
+                return Err(format!(
+                    "invalid aggregation request: `field` of aggregation `{here}` must be a string"
+                ));
+            };
+            let resolved = resolve_field(doc_mapper, field, &here)?;
+            body.insert("field".to_string(), Value::String(resolved));
+        }
+        match kind.as_str() {
+            "date_histogram" => normalize_date_histogram(body, &here)?,
+            "histogram" => {
+                for bounds in ["extended_bounds", "hard_bounds"] {
+                    normalize_bounds(body, bounds, &here)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The schema name of an aggregated field, which must exist and be fast.
+fn resolve_field(doc_mapper: &DocMapper, field: &str, agg: &str) -> Result<String, String> {
+    let schema = doc_mapper.schema();
+    let mut name = field.to_string();
+    if schema.find_field(&name).is_none() && doc_mapper.dynamic_field().is_some() {
+        name = format!("{}.{field}", shale_index::DYNAMIC_FIELD_NAME);
+    }
+    let Some((schema_field, _)) = schema.find_field(&name) else {
+        return Err(format!(
+            "invalid aggregation request: aggregation `{agg}` is on field `{field}`, which is \
+             not in the doc mapping"
+        ));
+    };
+    if !schema.get_field_entry(schema_field).is_fast() {
+        return Err(format!(
+            "invalid aggregation request: aggregation `{agg}` is on field `{field}`, which is \
+             not a fast field (set `fast: true` in its mapping)"
+        ));
+    }
+    Ok(name)
+}
+
+/// Length in milliseconds of the calendar intervals that have a fixed length in UTC, and the
+/// offset that aligns their buckets as Elasticsearch does (weeks start on Monday; 1970-01-01
+/// was a Thursday).
+fn calendar_interval(interval: &str) -> Option<(&'static str, Option<&'static str>)> {
+    match interval {
+        "1s" | "second" => Some(("1s", None)),
+        "1m" | "minute" => Some(("1m", None)),
+        "1h" | "hour" => Some(("1h", None)),
+        "1d" | "day" => Some(("1d", None)),
+        "1w" | "week" => Some(("7d", Some("4d"))),
+        _ => None,
+    }
+}
+
+/// Whether `interval` is a fixed interval (`30s`, `5m`, `1h`, `2d`, `100ms`).
+fn is_fixed_interval(interval: &str) -> bool {
+    let digits = interval.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &interval[digits.len()..];
+    !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && matches!(unit, "ms" | "s" | "m" | "h" | "d")
+}
+
+fn normalize_date_histogram(body: &mut Map<String, Value>, agg: &str) -> Result<(), String> {
+    // Elasticsearch's rendering hints: the keys are epoch milliseconds either way.
+    body.remove("format");
+    let text = |value: &Value| value.as_str().map(str::to_string);
+    let mut offset_ms = match body.remove("offset") {
+        None => 0,
+        Some(value) => {
+            let offset = text(&value).ok_or_else(|| {
+                format!("invalid aggregation request: `offset` of `{agg}` must be a string")
+            })?;
+            parse_signed_duration_ms(&offset).ok_or_else(|| {
+                format!(
+                    "invalid aggregation request: `offset` `{offset}` of `{agg}` is not a \
+                     duration such as `1h` or `-30m`"
+                )
+            })?
+        }
+    };
+    let mut fixed = body.remove("fixed_interval").and_then(|v| text(&v));
+    for key in ["calendar_interval", "interval"] {
+        let Some(value) = body.remove(key) else {
+            continue;
+        };
+        let interval = text(&value).ok_or_else(|| {
+            format!("invalid aggregation request: `{key}` of `{agg}` must be a string")
+        })?;
+        if key == "interval"
+            && is_fixed_interval(&interval)
+            && calendar_interval(&interval).is_none()
+        {
+            fixed = Some(interval);
+            continue;
+        }
+        match calendar_interval(&interval) {
+            Some((length, align)) => {
+                fixed = Some(length.to_string());
+                if let Some(align) = align {
+                    offset_ms += parse_signed_duration_ms(align).unwrap_or(0);
+                }
+            }
+            None => {
+                return Err(format!(
+                    "invalid aggregation request: {key} `{interval}` of `{agg}` is not \
+                     supported: months, quarters and years have no fixed length; use \
+                     `fixed_interval` (e.g. `30d`)"
+                ))
+            }
+        }
+    }
+    let Some(fixed) = fixed else {
+        return Err(format!(
+            "invalid aggregation request: date_histogram `{agg}` needs `fixed_interval` \
+             (e.g. `1h`)"
+        ));
+    };
+    let interval_ms = parse_signed_duration_ms(&fixed)
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| {
+            format!(
+                "invalid aggregation request: fixed_interval `{fixed}` of `{agg}` is not a \
+                 duration such as `30s`, `1m`, `1h` or `1d`"
+            )
+        })?;
+    if let Some(zone) = body.remove("time_zone") {
+        let zone = text(&zone).ok_or_else(|| {
+            format!("invalid aggregation request: `time_zone` of `{agg}` must be a string")
+        })?;
+        let zone_offset_ms = parse_time_zone_ms(&zone).ok_or_else(|| {
+            format!(
+                "invalid aggregation request: time_zone `{zone}` of `{agg}` is not supported: \
+                 use `UTC` or a fixed offset such as `+02:00`"
+            )
+        })?;
+        // Buckets start at local boundaries: shift the grid by minus the zone's offset.
+        offset_ms -= zone_offset_ms;
+    }
+    body.insert("fixed_interval".to_string(), Value::String(fixed));
+    let offset_ms = offset_ms.rem_euclid(interval_ms);
+    if offset_ms != 0 {
+        body.insert(
+            "offset".to_string(),
+            Value::String(format!("{offset_ms}ms")),
+        );
+    }
+    for bounds in ["extended_bounds", "hard_bounds"] {
+        normalize_bounds(body, bounds, agg)?;
+    }
+    Ok(())
+}
+
+/// `min`/`max` of histogram bounds as numbers: numeric strings and RFC 3339 dates (as epoch
+/// milliseconds) are accepted, as Elasticsearch does.
+fn normalize_bounds(body: &mut Map<String, Value>, key: &str, agg: &str) -> Result<(), String> {
+    let Some(Value::Object(bounds)) = body.get_mut(key) else {
+        return Ok(());
+    };
+    for end in ["min", "max"] {
+        let Some(value) = bounds.get_mut(end) else {
+            continue;
+        };
+        if let Value::String(text) = value {
+            let number = text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .or_else(|| {
+                    time::OffsetDateTime::parse(
+                        text.trim(),
+                        &time::format_description::well_known::Rfc3339,
+                    )
+                    .ok()
+                    .map(|dt| (dt.unix_timestamp_nanos() / 1_000_000) as f64)
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "invalid aggregation request: `{key}.{end}` of `{agg}` is neither a \
+                         number nor a date: `{text}`"
+                    )
+                })?;
+            *value = serde_json::Number::from_f64(number)
+                .map(Value::Number)
+                .unwrap_or(Value::Null);
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds of `[+-]<n><unit>` (`ms`, `s`, `m`, `h`, `d`).
+fn parse_signed_duration_ms(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let digits = rest.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &rest[digits.len()..];
+    let n: i64 = digits.parse().ok()?;
+    let per = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(per).map(|ms| sign * ms)
+}
+
+/// The offset from UTC of a time zone given as UTC or a fixed offset (`+02:00`, `-0530`,
+/// `+01`), in milliseconds.
+fn parse_time_zone_ms(zone: &str) -> Option<i64> {
+    let zone = zone.trim();
+    if matches!(
+        zone.to_ascii_lowercase().as_str(),
+        "utc" | "z" | "gmt" | "etc/utc" | "etc/gmt" | "universal" | "zulu"
+    ) {
+        return Some(0);
+    }
+    let zone = zone
+        .strip_prefix("UTC")
+        .or_else(|| zone.strip_prefix("GMT"))
+        .unwrap_or(zone);
+    let (sign, rest) = match zone.chars().next()? {
+        '+' => (1, &zone[1..]),
+        '-' => (-1, &zone[1..]),
+        _ => return None,
+    };
+    let digits: String = rest.chars().filter(|c| *c != ':').collect();
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let (hours, minutes) = match digits.len() {
+        1 | 2 => (digits.parse::<i64>().ok()?, 0),
+        4 => (
+            digits[..2].parse::<i64>().ok()?,
+            digits[2..].parse::<i64>().ok()?,
+        ),
+        _ => return None,
+    };
+    if hours > 18 || minutes > 59 {
+        return None;
+    }
+    Some(sign * (hours * 3_600_000 + minutes * 60_000))
+}
+
+/// Intermediate results as sent between nodes.
+pub fn encode(results: &IntermediateAggregationResults) -> Result<String, String> {
+    let bytes = postcard::to_stdvec(results).map_err(|err| err.to_string())?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// Intermediate results sent by [`encode`].
+pub fn decode(text: &str) -> Result<IntermediateAggregationResults, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|err| err.to_string())?;
+    postcard::from_bytes(&bytes).map_err(|err| err.to_string())
+}
+
+/// The final, Elasticsearch-shaped result of merged intermediate results.
+pub fn finalize(
+    aggs: Aggregations,
+    merged: IntermediateAggregationResults,
+) -> Result<Value, String> {
+    let results = merged
+        .into_final_result(aggs, limits())
+        .map_err(|err| format!("aggregation failed: {err}"))?;
+    serde_json::to_value(results).map_err(|err| err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_zones() {
+        assert_eq!(parse_signed_duration_ms("1h"), Some(3_600_000));
+        assert_eq!(parse_signed_duration_ms("-30m"), Some(-1_800_000));
+        assert_eq!(parse_signed_duration_ms("1M"), None);
+        assert_eq!(parse_time_zone_ms("UTC"), Some(0));
+        assert_eq!(parse_time_zone_ms("+02:00"), Some(7_200_000));
+        assert_eq!(parse_time_zone_ms("-0530"), Some(-19_800_000));
+        assert_eq!(parse_time_zone_ms("Europe/Paris"), None);
+        assert!(is_fixed_interval("30s"));
+        assert!(!is_fixed_interval("1M"));
+        assert!(!is_fixed_interval("day"));
+    }
+}
