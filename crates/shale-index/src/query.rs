@@ -95,6 +95,7 @@ impl DocMapper {
             TokenizerManager::default(),
         );
         parser.set_conjunction_by_default();
+        parser.allow_regexes();
         // Only negative clauses (`NOT a`) are allowed: they match all documents but those.
         let (query_obj, errors) = parser.build_query_from_user_input_ast_lenient(ast);
         match errors

@@ -234,7 +234,7 @@ impl Leaf {
     }
 
     /// The doc mapper of `index` (cached per doc mapping version).
-    pub(crate) fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
+    pub fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
         let key = format!(
             "{}/{}",
             index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
@@ -743,7 +743,7 @@ pub(crate) fn merge_hits(
 }
 
 /// Best first, criterion by criterion, then by split id, segment and doc.
-fn compare_hits(a: &PartialHit, b: &PartialHit, sort_by: &SortBy) -> std::cmp::Ordering {
+pub(crate) fn compare_hits(a: &PartialHit, b: &PartialHit, sort_by: &SortBy) -> std::cmp::Ordering {
     let mut ordering = std::cmp::Ordering::Equal;
     for (i, criterion) in sort_by.fields.iter().enumerate() {
         let order = match criterion {

@@ -6,11 +6,14 @@
 //! how many were pruned and how many nodes served it.
 
 pub mod aggs;
+pub mod elastic;
 pub mod leaf;
 mod request;
 mod service;
 
-pub use request::{SearchRequest, SearchResponse, SortBy, SortField, SortOrder, MAX_SORT_FIELDS};
+pub use request::{
+    HitMeta, SearchRequest, SearchResponse, SortBy, SortField, SortOrder, MAX_SORT_FIELDS,
+};
 pub use service::{
     register_metrics, LocalNodes, NodeCallError, SearchError, SearchNodes, SearchService,
     LOCAL_NODE, MAX_PLACEMENT_IMBALANCE,

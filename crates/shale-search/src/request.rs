@@ -160,6 +160,25 @@ pub struct SearchResponse {
     /// The aggregations' results, when the request had `aggs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregations: Option<serde_json::Value>,
+    /// Per hit, in order: its index, address and sort values (for the Elasticsearch API's
+    /// `_index`, `_id` and `sort`); not part of the REST response.
+    #[serde(skip)]
+    pub hit_meta: Vec<HitMeta>,
+    /// Aggregations not rendered yet (a part of [`crate::SearchService::search_many`]).
+    #[serde(skip)]
+    pub intermediate_aggs:
+        Option<tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults>,
+}
+
+/// Where a hit comes from and how it sorted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HitMeta {
+    /// Its sort values, one per criterion.
+    pub key: crate::leaf::SortKey,
+    /// Its address.
+    pub doc: crate::leaf::DocRef,
+    /// Its index.
+    pub index_id: String,
 }
 
 #[cfg(test)]

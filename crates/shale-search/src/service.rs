@@ -24,7 +24,7 @@ use crate::leaf::{
     merge_hits, DocRef, FetchDocsRequest, FetchDocsResponse, Leaf, LeafError, LeafRequest,
     LeafResponse, PartialHit,
 };
-use crate::request::{SearchRequest, SearchResponse, SortBy};
+use crate::request::{HitMeta, SearchRequest, SearchResponse, SortBy};
 
 static SEARCH_LATENCY: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
@@ -299,9 +299,92 @@ impl SearchService {
         index_id: &str,
         request: SearchRequest,
     ) -> Result<SearchResponse, SearchError> {
+        let _permit = self.admit()?;
+        let _timer = SEARCH_LATENCY.start_timer();
+        self.search_admitted(index_id, request, true).await
+    }
+
+    /// Runs one request per index (the same search translated for each index's mapping) as
+    /// one search: counts summed, hits merged by their sort values and paged once,
+    /// aggregations merged before they are rendered. Every request must have the same sort
+    /// and page; an index pattern matching several indexes is searched this way.
+    pub async fn search_many(
+        &self,
+        targets: Vec<(String, SearchRequest)>,
+    ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
         let _permit = self.admit()?;
         let _timer = SEARCH_LATENCY.start_timer();
+        let Some((first_index, first)) = targets.first().cloned() else {
+            return Ok(SearchResponse::default());
+        };
+        if targets.len() == 1 {
+            return self.search_admitted(&first_index, first, true).await;
+        }
+        let (start_offset, max_hits) = (first.start_offset, first.max_hits);
+        let k = start_offset.saturating_add(max_hits);
+        let calls = targets
+            .into_iter()
+            .map(|(index_id, mut request)| async move {
+                request.start_offset = 0;
+                request.max_hits = k;
+                self.search_admitted(&index_id, request, false).await
+            });
+        let responses = futures::future::try_join_all(calls).await?;
+        let (_, doc_mapper, sort_by, aggs) = self.prepare(&first_index, &first).await?;
+        drop(doc_mapper);
+        let mut merged = SearchResponse::default();
+        let mut hits: Vec<(PartialHit, serde_json::Value, String)> = Vec::new();
+        let mut merged_aggs = IntermediateAggregationResults::default();
+        for response in responses {
+            merged.num_hits += response.num_hits;
+            merged.errors.extend(response.errors);
+            merged.num_splits_searched += response.num_splits_searched;
+            merged.num_splits_pruned += response.num_splits_pruned;
+            merged.num_nodes = merged.num_nodes.max(response.num_nodes);
+            if let Some(intermediate) = response.intermediate_aggs {
+                merged_aggs
+                    .merge_fruits(intermediate)
+                    .map_err(|err| SearchError::Internal(format!("merging aggregations: {err}")))?;
+            }
+            for (doc, meta) in response.hits.into_iter().zip(response.hit_meta) {
+                hits.push((
+                    PartialHit {
+                        key: meta.key,
+                        doc: meta.doc,
+                    },
+                    doc,
+                    meta.index_id,
+                ));
+            }
+        }
+        hits.sort_by(|a, b| crate::leaf::compare_hits(&a.0, &b.0, &sort_by));
+        for (hit, doc, index_id) in hits.into_iter().skip(start_offset).take(max_hits) {
+            merged.hits.push(doc);
+            merged.hit_meta.push(HitMeta {
+                key: hit.key,
+                doc: hit.doc,
+                index_id,
+            });
+        }
+        if let Some(aggs) = aggs {
+            merged.aggregations = Some(
+                crate::aggs::finalize(aggs, merged_aggs).map_err(SearchError::InvalidRequest)?,
+            );
+        }
+        merged.elapsed_time_micros = started.elapsed().as_micros() as u64;
+        Ok(merged)
+    }
+
+    /// [`SearchService::search`] once admitted; with `finalize_aggs` false the merged
+    /// intermediate aggregation results are returned instead of the rendered ones.
+    async fn search_admitted(
+        &self,
+        index_id: &str,
+        request: SearchRequest,
+        finalize_aggs: bool,
+    ) -> Result<SearchResponse, SearchError> {
+        let started = Instant::now();
         let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
 
         let as_of = match request.as_of {
@@ -347,6 +430,7 @@ impl SearchService {
             &request,
             &sort_by,
             aggs,
+            finalize_aggs,
             splits,
             delete_tasks,
             pruned + pruned_by_time,
@@ -416,6 +500,7 @@ impl SearchService {
             &request,
             &sort_by,
             aggs,
+            true,
             splits,
             delete_tasks,
             num_splits_pruned,
@@ -432,6 +517,7 @@ impl SearchService {
         request: &SearchRequest,
         sort_by: &SortBy,
         aggs: Option<Aggregations>,
+        finalize_aggs: bool,
         splits: Vec<SplitMetadata>,
         delete_tasks: Vec<DeleteTask>,
         num_splits_pruned: usize,
@@ -596,11 +682,24 @@ impl SearchService {
                 &page,
             )
             .await?;
-        let aggregations = match aggs {
-            Some(aggs) => Some(
-                crate::aggs::finalize(aggs, merged_aggs).map_err(SearchError::InvalidRequest)?,
+        let hit_meta: Vec<HitMeta> = page
+            .iter()
+            .map(|hit| HitMeta {
+                key: hit.key.clone(),
+                doc: hit.doc.clone(),
+                index_id: index.index_id().to_string(),
+            })
+            .collect();
+        let (aggregations, intermediate_aggs) = match aggs {
+            Some(aggs) if finalize_aggs => (
+                Some(
+                    crate::aggs::finalize(aggs, merged_aggs)
+                        .map_err(SearchError::InvalidRequest)?,
+                ),
+                None,
             ),
-            None => None,
+            Some(_) => (None, Some(merged_aggs)),
+            None => (None, None),
         };
         let num_nodes = served_by.iter().flatten().collect::<HashSet<_>>().len();
         SPLITS_SEARCHED.inc_by(splits.len() as u64);
@@ -614,6 +713,8 @@ impl SearchService {
             num_splits_pruned,
             num_nodes,
             aggregations,
+            hit_meta,
+            intermediate_aggs,
         })
     }
 

@@ -248,6 +248,64 @@ fn routes(node: Arc<Node>) -> Router {
             "/api/v1/_elastic/{index_id}/_bulk",
             post(crate::elastic::bulk_index).put(crate::elastic::bulk_index),
         )
+        .route("/api/v1/_elastic", get(crate::elastic_read::cluster_info))
+        .route("/api/v1/_elastic/", get(crate::elastic_read::cluster_info))
+        .route(
+            "/api/v1/_elastic/_cluster/health",
+            get(crate::elastic_read::cluster_health),
+        )
+        .route(
+            "/api/v1/_elastic/_search",
+            get(crate::elastic_read::search_all).post(crate::elastic_read::search_all),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_search",
+            get(crate::elastic_read::search_index).post(crate::elastic_read::search_index),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_count",
+            get(crate::elastic_read::count).post(crate::elastic_read::count),
+        )
+        .route(
+            "/api/v1/_elastic/_msearch",
+            get(crate::elastic_read::msearch).post(crate::elastic_read::msearch),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_msearch",
+            get(crate::elastic_read::msearch_index).post(crate::elastic_read::msearch_index),
+        )
+        .route(
+            "/api/v1/_elastic/_field_caps",
+            get(crate::elastic_read::field_caps_all).post(crate::elastic_read::field_caps_all),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_field_caps",
+            get(crate::elastic_read::field_caps_index).post(crate::elastic_read::field_caps_index),
+        )
+        .route(
+            "/api/v1/_elastic/_mapping",
+            get(crate::elastic_read::mapping_all),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_mapping",
+            get(crate::elastic_read::mapping_index),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_mappings",
+            get(crate::elastic_read::mapping_index),
+        )
+        .route(
+            "/api/v1/_elastic/_cat/indices",
+            get(crate::elastic_read::cat_indices_all),
+        )
+        .route(
+            "/api/v1/_elastic/_cat/indices/{index_id}",
+            get(crate::elastic_read::cat_indices_index),
+        )
+        .route(
+            "/api/v1/_elastic/_resolve/index/{pattern}",
+            get(crate::elastic_read::resolve_index),
+        )
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -3,6 +3,7 @@
 
 pub mod distributed;
 pub mod elastic;
+pub mod elastic_read;
 pub mod http;
 pub mod internal;
 pub mod metrics;

@@ -192,7 +192,7 @@ async fn the_official_python_client_bulk_helpers_work() {
         .await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/es_bulk_helpers.py"
+        "/tests/fixtures/es_client.py"
     );
     let base = node.url("/api/v1/_elastic");
     let output = tokio::task::spawn_blocking(move || {
@@ -222,5 +222,17 @@ async fn the_official_python_client_bulk_helpers_work() {
     assert_eq!(results["raised_type"], "index_not_found_exception");
     assert_eq!(node.count("es-logs", "service:py").await, 600);
     assert_eq!(node.count("es-logs", "message:\"python 1042\"").await, 1);
+    // The read side through the same client.
+    assert_eq!(results["version"], "7.17.0");
+    assert_eq!(results["search_total"], 600, "{results}");
+    assert_eq!(results["search_first"], "python 1099");
+    assert_eq!(results["search_sort"], json!([1_700_001_099_000i64]));
+    assert_eq!(results["count"], 1);
+    assert_eq!(results["msearch"], json!([200, 404]));
+    assert_eq!(results["histogram_total"], 600);
+    assert_eq!(results["field_caps_timestamp"], json!(["date"]));
+    assert_eq!(results["cat"], json!([["es-logs", "600"]]));
+    assert_eq!(results["resolved"], json!(["es-logs"]));
+    assert_eq!(results["missing"], "index_not_found_exception");
     node.stop().await;
 }

@@ -1,0 +1,974 @@
+//! Elasticsearch's read API under `/api/v1/_elastic`, enough for Elasticsearch clients and
+//! Grafana's Elasticsearch data source: `/` (cluster info), `_cluster/health`,
+//! `{index}/_search` and `_search`, `{index}/_count`, `_msearch`, `_field_caps`,
+//! `_mapping`, `_cat/indices` and `_resolve/index`. Index expressions are comma lists of
+//! names and `*` patterns (`-pattern` excludes, `_all` is everything); a named index that
+//! does not exist is a 404 `index_not_found_exception` unless `ignore_unavailable=true`, a
+//! pattern matching nothing an empty result. Searches are translated by
+//! [`shale_search::elastic`] and run as one search over every matching index. Options Shale
+//! has no use for are accepted and ignored, so that clients sending them work.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use shale_index::DocMapper;
+use shale_metastore::{IndexMetadata, ListSplitsQuery};
+use shale_search::elastic::{
+    field_types, is_date_field, translate_search, EsSearchBody, EsSort, EsTranslated,
+};
+use shale_search::leaf::SortValue;
+use shale_search::{HitMeta, SearchError, SearchResponse};
+use shale_types::SplitState;
+
+use crate::elastic::EsError;
+use crate::http::{read_body, ApiError, ApiQuery, AppState};
+
+/// The Elasticsearch version Shale answers as (what Quickwit answers; Grafana and the
+/// official clients accept it).
+const ES_VERSION: &str = "7.17.0";
+
+type EsResult<T> = Result<T, EsError>;
+
+fn bad_request(reason: impl Into<String>) -> EsError {
+    EsError::bad_request("illegal_argument_exception", reason)
+}
+
+fn index_not_found(index: &str) -> EsError {
+    EsError {
+        status: StatusCode::NOT_FOUND,
+        kind: "index_not_found_exception",
+        reason: format!("no such index [{index}]"),
+        retry_after_secs: None,
+    }
+}
+
+impl From<SearchError> for EsError {
+    fn from(err: SearchError) -> Self {
+        match &err {
+            SearchError::IndexNotFound(index) => index_not_found(index),
+            SearchError::InvalidRequest(_) => bad_request(err.to_string()),
+            _ => EsError::from(ApiError::from(err)),
+        }
+    }
+}
+
+/// `GET|HEAD /api/v1/_elastic[/]`: who answers.
+pub async fn cluster_info(State(state): State<AppState>) -> Json<Value> {
+    let config = &state.node.config;
+    Json(json!({
+        "name": config.node_id,
+        "cluster_name": config.cluster_id,
+        "cluster_uuid": config.cluster_id,
+        "version": {
+            "distribution": "shale",
+            "number": ES_VERSION,
+            "build_flavor": "default",
+            "build_type": "shale",
+            "build_hash": env!("CARGO_PKG_VERSION"),
+            "build_date": "2026-01-01T00:00:00Z",
+            "build_snapshot": false,
+            "lucene_version": "8.11.1",
+            "minimum_wire_compatibility_version": "6.8.0",
+            "minimum_index_compatibility_version": "6.0.0-beta1",
+        },
+        "tagline": "You Know, for Search",
+    }))
+}
+
+/// `GET /api/v1/_elastic/_cluster/health`: green while the node is ready (`wait_for_status`
+/// and other options are accepted: there is nothing to wait for).
+pub async fn cluster_health(State(state): State<AppState>) -> Response {
+    let ready = state.node.metastore.list_indexes().await.is_ok();
+    let status = if ready { "green" } else { "red" };
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(json!({
+            "cluster_name": state.node.config.cluster_id,
+            "status": status,
+            "timed_out": false,
+            "number_of_nodes": 1,
+            "number_of_data_nodes": 1,
+            "active_primary_shards": 0,
+            "active_shards": 0,
+            "relocating_shards": 0,
+            "initializing_shards": 0,
+            "unassigned_shards": 0,
+            "delayed_unassigned_shards": 0,
+            "number_of_pending_tasks": 0,
+            "number_of_in_flight_fetch": 0,
+            "task_max_waiting_in_queue_millis": 0,
+            "active_shards_percent_as_number": 100.0,
+        })),
+    )
+        .into_response()
+}
+
+/// Whether `name` matches the glob `pattern` (`*` is any run of characters).
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let mut rest = name;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(tail) = rest.strip_prefix(part) else {
+                return false;
+            };
+            rest = tail;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The indexes an index expression names, sorted by id. A named index that does not exist
+/// is an error unless `ignore_unavailable`.
+async fn resolve_indexes(
+    state: &AppState,
+    expression: Option<&str>,
+    ignore_unavailable: bool,
+) -> EsResult<Vec<IndexMetadata>> {
+    let all = state
+        .node
+        .metastore
+        .list_indexes()
+        .await
+        .map_err(|err| EsError::from(ApiError::from(err)))?;
+    let expression = expression.unwrap_or("").trim();
+    let mut include: BTreeSet<String> = BTreeSet::new();
+    let mut exclude: Vec<String> = Vec::new();
+    let terms: Vec<&str> = expression
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    if terms.is_empty() {
+        include.extend(all.iter().map(|i| i.index_id().to_string()));
+    }
+    for term in terms {
+        if let Some(excluded) = term.strip_prefix('-') {
+            exclude.push(excluded.to_string());
+            continue;
+        }
+        if term == "_all" || term == "*" {
+            include.extend(all.iter().map(|i| i.index_id().to_string()));
+        } else if term.contains('*') {
+            include.extend(
+                all.iter()
+                    .map(IndexMetadata::index_id)
+                    .filter(|id| glob_match(term, id))
+                    .map(str::to_string),
+            );
+        } else if all.iter().any(|i| i.index_id() == term) {
+            include.insert(term.to_string());
+        } else if !ignore_unavailable {
+            return Err(index_not_found(term));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|i| include.contains(i.index_id()))
+        .filter(|i| !exclude.iter().any(|p| glob_match(p, i.index_id())))
+        .collect())
+}
+
+fn flag(params: &HashMap<String, String>, name: &str) -> bool {
+    params
+        .get(name)
+        .is_some_and(|v| v.is_empty() || v.eq_ignore_ascii_case("true"))
+}
+
+fn url_usize(params: &HashMap<String, String>, name: &str) -> EsResult<Option<usize>> {
+    match params.get(name) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            bad_request(format!(
+                "`{name}` must be a non-negative integer, got `{v}`"
+            ))
+        }),
+    }
+}
+
+/// What a search needs from the URL besides the body.
+struct UrlSearchParams {
+    size: Option<usize>,
+    from: Option<usize>,
+    q: Option<String>,
+    sort: Option<String>,
+    source_includes: Option<Vec<String>>,
+    source_excludes: Option<Vec<String>>,
+    ignore_unavailable: bool,
+}
+
+impl UrlSearchParams {
+    fn parse(params: &HashMap<String, String>) -> EsResult<Self> {
+        let list = |name: &str| {
+            params.get(name).map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+        };
+        Ok(UrlSearchParams {
+            size: url_usize(params, "size")?,
+            from: url_usize(params, "from")?,
+            q: params.get("q").cloned(),
+            sort: params.get("sort").cloned(),
+            source_includes: list("_source_includes"),
+            source_excludes: list("_source_excludes"),
+            ignore_unavailable: flag(params, "ignore_unavailable"),
+        })
+    }
+}
+
+/// One search, translated for every index it targets, run as one, rendered as
+/// Elasticsearch renders a search response.
+async fn run_search(
+    state: &AppState,
+    indexes: Vec<IndexMetadata>,
+    mut body: EsSearchBody,
+    url: &UrlSearchParams,
+) -> EsResult<Value> {
+    let started = Instant::now();
+    if let Some(sort) = &url.sort {
+        body.sort = Some(Value::Array(
+            sort.split(',')
+                .map(|s| Value::String(s.trim().to_string()))
+                .collect(),
+        ));
+    }
+    let mut targets = Vec::with_capacity(indexes.len());
+    let mut mappers: HashMap<String, std::sync::Arc<DocMapper>> = HashMap::new();
+    let mut sort: Vec<EsSort> = Vec::new();
+    for index in &indexes {
+        let mapper = state
+            .node
+            .search
+            .leaf()
+            .doc_mapper(index)
+            .map_err(|err| EsError::from(ApiError::internal(err.to_string())))?;
+        let EsTranslated {
+            request,
+            sort: index_sort,
+        } = translate_search(&body, url.size, url.from, url.q.as_deref(), &mapper)
+            .map_err(bad_request)?;
+        sort = index_sort;
+        mappers.insert(index.index_id().to_string(), mapper);
+        targets.push((index.index_id().to_string(), request));
+    }
+    let (size, from) = match targets.first() {
+        Some((_, r)) => (r.max_hits, r.start_offset),
+        None => (0, 0),
+    };
+    let _ = (size, from);
+    let response = if targets.is_empty() {
+        SearchResponse::default()
+    } else {
+        state.node.search.search_many(targets).await?
+    };
+    Ok(render_search(
+        response, &sort, &mappers, &body, url, started,
+    ))
+}
+
+/// A sort value as Elasticsearch renders it: dates in epoch milliseconds.
+fn sort_value_json(value: &SortValue, is_date: bool) -> Value {
+    match value {
+        SortValue::Null => Value::Null,
+        SortValue::U64(v) => json!(v),
+        SortValue::I64(v) if is_date => json!(v.div_euclid(1000)),
+        SortValue::I64(v) => json!(v),
+        SortValue::F64(v) => json!(v),
+        SortValue::Str(v) => json!(v),
+        SortValue::Bytes(v) => json!(v),
+    }
+}
+
+/// The value at a dotted path of a document.
+fn lookup<'v>(doc: &'v Value, path: &str) -> Option<&'v Value> {
+    if let Some(v) = doc.get(path) {
+        return Some(v);
+    }
+    let mut current = doc;
+    for part in path.split('.') {
+        current = current.get(part)?;
+    }
+    Some(current)
+}
+
+/// Keeps only the dotted paths `includes` (and their parents).
+fn include_paths(doc: &Value, includes: &[String]) -> Value {
+    let mut out = Value::Object(Map::new());
+    for path in includes {
+        let Some(value) = lookup(doc, path) else {
+            continue;
+        };
+        let mut target = &mut out;
+        let parts: Vec<&str> = path.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Object(map) = target else { break };
+            if i == parts.len() - 1 {
+                map.insert(part.to_string(), value.clone());
+                break;
+            }
+            target = map
+                .entry(part.to_string())
+                .or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    out
+}
+
+/// Removes the dotted paths `excludes`.
+fn exclude_paths(doc: &mut Value, excludes: &[String]) {
+    for path in excludes {
+        let parts: Vec<&str> = path.split('.').collect();
+        let mut target = &mut *doc;
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Object(map) = target else { break };
+            if i == parts.len() - 1 {
+                map.remove(*part);
+                break;
+            }
+            match map.get_mut(*part) {
+                Some(next) => target = next,
+                None => break,
+            }
+        }
+    }
+}
+
+fn render_search(
+    response: SearchResponse,
+    sort: &[EsSort],
+    mappers: &HashMap<String, std::sync::Arc<DocMapper>>,
+    body: &EsSearchBody,
+    url: &UrlSearchParams,
+    started: Instant,
+) -> Value {
+    // `_source`: false, a list of fields, or {includes, excludes}, overridden by the URL.
+    let (mut includes, mut excludes, mut show_source) = (None, None, true);
+    match &body.source {
+        Some(Value::Bool(false)) => show_source = false,
+        Some(Value::String(field)) => includes = Some(vec![field.clone()]),
+        Some(Value::Array(fields)) => {
+            includes = Some(
+                fields
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect(),
+            )
+        }
+        Some(Value::Object(spec)) => {
+            let list = |key: &str| {
+                spec.get(key).map(|v| match v {
+                    Value::String(s) => vec![s.clone()],
+                    Value::Array(items) => items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect(),
+                    _ => Vec::new(),
+                })
+            };
+            includes = list("includes");
+            excludes = list("excludes");
+        }
+        _ => {}
+    }
+    if url.source_includes.is_some() {
+        includes = url.source_includes.clone();
+    }
+    if url.source_excludes.is_some() {
+        excludes = url.source_excludes.clone();
+    }
+    let requested_fields: Vec<String> = match &body.fields {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| match item {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("field").and_then(Value::as_str).map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let by_score = sort.first().is_none_or(|s| s.field == "_score");
+    let hits: Vec<Value> = response
+        .hits
+        .into_iter()
+        .zip(response.hit_meta)
+        .map(|(doc, meta)| {
+            let HitMeta {
+                key,
+                doc: address,
+                index_id,
+            } = meta;
+            let mapper = mappers.get(&index_id);
+            let mut hit = Map::new();
+            hit.insert("_index".into(), json!(index_id));
+            hit.insert(
+                "_id".into(),
+                json!(format!(
+                    "{}:{:08x}:{:08x}",
+                    address.split_id, address.segment_ord, address.doc_id
+                )),
+            );
+            let score = if by_score && !sort.is_empty() {
+                key.0.first().map(|v| sort_value_json(v, false))
+            } else {
+                None
+            };
+            hit.insert("_score".into(), score.unwrap_or(Value::Null));
+            if !requested_fields.is_empty() {
+                let mut fields = Map::new();
+                for field in &requested_fields {
+                    if let Some(value) = lookup(&doc, field) {
+                        let values = match value {
+                            Value::Array(items) => items.clone(),
+                            other => vec![other.clone()],
+                        };
+                        fields.insert(field.clone(), Value::Array(values));
+                    }
+                }
+                hit.insert("fields".into(), Value::Object(fields));
+            }
+            if show_source {
+                let mut source = match &includes {
+                    Some(includes) => include_paths(&doc, includes),
+                    None => doc,
+                };
+                if let Some(excludes) = &excludes {
+                    exclude_paths(&mut source, excludes);
+                }
+                hit.insert("_source".into(), source);
+            }
+            if !sort.is_empty() {
+                let values: Vec<Value> = sort
+                    .iter()
+                    .zip(&key.0)
+                    .map(|(s, v)| {
+                        sort_value_json(v, mapper.is_some_and(|m| is_date_field(m, &s.field)))
+                    })
+                    .collect();
+                hit.insert("sort".into(), Value::Array(values));
+            }
+            Value::Object(hit)
+        })
+        .collect();
+    let failed = response.errors.len();
+    let mut out = json!({
+        "took": started.elapsed().as_millis() as u64,
+        "timed_out": false,
+        "_shards": {
+            "total": response.num_splits_searched,
+            "successful": response.num_splits_searched.saturating_sub(failed),
+            "skipped": 0,
+            "failed": failed,
+        },
+        "hits": {
+            "total": {"value": response.num_hits, "relation": "eq"},
+            "max_score": Value::Null,
+            "hits": hits,
+        },
+    });
+    if let Some(aggregations) = response.aggregations {
+        out["aggregations"] = aggregations;
+    }
+    out
+}
+
+/// Parses a search body (empty means `{}`).
+fn parse_body(bytes: &[u8]) -> EsResult<EsSearchBody> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(EsSearchBody::default());
+    }
+    serde_json::from_slice(bytes).map_err(|err| {
+        EsError::bad_request("parse_exception", format!("invalid search body: {err}"))
+    })
+}
+
+/// `GET|POST /api/v1/_elastic/{index}/_search`.
+pub async fn search_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    search_inner(state, Some(index), params, headers, body).await
+}
+
+/// `GET|POST /api/v1/_elastic/_search`: every index.
+pub async fn search_all(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    search_inner(state, None, params, headers, body).await
+}
+
+async fn search_inner(
+    state: AppState,
+    index: Option<String>,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    let bytes = read_body(&state, &headers, body).await?;
+    let body = parse_body(&bytes)?;
+    let url = UrlSearchParams::parse(&params)?;
+    let indexes = resolve_indexes(&state, index.as_deref(), url.ignore_unavailable).await?;
+    Ok(Json(run_search(&state, indexes, body, &url).await?))
+}
+
+/// `GET|POST /api/v1/_elastic/{index}/_count`.
+pub async fn count(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    let bytes = read_body(&state, &headers, body).await?;
+    let mut body = parse_body(&bytes)?;
+    body.size = Some(json!(0));
+    body.aggs = None;
+    body.sort = None;
+    let mut url = UrlSearchParams::parse(&params)?;
+    url.size = Some(0);
+    url.from = Some(0);
+    url.sort = None;
+    let indexes = resolve_indexes(&state, Some(&index), url.ignore_unavailable).await?;
+    let response = run_search(&state, indexes, body, &url).await?;
+    Ok(Json(json!({
+        "count": response["hits"]["total"]["value"],
+        "_shards": response["_shards"],
+    })))
+}
+
+/// `POST /api/v1/_elastic/_msearch` (and `{index}/_msearch`): NDJSON header/body pairs; each
+/// search answers in `responses`, in order, with its own status (a failed search does not
+/// fail the others).
+pub async fn msearch(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    msearch_inner(state, None, params, headers, body).await
+}
+
+/// `POST /api/v1/_elastic/{index}/_msearch`: headers without `index` search `index`.
+pub async fn msearch_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    msearch_inner(state, Some(index), params, headers, body).await
+}
+
+async fn msearch_inner(
+    state: AppState,
+    default_index: Option<String>,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    let started = Instant::now();
+    let bytes = read_body(&state, &headers, body).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| EsError::bad_request("parse_exception", "the body is not UTF-8"))?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.len().is_multiple_of(2) {
+        return Err(bad_request(
+            "the _msearch body must be pairs of lines: a header, then a search body",
+        ));
+    }
+    let url = UrlSearchParams::parse(&params)?;
+    let mut searches = Vec::new();
+    for (i, pair) in lines.chunks(2).enumerate() {
+        let header: Value = serde_json::from_str(pair[0]).map_err(|err| {
+            EsError::bad_request(
+                "parse_exception",
+                format!("invalid header of search {i}: {err}"),
+            )
+        })?;
+        let index = match header.get("index") {
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            Some(Value::Array(items)) if !items.is_empty() => Some(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => default_index.clone(),
+        };
+        let ignore_unavailable = header
+            .get("ignore_unavailable")
+            .and_then(Value::as_bool)
+            .unwrap_or(url.ignore_unavailable);
+        let body = parse_body(pair[1].as_bytes());
+        searches.push((index, ignore_unavailable, body));
+    }
+    let runs = searches.into_iter().map(|(index, ignore_unavailable, body)| {
+        let state = state.clone();
+        let url = UrlSearchParams {
+            size: None,
+            from: None,
+            q: None,
+            sort: None,
+            source_includes: url.source_includes.clone(),
+            source_excludes: url.source_excludes.clone(),
+            ignore_unavailable,
+        };
+        async move {
+            let result = async {
+                let body = body?;
+                let indexes =
+                    resolve_indexes(&state, index.as_deref(), ignore_unavailable).await?;
+                run_search(&state, indexes, body, &url).await
+            }
+            .await;
+            match result {
+                Ok(mut response) => {
+                    response["status"] = json!(200);
+                    response
+                }
+                Err(err) => {
+                    let status = err.status.as_u16();
+                    let cause = json!({"type": err.kind, "reason": err.reason});
+                    json!({
+                        "error": {"root_cause": [cause], "type": err.kind, "reason": err.reason},
+                        "status": status,
+                    })
+                }
+            }
+        }
+    });
+    let responses = futures::future::join_all(runs).await;
+    Ok(Json(json!({
+        "took": started.elapsed().as_millis() as u64,
+        "responses": responses,
+    })))
+}
+
+/// `GET|POST /api/v1/_elastic/{index}/_field_caps` (and `_field_caps` for every index).
+pub async fn field_caps_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Json<Value>> {
+    field_caps_inner(state, Some(index), params).await
+}
+
+/// `GET|POST /api/v1/_elastic/_field_caps`.
+pub async fn field_caps_all(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Json<Value>> {
+    field_caps_inner(state, None, params).await
+}
+
+/// A field's capabilities for one type: searchable, aggregatable, in which indexes.
+type Caps = (bool, bool, Vec<String>);
+
+async fn field_caps_inner(
+    state: AppState,
+    index: Option<String>,
+    params: HashMap<String, String>,
+) -> EsResult<Json<Value>> {
+    let indexes = resolve_indexes(
+        &state,
+        index.as_deref(),
+        flag(&params, "ignore_unavailable"),
+    )
+    .await?;
+    let patterns: Vec<String> = params
+        .get("fields")
+        .map(|f| f.split(',').map(|s| s.trim().to_string()).collect())
+        .unwrap_or_else(|| vec!["*".to_string()]);
+    let mut fields: BTreeMap<String, BTreeMap<&'static str, Caps>> = BTreeMap::new();
+    let index_ids: Vec<String> = indexes.iter().map(|i| i.index_id().to_string()).collect();
+    for index in &indexes {
+        let mapper = state
+            .node
+            .search
+            .leaf()
+            .doc_mapper(index)
+            .map_err(|err| EsError::from(ApiError::internal(err.to_string())))?;
+        for (name, ty, searchable, aggregatable) in field_types(&mapper) {
+            if !patterns.iter().any(|p| glob_match(p, &name)) {
+                continue;
+            }
+            let entry =
+                fields
+                    .entry(name)
+                    .or_default()
+                    .entry(ty)
+                    .or_insert((false, false, Vec::new()));
+            entry.0 |= searchable;
+            entry.1 |= aggregatable;
+            entry.2.push(index.index_id().to_string());
+        }
+    }
+    let fields: Map<String, Value> = fields
+        .into_iter()
+        .map(|(name, types)| {
+            let types: Map<String, Value> = types
+                .into_iter()
+                .map(|(ty, (searchable, aggregatable, in_indexes))| {
+                    let mut caps = json!({
+                        "type": ty,
+                        "metadata_field": false,
+                        "searchable": searchable,
+                        "aggregatable": aggregatable,
+                    });
+                    if in_indexes.len() != index_ids.len() {
+                        caps["indices"] = json!(in_indexes);
+                    }
+                    (ty.to_string(), caps)
+                })
+                .collect();
+            (name, Value::Object(types))
+        })
+        .collect();
+    Ok(Json(json!({"indices": index_ids, "fields": fields})))
+}
+
+/// `GET /api/v1/_elastic/{index}/_mapping` (and `_mapping`): each index's fields in
+/// Elasticsearch's typeless mapping shape (what Grafana lists fields from).
+pub async fn mapping_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+) -> EsResult<Json<Value>> {
+    mapping_inner(state, Some(index)).await
+}
+
+/// `GET /api/v1/_elastic/_mapping`.
+pub async fn mapping_all(State(state): State<AppState>) -> EsResult<Json<Value>> {
+    mapping_inner(state, None).await
+}
+
+async fn mapping_inner(state: AppState, index: Option<String>) -> EsResult<Json<Value>> {
+    let indexes = resolve_indexes(&state, index.as_deref(), false).await?;
+    let mut out = Map::new();
+    for index in &indexes {
+        let mapper = state
+            .node
+            .search
+            .leaf()
+            .doc_mapper(index)
+            .map_err(|err| EsError::from(ApiError::internal(err.to_string())))?;
+        let mut properties = Map::new();
+        for (name, ty, _, _) in field_types(&mapper) {
+            properties.insert(name, json!({"type": ty}));
+        }
+        out.insert(
+            index.index_id().to_string(),
+            json!({"mappings": {"properties": properties}}),
+        );
+    }
+    Ok(Json(Value::Object(out)))
+}
+
+/// Bytes in Elasticsearch's `_cat` units (`272.4kb`).
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["b", "kb", "mb", "gb", "tb"];
+    if bytes < 1024 {
+        return format!("{bytes}b");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+/// Per index: (documents, bytes of split files, bytes of ingested JSON).
+async fn index_stats(state: &AppState, index: &IndexMetadata) -> EsResult<(u64, u64, u64)> {
+    let splits = state
+        .node
+        .metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]),
+        )
+        .await
+        .map_err(|err| EsError::from(ApiError::from(err)))?;
+    Ok(splits.iter().fold((0, 0, 0), |(docs, size, raw), split| {
+        let m = &split.split_metadata;
+        (
+            docs + m.num_docs,
+            size + m.size_bytes,
+            raw + m.uncompressed_docs_size_bytes,
+        )
+    }))
+}
+
+/// `GET /api/v1/_elastic/_cat/indices[/{index}]`: JSON with `format=json` (the default
+/// here), else Elasticsearch's text table; `h` selects columns.
+pub async fn cat_indices_all(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Response> {
+    cat_indices_inner(state, None, params).await
+}
+
+/// `GET /api/v1/_elastic/_cat/indices/{index}`.
+pub async fn cat_indices_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Response> {
+    cat_indices_inner(state, Some(index), params).await
+}
+
+async fn cat_indices_inner(
+    state: AppState,
+    index: Option<String>,
+    params: HashMap<String, String>,
+) -> EsResult<Response> {
+    let indexes = resolve_indexes(&state, index.as_deref(), false).await?;
+    let columns = [
+        "health",
+        "status",
+        "index",
+        "uuid",
+        "pri",
+        "rep",
+        "docs.count",
+        "docs.deleted",
+        "store.size",
+        "pri.store.size",
+        "dataset.size",
+    ];
+    let wanted: Vec<String> = match params.get("h") {
+        Some(h) => h
+            .split(',')
+            .map(|c| c.trim().to_string())
+            .filter(|c| columns.contains(&c.as_str()))
+            .collect(),
+        None => columns.iter().map(|c| c.to_string()).collect(),
+    };
+    if params.get("health").is_some_and(|h| h != "green") {
+        return Ok(Json(json!([])).into_response());
+    }
+    let mut rows = Vec::new();
+    for index in &indexes {
+        let (docs, size, raw) = index_stats(&state, index).await?;
+        let all = json!({
+            "health": "green",
+            "status": "open",
+            "index": index.index_id(),
+            "uuid": index.index_uid.to_string(),
+            "pri": "1",
+            "rep": "1",
+            "docs.count": docs.to_string(),
+            "docs.deleted": "0",
+            "store.size": human_bytes(size),
+            "pri.store.size": human_bytes(size),
+            "dataset.size": human_bytes(raw),
+        });
+        let row: Map<String, Value> = wanted
+            .iter()
+            .filter_map(|c| all.get(c).map(|v| (c.clone(), v.clone())))
+            .collect();
+        rows.push(Value::Object(row));
+    }
+    let json_format = params
+        .get("format")
+        .is_none_or(|f| f.eq_ignore_ascii_case("json"));
+    if json_format {
+        return Ok(Json(Value::Array(rows)).into_response());
+    }
+    let mut text = String::new();
+    if flag(&params, "v") {
+        text.push_str(&wanted.join(" "));
+        text.push('\n');
+    }
+    for row in rows {
+        let cells: Vec<String> = wanted
+            .iter()
+            .map(|c| row[c].as_str().unwrap_or_default().to_string())
+            .collect();
+        text.push_str(&cells.join(" "));
+        text.push('\n');
+    }
+    Ok(text.into_response())
+}
+
+/// `GET /api/v1/_elastic/_resolve/index/{pattern}`.
+pub async fn resolve_index(
+    State(state): State<AppState>,
+    Path(pattern): Path<String>,
+) -> EsResult<Json<Value>> {
+    let indexes = resolve_indexes(&state, Some(&pattern), false).await?;
+    let indices: Vec<Value> = indexes
+        .iter()
+        .map(|i| json!({"name": i.index_id(), "attributes": ["open"]}))
+        .collect();
+    Ok(Json(
+        json!({"indices": indices, "aliases": [], "data_streams": []}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("logs-*", "logs-2024"));
+        assert!(glob_match("*", "x"));
+        assert!(glob_match("*-2", "gharchive-2"));
+        assert!(glob_match("a*b*c", "aXbYc"));
+        assert!(!glob_match("a*b*c", "aXbY"));
+        assert!(!glob_match("logs", "logs-1"));
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(human_bytes(512), "512b");
+        assert_eq!(human_bytes(278_938), "272.4kb");
+    }
+
+    #[test]
+    fn source_paths() {
+        let doc = json!({"actor": {"id": 5, "login": "x"}, "id": 1, "app": {"name": "a"}});
+        assert_eq!(
+            include_paths(&doc, &["actor.id".to_string(), "id".to_string()]),
+            json!({"actor": {"id": 5}, "id": 1})
+        );
+        let mut doc = doc;
+        exclude_paths(&mut doc, &["actor".to_string(), "app.name".to_string()]);
+        assert_eq!(doc, json!({"id": 1, "app": {}}));
+    }
+}
