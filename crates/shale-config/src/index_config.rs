@@ -95,6 +95,64 @@ pub struct DocMapping {
     /// Keep the original JSON document in the `_source` stored field.
     #[serde(default)]
     pub store_source: bool,
+    /// Custom tokenizers, usable by name in text and json fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokenizers: Vec<TokenizerConfig>,
+}
+
+/// A custom tokenizer (Quickwit's `doc_mapping.tokenizers`): a base tokenizer and filters.
+/// Unknown keys are refused by [`TokenizerKind`], which receives every key but these.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenizerConfig {
+    /// The name fields refer to.
+    pub name: String,
+    /// The base tokenizer.
+    #[serde(flatten)]
+    pub kind: TokenizerKind,
+    /// Filters applied to its tokens, in order.
+    #[serde(default)]
+    pub filters: Vec<TokenFilter>,
+}
+
+/// Base tokenizers of custom tokenizers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenizerKind {
+    /// Splits on anything that is not alphanumeric.
+    Simple,
+    /// All n-grams of `min_gram` to `max_gram` characters (only prefixes with
+    /// `prefix_only`).
+    Ngram {
+        /// Shortest gram.
+        min_gram: usize,
+        /// Longest gram.
+        max_gram: usize,
+        /// Only grams starting at the beginning of the text.
+        #[serde(default)]
+        prefix_only: bool,
+    },
+    /// The matches of a regular expression.
+    Regex {
+        /// The regular expression.
+        pattern: String,
+    },
+    /// Detects each value's language: Chinese, Japanese and Korean text is split into
+    /// characters, other languages into words.
+    Multilang,
+    /// Words of source code: split on non-alphanumerics, case changes and digit runs.
+    SourceCode,
+}
+
+/// Token filters of custom tokenizers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenFilter {
+    /// Drops tokens of 255 bytes or more.
+    RemoveLong,
+    /// Lowercases.
+    LowerCaser,
+    /// Folds accented and other non-ASCII characters to ASCII.
+    AsciiFolding,
 }
 
 fn default_max_num_partitions() -> u32 {
@@ -150,7 +208,14 @@ pub enum FieldKind {
     #[serde(alias = "array<datetime>")]
     Datetime(DatetimeOptions),
     /// Arbitrary JSON object.
+    #[serde(alias = "array<json>")]
     Json(JsonOptions),
+    /// Binary data, base64 (or hex) in documents.
+    #[serde(alias = "array<bytes>")]
+    Bytes(BytesOptions),
+    /// IPv4 or IPv6 address.
+    #[serde(alias = "array<ip>")]
+    Ip(NumericOptions),
 }
 
 fn default_true() -> bool {
@@ -206,23 +271,126 @@ pub struct TextOptions {
     /// accepted and means `true`; the fast column always keeps the raw value.
     #[serde(default, deserialize_with = "deserialize_fast")]
     pub fast: bool,
-    /// `default` or `raw`.
+    /// A built-in tokenizer (`default`, `raw`, `raw_lowercase`, `lowercase`, `en_stem`,
+    /// `whitespace`, `chinese_compatible`, `source_code_default`) or a custom one.
     #[serde(default)]
     pub tokenizer: Tokenizer,
     /// `basic`, `freq` or `position`.
     #[serde(default)]
     pub record: IndexRecord,
+    /// Record field lengths (for BM25 scoring); off by default, as in Quickwit.
+    #[serde(default)]
+    pub fieldnorms: bool,
 }
 
-/// Tokenizers available to text fields.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The tokenizer of a text or json field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Tokenizer {
     /// Split on non-alphanumerics, lowercase, drop long tokens.
     #[default]
     Default,
     /// The whole value is one token.
     Raw,
+    /// The whole value, lowercased, is one token.
+    RawLowercase,
+    /// Words, lowercased, stemmed for English.
+    EnStem,
+    /// Split on whitespace.
+    Whitespace,
+    /// Words, with every Chinese, Japanese or Korean character a token of its own.
+    ChineseCompatible,
+    /// Words of source code (camelCase and snake_case split), lowercased.
+    SourceCodeDefault,
+    /// A custom tokenizer of `doc_mapping.tokenizers`.
+    Custom(String),
+}
+
+impl Tokenizer {
+    /// The name configs and Tantivy's tokenizer manager use.
+    pub fn name(&self) -> &str {
+        match self {
+            Tokenizer::Default => "default",
+            Tokenizer::Raw => "raw",
+            Tokenizer::RawLowercase => "raw_lowercase",
+            Tokenizer::EnStem => "en_stem",
+            Tokenizer::Whitespace => "whitespace",
+            Tokenizer::ChineseCompatible => "chinese_compatible",
+            Tokenizer::SourceCodeDefault => "source_code_default",
+            Tokenizer::Custom(name) => name,
+        }
+    }
+
+    /// The names of the built-in tokenizers.
+    pub const BUILT_IN: [&'static str; 8] = [
+        "default",
+        "raw",
+        "raw_lowercase",
+        "lowercase",
+        "en_stem",
+        "whitespace",
+        "chinese_compatible",
+        "source_code_default",
+    ];
+}
+
+impl TryFrom<String> for Tokenizer {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Ok(match name.as_str() {
+            "default" => Tokenizer::Default,
+            "raw" => Tokenizer::Raw,
+            "raw_lowercase" | "lowercase" => Tokenizer::RawLowercase,
+            "en_stem" => Tokenizer::EnStem,
+            "whitespace" => Tokenizer::Whitespace,
+            "chinese_compatible" => Tokenizer::ChineseCompatible,
+            "source_code_default" | "source_code" => Tokenizer::SourceCodeDefault,
+            "" => return Err("empty tokenizer name".to_string()),
+            _ => Tokenizer::Custom(name),
+        })
+    }
+}
+
+impl From<Tokenizer> for String {
+    fn from(tokenizer: Tokenizer) -> String {
+        tokenizer.name().to_string()
+    }
+}
+
+/// Encoding of binary values in documents and hits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BinaryFormat {
+    /// Base64 (standard alphabet, padded).
+    #[default]
+    Base64,
+    /// Hexadecimal.
+    Hex,
+}
+
+/// Options of a `bytes` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BytesOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Stored in the doc store.
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable (exact value).
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar.
+    #[serde(default)]
+    pub fast: bool,
+    /// How documents encode the value.
+    #[serde(default)]
+    pub input_format: BinaryFormat,
+    /// How hits encode the value.
+    #[serde(default)]
+    pub output_format: BinaryFormat,
 }
 
 /// What the inverted index records per term.
@@ -355,7 +523,9 @@ pub struct DatetimeOptions {
     /// Formats tried in order.
     #[serde(default = "default_input_formats")]
     pub input_formats: Vec<DateInputFormat>,
-    /// Accepted for compatibility; hits render datetimes as RFC 3339.
+    /// How hits render the value: `rfc3339` (default), `iso8601`, `unix_timestamp_secs`,
+    /// `unix_timestamp_millis`, `unix_timestamp_micros`, `unix_timestamp_nanos`, or a
+    /// strptime format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_format: Option<String>,
     /// Precision kept in the fast field.
@@ -398,6 +568,12 @@ pub struct JsonOptions {
     /// What the inverted index records.
     #[serde(default)]
     pub record: IndexRecord,
+    /// Record field lengths (for BM25 scoring); off by default, as in Quickwit.
+    #[serde(default)]
+    pub fieldnorms: bool,
+    /// Accepted for compatibility: dotted keys are always expanded into objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expand_dots: Option<bool>,
 }
 
 /// Indexing settings.

@@ -22,7 +22,7 @@ mod redact;
 mod units;
 mod validation;
 
-pub use validation::RetentionSchedule;
+pub use validation::{RetentionSchedule, DATE_OUTPUT_FORMATS};
 
 pub use compaction::{
     CompactionSettings, DEFAULT_DELETE_BYTES, DEFAULT_DELETE_RATIO, DEFAULT_MAX_SPLIT_BYTES,

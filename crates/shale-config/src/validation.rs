@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 
 use crate::{
     parse_duration, ConfigError, DocMapping, FieldKind, FieldMapping, IndexConfig, PartitionKey,
-    RetentionPolicy, Tokenizer,
+    RetentionPolicy, Tokenizer, TokenizerKind,
 };
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -220,6 +220,8 @@ impl FieldMapping {
             }
             FieldKind::Datetime(o) => o.indexed,
             FieldKind::Json(o) => o.indexed,
+            FieldKind::Bytes(o) => o.indexed,
+            FieldKind::Ip(o) => o.indexed,
         }
     }
 
@@ -232,6 +234,8 @@ impl FieldMapping {
             }
             FieldKind::Datetime(o) => o.stored,
             FieldKind::Json(o) => o.stored,
+            FieldKind::Bytes(o) => o.stored,
+            FieldKind::Ip(o) => o.stored,
         }
     }
 
@@ -244,6 +248,8 @@ impl FieldMapping {
             }
             FieldKind::Datetime(o) => o.fast,
             FieldKind::Json(o) => o.fast,
+            FieldKind::Bytes(o) => o.fast,
+            FieldKind::Ip(o) => o.fast,
         }
     }
 
@@ -257,6 +263,8 @@ impl FieldMapping {
             FieldKind::Bool(_) => "bool",
             FieldKind::Datetime(_) => "datetime",
             FieldKind::Json(_) => "json",
+            FieldKind::Bytes(_) => "bytes",
+            FieldKind::Ip(_) => "ip",
         }
     }
 }
@@ -337,6 +345,69 @@ impl DocMapping {
                 }
             }
         }
+        let mut tokenizer_names = HashSet::new();
+        for (i, tokenizer) in self.tokenizers.iter().enumerate() {
+            let field = format!("doc_mapping.tokenizers[{i}]");
+            if Tokenizer::BUILT_IN.contains(&tokenizer.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("`{}` is a built-in tokenizer", tokenizer.name),
+                ));
+            }
+            if tokenizer.name.is_empty() || !tokenizer_names.insert(tokenizer.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("tokenizer `{}` is empty or declared twice", tokenizer.name),
+                ));
+            }
+            if let TokenizerKind::Ngram {
+                min_gram, max_gram, ..
+            } = tokenizer.kind
+            {
+                if min_gram == 0 || min_gram > max_gram {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "ngram needs 1 <= min_gram <= max_gram, got {min_gram} and {max_gram}"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (i, field_mapping) in self.field_mappings.iter().enumerate() {
+            if let FieldKind::Datetime(o) = &field_mapping.kind {
+                if let Some(format) = &o.output_format {
+                    if !DATE_OUTPUT_FORMATS.contains(&format.as_str()) && !format.contains('%') {
+                        return Err(invalid(
+                            format!("doc_mapping.field_mappings[{i}].output_format"),
+                            format!(
+                                "unknown output format `{format}`: one of {} or a strptime \
+                                 format",
+                                DATE_OUTPUT_FORMATS.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+            let tokenizer = match &field_mapping.kind {
+                FieldKind::Text(o) => &o.tokenizer,
+                FieldKind::Json(o) => &o.tokenizer,
+                _ => continue,
+            };
+            if let Tokenizer::Custom(name) = tokenizer {
+                if !tokenizer_names.contains(name.as_str()) {
+                    return Err(invalid(
+                        format!("doc_mapping.field_mappings[{i}].tokenizer"),
+                        format!(
+                            "unknown tokenizer `{name}` for field `{}`: declare it in \
+                             doc_mapping.tokenizers or use a built-in one ({})",
+                            field_mapping.name,
+                            Tokenizer::BUILT_IN.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
         for (i, tag_field) in self.tag_fields.iter().enumerate() {
             let field = format!("doc_mapping.tag_fields[{i}]");
             let Some(field_mapping) = self.field_mapping(tag_field) else {
@@ -345,6 +416,18 @@ impl DocMapping {
                     format!("no field named `{tag_field}` in field_mappings"),
                 ));
             };
+            if let FieldKind::Text(options) = &field_mapping.kind {
+                if options.tokenizer != Tokenizer::Raw {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "tag field `{tag_field}` is tokenized (tokenizer `{}`): a text tag \
+                             field needs `tokenizer: raw`",
+                            options.tokenizer.name()
+                        ),
+                    ));
+                }
+            }
             if !matches!(
                 field_mapping.kind,
                 FieldKind::Text(_) | FieldKind::I64(_) | FieldKind::U64(_) | FieldKind::Bool(_)
@@ -389,6 +472,16 @@ impl DocMapping {
             }
     }
 }
+
+/// The named output formats of datetime fields.
+pub const DATE_OUTPUT_FORMATS: [&str; 6] = [
+    "rfc3339",
+    "iso8601",
+    "unix_timestamp_secs",
+    "unix_timestamp_millis",
+    "unix_timestamp_micros",
+    "unix_timestamp_nanos",
+];
 
 /// A parsed retention `schedule`: when the janitor evaluates the retention policy.
 #[derive(Clone, Debug)]

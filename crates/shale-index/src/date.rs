@@ -326,12 +326,137 @@ pub(crate) fn format_rfc3339(datetime: DateTime) -> String {
         .unwrap_or_else(|_| datetime.into_timestamp_nanos().to_string())
 }
 
+/// Renders a datetime in a field's `output_format`: `rfc3339`, `iso8601`,
+/// `unix_timestamp_{secs,millis,micros,nanos}` (numbers) or a strptime format.
+pub(crate) fn format_output(datetime: DateTime, format: &str) -> Value {
+    let nanos = datetime.into_timestamp_nanos();
+    match format {
+        "rfc3339" => Value::String(format_rfc3339(datetime)),
+        "iso8601" => Value::String(
+            datetime
+                .into_utc()
+                .format(&Iso8601::DEFAULT)
+                .unwrap_or_else(|_| nanos.to_string()),
+        ),
+        "unix_timestamp_secs" => Value::from(nanos.div_euclid(1_000_000_000)),
+        "unix_timestamp_millis" => Value::from(nanos.div_euclid(1_000_000)),
+        "unix_timestamp_micros" => Value::from(nanos.div_euclid(1_000)),
+        "unix_timestamp_nanos" => Value::from(nanos),
+        strptime => Value::String(format_strptime(datetime, strptime)),
+    }
+}
+
+/// Renders a datetime (UTC) with strptime directives.
+fn format_strptime(datetime: DateTime, format: &str) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let dt = datetime.into_utc();
+    let month = MONTHS[usize::from(u8::from(dt.month())) - 1];
+    let day = DAYS[usize::from(dt.weekday().number_days_from_monday())];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&format!("{:04}", dt.year())),
+            Some('y') => out.push_str(&format!("{:02}", dt.year().rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{:02}", u8::from(dt.month()))),
+            Some('d') => out.push_str(&format!("{:02}", dt.day())),
+            Some('e') => out.push_str(&format!("{:>2}", dt.day())),
+            Some('H') => out.push_str(&format!("{:02}", dt.hour())),
+            Some('M') => out.push_str(&format!("{:02}", dt.minute())),
+            Some('S') => out.push_str(&format!("{:02}", dt.second())),
+            Some('f') => out.push_str(&format!("{:09}", dt.nanosecond())),
+            Some('z') => out.push_str("+0000"),
+            Some('Z') => out.push_str("UTC"),
+            Some('b') | Some('h') => out.push_str(&month[..3]),
+            Some('B') => out.push_str(month),
+            Some('a') => out.push_str(&day[..3]),
+            Some('A') => out.push_str(day),
+            Some('j') => out.push_str(&format!("{:03}", dt.ordinal())),
+            Some('T') => out.push_str(&format!(
+                "{:02}:{:02}:{:02}",
+                dt.hour(),
+                dt.minute(),
+                dt.second()
+            )),
+            Some('R') => out.push_str(&format!("{:02}:{:02}", dt.hour(), dt.minute())),
+            Some('F') => out.push_str(&format!(
+                "{:04}-{:02}-{:02}",
+                dt.year(),
+                u8::from(dt.month()),
+                dt.day()
+            )),
+            Some('D') => out.push_str(&format!(
+                "{:02}/{:02}/{:02}",
+                u8::from(dt.month()),
+                dt.day(),
+                dt.year().rem_euclid(100)
+            )),
+            Some('s') => out.push_str(&dt.unix_timestamp().to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{format_rfc3339, parse_datetime};
+    use super::{format_output, format_rfc3339, parse_datetime};
     use serde_json::{json, Value};
     use shale_config::DateInputFormat::{self, Iso8601, Rfc3339, UnixTimestamp};
     use tantivy::DateTime;
+
+    #[test]
+    fn output_formats() {
+        let dt = DateTime::from_timestamp_millis(1_700_000_000_123);
+        assert_eq!(
+            format_output(dt, "rfc3339"),
+            json!("2023-11-14T22:13:20.123Z")
+        );
+        assert_eq!(
+            format_output(dt, "unix_timestamp_secs"),
+            json!(1_700_000_000)
+        );
+        assert_eq!(
+            format_output(dt, "unix_timestamp_millis"),
+            json!(1_700_000_000_123i64)
+        );
+        assert_eq!(
+            format_output(dt, "%Y-%m-%d %H:%M:%S"),
+            json!("2023-11-14 22:13:20")
+        );
+        assert_eq!(format_output(dt, "%a %d %b %Y"), json!("Tue 14 Nov 2023"));
+    }
 
     fn secs(value: Value, formats: &[DateInputFormat]) -> Result<i64, String> {
         parse_datetime(&value, formats).map(|dt| dt.into_timestamp_secs())

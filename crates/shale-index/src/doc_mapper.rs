@@ -6,14 +6,14 @@ use std::fmt;
 
 use serde_json::{Map, Number, Value};
 use shale_config::{
-    DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexConfig, IndexRecord,
-    LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings, Tokenizer,
+    BinaryFormat, DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexConfig, IndexRecord,
+    LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings,
 };
 use shale_types::sort_key::{self, SortFieldType, SortValue};
 use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
 use tantivy::schema::{
-    DateOptions, DateTimePrecision, Field, IndexRecordOption, JsonObjectOptions, NumericOptions,
-    Schema, TextFieldIndexing, TextOptions, Value as _, FAST, STORED,
+    DateOptions, DateTimePrecision, Field, IndexRecordOption, IpAddrOptions, JsonObjectOptions,
+    NumericOptions, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, STORED,
 };
 use tantivy::{DateTime, IndexSettings, IndexSortByField, Order, TantivyDocument};
 
@@ -86,8 +86,10 @@ enum MappedKind {
     U64,
     F64,
     Bool,
-    Datetime(Vec<DateInputFormat>),
+    Datetime(Vec<DateInputFormat>, Option<String>),
     Json,
+    Bytes(BinaryFormat, BinaryFormat),
+    Ip,
 }
 
 #[derive(Clone, Debug)]
@@ -115,6 +117,8 @@ pub struct DocMapper {
     sort_key: Option<SortKeySpec>,
     /// The hidden [`OPSTAMP_FIELD_NAME`] field.
     opstamp_field: Field,
+    /// Built-in and custom tokenizers, for documents and queries alike.
+    tokenizers: tantivy::tokenizer::TokenizerManager,
 }
 
 impl fmt::Debug for DocMapper {
@@ -131,13 +135,6 @@ fn record_option(record: IndexRecord) -> IndexRecordOption {
         IndexRecord::Basic => IndexRecordOption::Basic,
         IndexRecord::Freq => IndexRecordOption::WithFreqs,
         IndexRecord::Position => IndexRecordOption::WithFreqsAndPositions,
-    }
-}
-
-fn tokenizer_name(tokenizer: Tokenizer) -> &'static str {
-    match tokenizer {
-        Tokenizer::Default => "default",
-        Tokenizer::Raw => "raw",
     }
 }
 
@@ -170,6 +167,7 @@ fn json_options(
     fast: bool,
     tokenizer: &str,
     record: IndexRecordOption,
+    fieldnorms: bool,
 ) -> JsonObjectOptions {
     let mut options = JsonObjectOptions::default().set_expand_dots_enabled();
     if stored {
@@ -179,7 +177,8 @@ fn json_options(
         options = options.set_indexing_options(
             TextFieldIndexing::default()
                 .set_tokenizer(tokenizer)
-                .set_index_option(record),
+                .set_index_option(record)
+                .set_fieldnorms(fieldnorms),
         );
     }
     if fast {
@@ -303,8 +302,9 @@ impl DocMapper {
                     if o.indexed {
                         options = options.set_indexing_options(
                             TextFieldIndexing::default()
-                                .set_tokenizer(tokenizer_name(o.tokenizer))
-                                .set_index_option(record_option(o.record)),
+                                .set_tokenizer(o.tokenizer.name())
+                                .set_index_option(record_option(o.record))
+                                .set_fieldnorms(o.fieldnorms),
                         );
                     }
                     if o.fast {
@@ -347,7 +347,7 @@ impl DocMapper {
                     };
                     (
                         builder.add_date_field(name, options),
-                        MappedKind::Datetime(formats),
+                        MappedKind::Datetime(formats, o.output_format.clone()),
                     )
                 }
                 FieldKind::Json(o) => (
@@ -357,12 +357,42 @@ impl DocMapper {
                             o.stored,
                             o.indexed,
                             o.fast,
-                            tokenizer_name(o.tokenizer),
+                            o.tokenizer.name(),
                             record_option(o.record),
+                            o.fieldnorms,
                         ),
                     ),
                     MappedKind::Json,
                 ),
+                FieldKind::Bytes(o) => {
+                    let mut options = tantivy::schema::BytesOptions::default();
+                    if o.stored {
+                        options = options.set_stored();
+                    }
+                    if o.indexed {
+                        options = options.set_indexed();
+                    }
+                    if o.fast {
+                        options = options.set_fast();
+                    }
+                    (
+                        builder.add_bytes_field(name, options),
+                        MappedKind::Bytes(o.input_format, o.output_format),
+                    )
+                }
+                FieldKind::Ip(o) => {
+                    let mut options = IpAddrOptions::default();
+                    if o.stored {
+                        options = options.set_stored();
+                    }
+                    if o.indexed {
+                        options = options.set_indexed();
+                    }
+                    if o.fast {
+                        options = options.set_fast();
+                    }
+                    (builder.add_ip_addr_field(name, options), MappedKind::Ip)
+                }
             };
             fields.push(MappedField {
                 name: name.to_string(),
@@ -381,6 +411,7 @@ impl DocMapper {
                     true,
                     DYNAMIC_TOKENIZER,
                     IndexRecordOption::WithFreqsAndPositions,
+                    true,
                 ),
             )
         });
@@ -438,7 +469,9 @@ impl DocMapper {
         }
         let default_search_fields = search_settings.default_search_fields.clone();
 
+        let tokenizers = crate::tokenizers::tokenizer_manager(&doc_mapping.tokenizers)?;
         Ok(DocMapper {
+            tokenizers,
             partition_key: doc_mapping.partition_key()?,
             doc_mapping: doc_mapping.clone(),
             schema,
@@ -451,6 +484,12 @@ impl DocMapper {
             sort_key,
             opstamp_field,
         })
+    }
+
+    /// The tokenizers of the index (built-in and custom): splits are written and queries
+    /// parsed with them.
+    pub fn tokenizer_manager(&self) -> &tantivy::tokenizer::TokenizerManager {
+        &self.tokenizers
     }
 
     /// The hidden field of the documents' ingest opstamps.
@@ -757,7 +796,7 @@ impl DocMapper {
                     tags.push(format!("{}:{flag}", mapped.name));
                 }
             }
-            MappedKind::Datetime(formats) => {
+            MappedKind::Datetime(formats, _) => {
                 let datetime = parse_datetime(value, formats).map_err(|message| {
                     if mapped.is_timestamp {
                         DocParsingError::InvalidTimestamp {
@@ -781,6 +820,25 @@ impl DocMapper {
                     return Err(wrong_type("a JSON object"));
                 }
                 doc.add_field_value(field, value);
+            }
+            MappedKind::Bytes(format, _) => {
+                let Value::String(text) = value else {
+                    return Err(wrong_type("a base64 or hex string"));
+                };
+                let bytes = decode_binary(text, *format).map_err(|message| {
+                    DocParsingError::InvalidValue {
+                        field: mapped.name.clone(),
+                        message,
+                    }
+                })?;
+                doc.add_bytes(field, &bytes);
+            }
+            MappedKind::Ip => {
+                let Value::String(text) = value else {
+                    return Err(wrong_type("an IP address string"));
+                };
+                let addr = parse_ip(text).ok_or_else(|| wrong_type("an IPv4 or IPv6 address"))?;
+                doc.add_ip_addr(field, addr);
             }
         }
         Ok(())
@@ -815,7 +873,18 @@ impl DocMapper {
                 continue;
             }
             let name = entry.name();
-            insert_multi(&mut object, name.to_string(), reference_to_json(value));
+            let rendered = match self.by_name.get(name).map(|&i| &self.fields[i].kind) {
+                Some(MappedKind::Datetime(_, Some(format))) => match value.as_datetime() {
+                    Some(datetime) => crate::date::format_output(datetime, format),
+                    None => reference_to_json(value),
+                },
+                Some(MappedKind::Bytes(_, format)) => match value.as_bytes() {
+                    Some(bytes) => Value::String(encode_binary(bytes, *format)),
+                    None => reference_to_json(value),
+                },
+                _ => reference_to_json(value),
+            };
+            insert_multi(&mut object, name.to_string(), rendered);
         }
         Value::Object(object)
     }
@@ -842,6 +911,46 @@ pub(crate) enum TagKind {
     I64,
     U64,
     Bool,
+}
+
+/// An IPv4 (as IPv4-mapped IPv6) or IPv6 address.
+pub(crate) fn parse_ip(text: &str) -> Option<std::net::Ipv6Addr> {
+    match text.trim().parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) => Some(v4.to_ipv6_mapped()),
+        std::net::IpAddr::V6(v6) => Some(v6),
+    }
+}
+
+/// Decodes a binary value written as base64 or hex.
+fn decode_binary(text: &str, format: BinaryFormat) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    match format {
+        BinaryFormat::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|err| format!("expected base64: {err}")),
+        BinaryFormat::Hex => {
+            if !text.len().is_multiple_of(2) {
+                return Err("expected hex: odd number of digits".to_string());
+            }
+            (0..text.len())
+                .step_by(2)
+                .map(|i| {
+                    text.get(i..i + 2)
+                        .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                        .ok_or_else(|| format!("expected hex: `{}`", truncate_for_message(text)))
+                })
+                .collect()
+        }
+    }
+}
+
+/// Encodes a binary value as base64 or hex.
+fn encode_binary(bytes: &[u8], format: BinaryFormat) -> String {
+    use base64::Engine;
+    match format {
+        BinaryFormat::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+        BinaryFormat::Hex => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+    }
 }
 
 /// Inserts `value` under `key`, turning repeated keys into arrays.
@@ -890,7 +999,7 @@ fn leaf_to_json(leaf: ReferenceValueLeaf<'_>) -> Value {
         }),
         ReferenceValueLeaf::PreTokStr(text) => Value::String(text.text),
         ReferenceValueLeaf::Bytes(bytes) | ReferenceValueLeaf::Custom(bytes) => {
-            Value::Array(bytes.iter().map(|b| Value::from(*b)).collect())
+            Value::String(encode_binary(bytes, BinaryFormat::Base64))
         }
     }
 }

@@ -42,6 +42,7 @@ mod locality_merge;
 mod merge;
 mod query;
 mod split;
+mod tokenizers;
 
 pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
 pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};

@@ -7,7 +7,6 @@ use std::ops::Bound;
 use tantivy::query::{AllQuery, Query, QueryParser, QueryParserError, RangeQuery};
 use tantivy::query_grammar::{Occur, UserInputAst, UserInputLeaf};
 use tantivy::schema::Field;
-use tantivy::tokenizer::TokenizerManager;
 use tantivy::{DateTime, Term};
 
 use crate::doc_mapper::{DocMapper, TagKind, DYNAMIC_FIELD_NAME};
@@ -92,7 +91,7 @@ impl DocMapper {
         let mut parser = QueryParser::new(
             self.schema().clone(),
             default_fields,
-            TokenizerManager::default(),
+            self.tokenizer_manager().clone(),
         );
         parser.set_conjunction_by_default();
         parser.allow_regexes();
@@ -126,8 +125,47 @@ impl DocMapper {
         if self.dynamic_field().is_some() {
             self.route_to_dynamic(&mut ast);
         }
+        self.cidr_to_ranges(&mut ast);
         anchor_negations(&mut ast);
         Ok(ast)
+    }
+
+    /// `ip:10.0.0.0/8` (or `ip:"2001:db8::/32"`) on an ip field becomes the range of the
+    /// block's addresses.
+    fn cidr_to_ranges(&self, ast: &mut UserInputAst) {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.cidr_to_ranges(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.cidr_to_ranges(sub),
+            UserInputAst::Leaf(leaf) => {
+                let UserInputLeaf::Literal(literal) = leaf.as_ref() else {
+                    return;
+                };
+                let Some(field) = literal.field_name.as_deref() else {
+                    return;
+                };
+                let is_ip = self.schema().get_field(field).is_ok_and(|f| {
+                    matches!(
+                        self.schema().get_field_entry(f).field_type(),
+                        tantivy::schema::FieldType::IpAddr(_)
+                    )
+                });
+                if !is_ip {
+                    return;
+                }
+                let Some((low, high)) = cidr_bounds(&literal.phrase) else {
+                    return;
+                };
+                **leaf = UserInputLeaf::Range {
+                    field: Some(field.to_string()),
+                    lower: tantivy::query_grammar::UserInputBound::Inclusive(low),
+                    upper: tantivy::query_grammar::UserInputBound::Inclusive(high),
+                };
+            }
+        }
     }
 
     fn route_to_dynamic(&self, ast: &mut UserInputAst) {
@@ -254,6 +292,42 @@ impl DocMapper {
     /// Resolves a field name of the schema.
     pub fn field(&self, name: &str) -> Option<Field> {
         self.schema().get_field(name).ok()
+    }
+}
+
+/// The first and last address of a CIDR block (`10.0.0.0/8`, `2001:db8::/32`), rendered as
+/// addresses; `None` if `text` is not a CIDR block.
+fn cidr_bounds(text: &str) -> Option<(String, String)> {
+    let (addr, bits) = text.trim().split_once('/')?;
+    let bits: u32 = bits.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) if bits <= 32 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            let low = u32::from(v4) & mask;
+            let high = low | !mask;
+            Some((
+                std::net::Ipv4Addr::from(low).to_string(),
+                std::net::Ipv4Addr::from(high).to_string(),
+            ))
+        }
+        std::net::IpAddr::V6(v6) if bits <= 128 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            let low = u128::from(v6) & mask;
+            let high = low | !mask;
+            Some((
+                std::net::Ipv6Addr::from(low).to_string(),
+                std::net::Ipv6Addr::from(high).to_string(),
+            ))
+        }
+        _ => None,
     }
 }
 

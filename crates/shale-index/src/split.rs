@@ -200,10 +200,11 @@ impl SplitBuilder {
         num_threads: usize,
     ) -> Result<Self, IndexError> {
         std::fs::create_dir_all(scratch_dir).map_err(|err| IndexError::io(scratch_dir, err))?;
-        let index = Index::builder()
+        let mut index = Index::builder()
             .schema(doc_mapper.schema().clone())
             .settings(doc_mapper.index_settings())
             .create_in_dir(scratch_dir)?;
+        index.set_tokenizers(doc_mapper.tokenizer_manager().clone());
         let writer = writer_for(&index, heap_bytes, num_threads)?;
         Ok(SplitBuilder {
             doc_mapper,

@@ -304,13 +304,21 @@ impl Leaf {
                 None => SortBy::score(),
             },
         };
-        for criterion in &sort_by.fields {
+        let mut sort_by = sort_by;
+        for criterion in &mut sort_by.fields {
             let SortField::Field { field, .. } = criterion else {
                 continue;
             };
-            let entry = doc_mapper
-                .field(field)
-                .map(|f| doc_mapper.schema().get_field_entry(f))
+            // A declared field, a path in a json field, or an undeclared field of a dynamic
+            // index (in `_dynamic`).
+            let schema = doc_mapper.schema();
+            let mut name = field.clone();
+            if schema.find_field(&name).is_none() && doc_mapper.dynamic_field().is_some() {
+                name = format!("{}.{field}", shale_index::DYNAMIC_FIELD_NAME);
+            }
+            let entry = schema
+                .find_field(&name)
+                .map(|(f, _)| schema.get_field_entry(f))
                 .ok_or_else(|| {
                     LeafError::InvalidRequest(format!(
                         "cannot sort by `{field}`: no such field in the doc mapping"
@@ -321,6 +329,7 @@ impl Leaf {
                     "cannot sort by `{field}`: it is not a fast field (set `fast: true`)"
                 )));
             }
+            *field = name;
         }
         let user_query = doc_mapper
             .parse_query(&request.query, request.search_field.as_deref())
@@ -608,7 +617,8 @@ impl Leaf {
 
 /// A searcher over one empty document of `doc_mapper`'s schema, in memory.
 fn empty_searcher(doc_mapper: &DocMapper) -> tantivy::Result<Searcher> {
-    let index = tantivy::Index::create_in_ram(doc_mapper.schema().clone());
+    let mut index = tantivy::Index::create_in_ram(doc_mapper.schema().clone());
+    index.set_tokenizers(doc_mapper.tokenizer_manager().clone());
     let mut writer: tantivy::IndexWriter<TantivyDocument> =
         index.writer_with_num_threads(1, 15_000_000)?;
     writer.add_document(TantivyDocument::default())?;

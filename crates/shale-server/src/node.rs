@@ -456,6 +456,10 @@ impl Node {
 
     /// Creates an index and has its first shards allocated.
     pub async fn create_index(&self, config: IndexConfig) -> Result<IndexMetadata, NodeError> {
+        // Build its doc mapper once (tokenizers, locality keys): what cannot be built is
+        // refused before anything is recorded.
+        shale_index::DocMapper::for_index(&config)
+            .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
         // Resolve its storage before recording anything.
         self.storages
             .for_index(&config.index_id, config.index_uri.as_deref())?;

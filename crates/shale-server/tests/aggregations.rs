@@ -167,6 +167,7 @@ fn cases() -> Vec<(&'static str, Value)> {
                 "count": {"value_count": {"field": "status"}},
                 "hosts": {"cardinality": {"field": "host"}},
                 "pct": {"percentiles": {"field": "latency"}},
+                "ext": {"extended_stats": {"field": "status"}},
             }),
         ),
         (

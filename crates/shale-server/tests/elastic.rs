@@ -190,10 +190,7 @@ async fn the_official_python_client_bulk_helpers_work() {
     let node = TestNode::start().await;
     node.create_index(&LOGS_INDEX.replace("index_id: logs", "index_id: es-logs"))
         .await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/es_client.py"
-    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/es_client.py");
     let base = node.url("/api/v1/_elastic");
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
