@@ -119,6 +119,9 @@ pub struct DocMapper {
     opstamp_field: Field,
     /// Built-in and custom tokenizers, for documents and queries alike.
     tokenizers: tantivy::tokenizer::TokenizerManager,
+    /// A mapper over the schema of an older doc mapping ([`DocMapper::with_schema`]): query
+    /// terms on fields that schema lacks match nothing instead of being an error.
+    pub(crate) older_schema: bool,
 }
 
 impl fmt::Debug for DocMapper {
@@ -471,6 +474,7 @@ impl DocMapper {
 
         let tokenizers = crate::tokenizers::tokenizer_manager(&doc_mapping.tokenizers)?;
         Ok(DocMapper {
+            older_schema: false,
             tokenizers,
             partition_key: doc_mapping.partition_key()?,
             doc_mapping: doc_mapping.clone(),
@@ -484,6 +488,50 @@ impl DocMapper {
             sort_key,
             opstamp_field,
         })
+    }
+
+    /// This mapper over `schema`, the schema of a split written under an older doc mapping
+    /// of the index: fields are resolved by name in it (fields it lacks are left out), so
+    /// queries, time filters, delete filters and documents of that split use its own field
+    /// ids.
+    pub fn with_schema(&self, schema: Schema) -> DocMapper {
+        let by_name_in = |name: &str| schema.get_field(name).ok();
+        let mut fields = Vec::with_capacity(self.fields.len());
+        for mapped in &self.fields {
+            if let Some(field) = by_name_in(&mapped.name) {
+                fields.push(MappedField {
+                    field,
+                    ..mapped.clone()
+                });
+            }
+        }
+        let by_name: HashMap<String, usize> = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.clone(), i))
+            .collect();
+        let timestamp = fields.iter().position(|f| f.is_timestamp);
+        let default_search_fields = self
+            .default_search_fields
+            .iter()
+            .filter(|name| by_name_in(name).is_some())
+            .cloned()
+            .collect();
+        DocMapper {
+            doc_mapping: self.doc_mapping.clone(),
+            fields,
+            by_name,
+            timestamp,
+            dynamic_field: by_name_in(DYNAMIC_FIELD_NAME),
+            source_field: by_name_in(SOURCE_FIELD_NAME),
+            default_search_fields,
+            partition_key: self.partition_key.clone(),
+            sort_key: None,
+            opstamp_field: by_name_in(OPSTAMP_FIELD_NAME).unwrap_or(self.opstamp_field),
+            tokenizers: self.tokenizers.clone(),
+            older_schema: true,
+            schema,
+        }
     }
 
     /// The tokenizers of the index (built-in and custom): splits are written and queries

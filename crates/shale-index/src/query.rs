@@ -126,6 +126,9 @@ impl DocMapper {
             self.route_to_dynamic(&mut ast);
         }
         self.cidr_to_ranges(&mut ast);
+        if self.older_schema {
+            self.missing_fields_match_nothing(&mut ast);
+        }
         anchor_negations(&mut ast);
         Ok(ast)
     }
@@ -164,6 +167,41 @@ impl DocMapper {
                     lower: tantivy::query_grammar::UserInputBound::Inclusive(low),
                     upper: tantivy::query_grammar::UserInputBound::Inclusive(high),
                 };
+            }
+        }
+    }
+
+    /// Replaces the terms on fields the schema lacks by a clause matching nothing (a split of
+    /// an older doc mapping has no document with such a field).
+    fn missing_fields_match_nothing(&self, ast: &mut UserInputAst) {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.missing_fields_match_nothing(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.missing_fields_match_nothing(sub),
+            UserInputAst::Leaf(leaf) => {
+                let field = match leaf.as_ref() {
+                    UserInputLeaf::Literal(literal) => literal.field_name.as_deref(),
+                    UserInputLeaf::Range { field, .. }
+                    | UserInputLeaf::Set { field, .. }
+                    | UserInputLeaf::Regex { field, .. } => field.as_deref(),
+                    UserInputLeaf::Exists { field } => Some(field.as_str()),
+                    UserInputLeaf::All => None,
+                };
+                if field.is_some_and(|f| self.schema().find_field(f).is_none()) {
+                    *ast = UserInputAst::Clause(vec![
+                        (
+                            Some(Occur::Must),
+                            UserInputAst::Leaf(Box::new(UserInputLeaf::All)),
+                        ),
+                        (
+                            Some(Occur::MustNot),
+                            UserInputAst::Leaf(Box::new(UserInputLeaf::All)),
+                        ),
+                    ]);
+                }
             }
         }
     }

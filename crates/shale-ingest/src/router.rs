@@ -177,6 +177,8 @@ pub async fn validate(
 struct ServedShard {
     key: ShardKey,
     doc_mapper: Arc<DocMapper>,
+    /// The index config its pipeline was built from (a new one restarts it).
+    config: shale_config::IndexConfig,
     /// Whether documents are still appended to it (closed shards only drain).
     open: std::sync::atomic::AtomicBool,
     pipeline: PipelineHandle,
@@ -346,6 +348,11 @@ impl IngestRouter {
             };
             let served = self.shards.read().await.get(queue).cloned();
             match served {
+                Some(served) if served.config != index.index_config => {
+                    // The index was updated: index what is not published yet with the new
+                    // config.
+                    self.restart_shard(queue, key, *open).await?;
+                }
                 Some(served) => served
                     .open
                     .store(*open, std::sync::atomic::Ordering::Release),
@@ -418,11 +425,54 @@ impl IngestRouter {
             Arc::new(ServedShard {
                 key: key.clone(),
                 doc_mapper,
+                config: index.index_config.clone(),
                 open: std::sync::atomic::AtomicBool::new(open),
                 pipeline,
             }),
         );
         Ok(())
+    }
+
+    /// Stops the pipeline of a shard, waits until it is gone, and serves the shard again from
+    /// its checkpoint with the index's current config (re-read: the stopped pipeline may have
+    /// published since the caller read it). Appends in between wait for the write lock.
+    async fn restart_shard(
+        &self,
+        queue: &str,
+        key: &ShardKey,
+        open: bool,
+    ) -> Result<(), IngestError> {
+        let mut shards = self.shards.write().await;
+        let Some(served) = shards.remove(queue) else {
+            return Ok(());
+        };
+        drop(shards);
+        info!(shard = %queue, "index config changed: restarting the shard's pipeline");
+        served.pipeline.stop();
+        // Appends in flight hold the shard for a moment; then wait for the task to end, so
+        // that nothing of the old pipeline publishes after the checkpoint is re-read.
+        let mut served = served;
+        for _ in 0..500 {
+            match Arc::try_unwrap(served) {
+                Ok(owned) => {
+                    owned.pipeline.stop_and_wait().await;
+                    break;
+                }
+                Err(shared) => {
+                    served = shared;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        }
+        let index = self
+            .env
+            .metastore
+            .index_metadata(&key.index_uid.index_id)
+            .await?;
+        if index.index_uid != key.index_uid {
+            return Ok(());
+        }
+        self.serve_shard(&index, key, open).await
     }
 
     /// Stops the pipeline of a shard and deletes its WAL queue.

@@ -64,6 +64,7 @@ macro_rules! metastore_conformance_tests {
             list_indexes_orders_by_index_id,
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
             update_index_config_rejects_index_id_change,
+            update_split_maturities_changes_published_splits_only,
             delete_index_returns_its_splits_and_forgets_everything,
             stage_splits_requires_the_index,
             stage_splits_updates_a_staged_split,
@@ -375,6 +376,48 @@ pub async fn update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed(
     assert_eq!(read, updated);
     assert_eq!(read.index_config.doc_mapping.tag_fields, ["body"]);
     assert_eq!(read.index_config.indexing_settings.commit_timeout_secs, 5);
+}
+
+/// Maturities are rewritten for Published splits only; the maturity filter of
+/// `list_splits` sees the new ones.
+pub async fn update_split_maturities_changes_published_splits_only(metastore: Arc<dyn Metastore>) {
+    let created = create(&metastore, "logs").await;
+    let uid = created.index_uid.clone();
+    let mut published = split_metadata(&uid, "published");
+    published.maturity = SplitMaturity::Mature;
+    let mut staged = split_metadata(&uid, "staged");
+    staged.maturity = SplitMaturity::Mature;
+    metastore
+        .stage_splits(&uid, vec![published.clone(), staged.clone()])
+        .await
+        .expect("stage");
+    publish(&metastore, &uid, &["published"]).await;
+    let now = shale_types::now_unix_secs();
+    let immature_query = || {
+        let mut query = ListSplitsQuery::for_index(uid.clone());
+        query.immature_at = Some(now);
+        query
+    };
+    assert!(metastore
+        .list_splits(immature_query())
+        .await
+        .unwrap()
+        .is_empty());
+    for split in [&mut published, &mut staged] {
+        split.maturity = SplitMaturity::Immature {
+            maturation_period_secs: 3600,
+        };
+        split.create_timestamp = now;
+    }
+    let updated = metastore
+        .update_split_maturities(&uid, &[published.clone(), staged.clone()])
+        .await
+        .expect("update maturities");
+    assert_eq!(updated, 1);
+    let immature = metastore.list_splits(immature_query()).await.unwrap();
+    assert_eq!(immature.len(), 1);
+    assert_eq!(immature[0].split_metadata.split_id, "published");
+    assert_eq!(immature[0].split_metadata.maturity, published.maturity);
 }
 
 /// The index id cannot change; unknown indexes are `NotFound`.

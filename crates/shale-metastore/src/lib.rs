@@ -235,6 +235,15 @@ pub trait Metastore: Send + Sync + 'static {
         index_config: IndexConfig,
     ) -> MetastoreResult<IndexMetadata>;
 
+    /// Sets the maturity of Published splits of the index to that of the given metadata (the
+    /// index's merge policy changed: maturity follows the current policy). Splits that are no
+    /// longer Published are left alone. Returns how many were updated.
+    async fn update_split_maturities(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[SplitMetadata],
+    ) -> MetastoreResult<usize>;
+
     /// Deletes the index row, its checkpoints, all its split rows, merge tasks and delete tasks;
     /// returns the splits it had, so the caller can delete their objects.
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>>;

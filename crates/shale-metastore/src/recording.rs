@@ -62,6 +62,13 @@ impl Metastore for RecordingMetastore {
             .update_index_config(index_uid, index_config)
             .await
     }
+    async fn update_split_maturities(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[SplitMetadata],
+    ) -> MetastoreResult<usize> {
+        self.inner.update_split_maturities(index_uid, splits).await
+    }
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>> {
         self.inner.delete_index(index_uid).await
     }

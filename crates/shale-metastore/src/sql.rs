@@ -721,6 +721,38 @@ where
         write.finish(result).await
     }
 
+    async fn update_split_maturities(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[SplitMetadata],
+    ) -> MetastoreResult<usize> {
+        let now = shale_types::now_unix_secs();
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let mut updated = 0;
+            for split in splits {
+                let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
+                let result = sqlx::query::<DB>(
+                    "UPDATE splits SET maturity_timestamp = $3, split_metadata_json = $4, \
+                         update_timestamp = $5 \
+                     WHERE index_uid = $1 AND split_id = $2 AND split_state = 'Published'",
+                )
+                .bind(index_uid.to_string())
+                .bind(split.split_id.clone())
+                .bind(split.maturity_timestamp())
+                .bind(metadata_json)
+                .bind(now)
+                .execute(&mut *write.tx)
+                .await?;
+                updated += DB::rows_affected(&result) as usize;
+            }
+            Ok(updated)
+        }
+        .await;
+        write.finish(result).await
+    }
+
     async fn delete_index(&self, index_uid: &IndexUid) -> MetastoreResult<Vec<Split>> {
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {

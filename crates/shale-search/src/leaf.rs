@@ -396,12 +396,22 @@ impl Leaf {
                 .map(str::to_string);
             let storage = storage.clone();
             let aggs = prepared.aggs.clone();
+            // A split written under an older doc mapping has its own field ids: its query
+            // is built against its schema once it is open.
+            let older = (split.doc_mapping_uid
+                != request.index.index_config.doc_mapping.doc_mapping_uid)
+                .then(|| OlderMapping {
+                    current: prepared.doc_mapper.clone(),
+                    request: request.request.clone(),
+                    tasks: tasks.clone(),
+                });
             futures.push(async move {
                 let result = self
                     .search_split(
                         storage.as_ref(),
                         split,
                         query,
+                        older,
                         sort_by,
                         timestamp_field,
                         k,
@@ -491,13 +501,30 @@ impl Leaf {
             opened.insert(doc.split_id.clone(), open);
         }
         let docs = request.docs.clone();
+        let current_uid = index.index_config.doc_mapping.doc_mapping_uid.clone();
+        // Documents of splits of an older doc mapping are rendered with their own schema.
+        let older: HashMap<String, Arc<DocMapper>> = opened
+            .iter()
+            .filter(|(id, _)| {
+                metas
+                    .get(id.as_str())
+                    .is_some_and(|m| m.doc_mapping_uid != current_uid)
+            })
+            .map(|(id, open)| {
+                (
+                    id.clone(),
+                    Arc::new(doc_mapper.with_schema(open.searcher.schema().clone())),
+                )
+            })
+            .collect();
         let docs = tokio::task::spawn_blocking(move || {
             docs.iter()
                 .map(|doc| {
                     let searcher = &opened[&doc.split_id].searcher;
+                    let mapper = older.get(&doc.split_id).unwrap_or(&doc_mapper);
                     searcher
                         .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
-                        .map(|d| doc_mapper.doc_to_json(&d))
+                        .map(|d| mapper.doc_to_json(&d))
                         .map_err(|err| err.to_string())
                 })
                 .collect::<Result<Vec<_>, String>>()
@@ -567,6 +594,7 @@ impl Leaf {
         storage: &dyn Storage,
         split: &SplitMetadata,
         query: Arc<dyn Query>,
+        older: Option<OlderMapping>,
         sort_by: SortBy,
         timestamp_field: Option<String>,
         k: usize,
@@ -580,6 +608,10 @@ impl Leaf {
             .await
             .map_err(|err| (err.to_string(), false))?;
         let open = self.open_split(storage, split).await?;
+        let query = match older {
+            Some(older) => older.query_for(&open.searcher),
+            None => query,
+        };
         tokio::task::spawn_blocking(move || {
             let aggs = aggs.map(|aggs| {
                 DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
@@ -612,6 +644,44 @@ impl Leaf {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(split_id);
+    }
+}
+
+/// What rebuilding a request's query for a split of an older doc mapping takes.
+struct OlderMapping {
+    current: Arc<DocMapper>,
+    request: SearchRequest,
+    tasks: Vec<DeleteTask>,
+}
+
+impl OlderMapping {
+    /// The request's query (time filter and deletes included) against the split's own
+    /// schema. A query the older mapping cannot express (a field it lacks) matches nothing
+    /// there: the request was checked against the current mapping.
+    fn query_for(&self, searcher: &Searcher) -> Arc<dyn Query> {
+        let mapper = self.current.with_schema(searcher.schema().clone());
+        let build = || -> Result<Box<dyn Query>, shale_index::IndexError> {
+            let user =
+                mapper.parse_query(&self.request.query, self.request.search_field.as_deref())?;
+            let query: Box<dyn Query> = match mapper
+                .time_range_query(self.request.start_timestamp, self.request.end_timestamp)
+            {
+                Some(range) => Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, user),
+                    (Occur::Must, range),
+                ])),
+                None => user,
+            };
+            if self.tasks.is_empty() {
+                Ok(query)
+            } else {
+                mapper.without_deleted(query, &self.tasks)
+            }
+        };
+        match build() {
+            Ok(query) => Arc::from(query),
+            Err(_) => Arc::new(tantivy::query::EmptyQuery),
+        }
     }
 }
 

@@ -211,7 +211,7 @@ fn routes(node: Arc<Node>) -> Router {
         .route("/api/v1/indexes", post(create_index).get(list_indexes))
         .route(
             "/api/v1/indexes/{index_id}",
-            get(describe_index).delete(delete_index),
+            get(describe_index).put(update_index).delete(delete_index),
         )
         .route("/api/v1/indexes/{index_id}/splits", get(list_splits))
         .route(
@@ -464,6 +464,16 @@ async fn cluster_state(State(state): State<AppState>) -> ApiResult<Json<Value>> 
 async fn create_index(State(state): State<AppState>, body: Bytes) -> ApiResult<Json<Value>> {
     let config = IndexConfig::parse(&body)?;
     let index = state.node.create_index(config).await?;
+    Ok(Json(json!(index)))
+}
+
+async fn update_index(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let config = IndexConfig::parse(&body)?;
+    let index = state.node.update_index(&index_id, config).await?;
     Ok(Json(json!(index)))
 }
 

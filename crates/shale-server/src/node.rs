@@ -482,6 +482,89 @@ impl Node {
         Ok(index)
     }
 
+    /// Updates the config of `index_id` (Quickwit's `PUT /api/v1/indexes/{id}`): search
+    /// settings, retention, indexing settings including the merge policy, compaction
+    /// settings and the doc mapping (a new `doc_mapping_uid`; splits of older mappings stay
+    /// searchable and are never merged with newer ones). The index id and `index_uri` cannot
+    /// change. When the merge policy or the split size target changes, the maturity of the
+    /// published splits is recomputed under the new policy, so splits published under
+    /// `no_merge` start merging once a merging policy is set. The shards' pipelines restart
+    /// with the new config, indexing what is not published yet with it.
+    pub async fn update_index(
+        &self,
+        index_id: &str,
+        mut config: IndexConfig,
+    ) -> Result<IndexMetadata, NodeError> {
+        let current = self.metastore.index_metadata(index_id).await?;
+        if config.index_id != index_id {
+            return Err(NodeError::InvalidRequest(format!(
+                "the index id cannot change (from `{index_id}` to `{}`)",
+                config.index_id
+            )));
+        }
+        match (&config.index_uri, &current.index_config.index_uri) {
+            (None, _) => config.index_uri = current.index_config.index_uri.clone(),
+            (Some(new), old) if Some(new) != old.as_ref() => {
+                return Err(NodeError::InvalidRequest(format!(
+                    "index_uri cannot change (it is `{}`)",
+                    old.as_deref().unwrap_or("the default storage")
+                )))
+            }
+            _ => {}
+        }
+        shale_index::DocMapper::for_index(&config)
+            .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
+        let old_settings = current.index_config.indexing_settings.clone();
+        let updated = self
+            .membership
+            .node_metastore()
+            .update_index_config(&current.index_uid, config)
+            .await?;
+        let new_settings = &updated.index_config.indexing_settings;
+        if new_settings.merge_policy != old_settings.merge_policy
+            || new_settings.split_num_docs_target != old_settings.split_num_docs_target
+        {
+            let policy = shale_compaction::policy::index_merge_policy(new_settings);
+            let published = self
+                .metastore
+                .list_splits(
+                    shale_metastore::ListSplitsQuery::for_index(updated.index_uid.clone())
+                        .with_states(&[shale_types::SplitState::Published]),
+                )
+                .await?;
+            let changed: Vec<shale_types::SplitMetadata> = published
+                .into_iter()
+                .filter_map(|split| {
+                    let mut metadata = split.split_metadata;
+                    let maturity = policy.split_maturity(metadata.num_docs, metadata.num_merge_ops);
+                    (maturity != metadata.maturity).then(|| {
+                        metadata.maturity = maturity;
+                        metadata
+                    })
+                })
+                .collect();
+            let num_changed = self
+                .membership
+                .node_metastore()
+                .update_split_maturities(&updated.index_uid, &changed)
+                .await?;
+            info!(
+                index_id,
+                num_changed, "split maturities follow the new merge policy"
+            );
+            self.compaction.planner_notify().notify_one();
+        }
+        info!(
+            index_id,
+            doc_mapping_uid = %updated.index_config.doc_mapping.doc_mapping_uid,
+            "index config updated"
+        );
+        if let Err(err) = self.sync_shards().await {
+            warn!(%err, "shard synchronization after the index update failed");
+        }
+        Ok(updated)
+    }
+
     /// Creates a delete task on `index_id` and returns it once it applies: every node hosting
     /// an open shard of the index stamps the documents it acknowledges from then on with the
     /// task's opstamp or a later one (the task does not reach them), and every search leaves

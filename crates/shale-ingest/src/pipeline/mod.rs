@@ -135,6 +135,12 @@ impl PipelineHandle {
     pub fn stop(&self) {
         self.task.abort();
     }
+
+    /// Stops the pipeline and waits until its task is gone (nothing of it publishes after).
+    pub async fn stop_and_wait(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Drop for PipelineHandle {
