@@ -115,6 +115,7 @@ impl DocMapper {
 
     /// Parses the query grammar and routes undeclared fields to `_dynamic` in dynamic mode.
     fn parse_ast(&self, query: &str) -> Result<UserInputAst, IndexError> {
+        check_operators(query)?;
         let (mut ast, errors) = tantivy::query_grammar::parse_query_lenient(query);
         if let Some(error) = errors.first() {
             return Err(IndexError::InvalidQuery(format!(
@@ -331,6 +332,68 @@ impl DocMapper {
     pub fn field(&self, name: &str) -> Option<Field> {
         self.schema().get_field(name).ok()
     }
+}
+
+/// Rejects a boolean operator without an operand on each side (`a AND`, `AND AND`,
+/// `(OR b)`, `NOT`), as Quickwit does; the grammar would read it as a search term.
+fn check_operators(query: &str) -> Result<(), IndexError> {
+    // Split into words and parentheses, skipping quoted phrases and escaped characters.
+    let mut tokens: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut chars = query.chars();
+    let mut in_quotes = false;
+    let flush = |word: &mut String, tokens: &mut Vec<String>| {
+        if !word.is_empty() {
+            tokens.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                word.push(c);
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+            }
+            '"' => {
+                in_quotes = !in_quotes;
+                word.push(c);
+            }
+            _ if in_quotes => word.push(c),
+            '(' | ')' => {
+                flush(&mut word, &mut tokens);
+                tokens.push(c.to_string());
+            }
+            c if c.is_whitespace() => flush(&mut word, &mut tokens),
+            _ => word.push(c),
+        }
+    }
+    flush(&mut word, &mut tokens);
+    let is_binary = |t: &str| t == "AND" || t == "OR";
+    let dangling = |op: &str| {
+        IndexError::InvalidQuery(format!(
+            "`{query}`: syntax error: `{op}` needs an operand on {}",
+            if op == "NOT" {
+                "its right"
+            } else {
+                "each side"
+            }
+        ))
+    };
+    for (i, token) in tokens.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|j| tokens[j].as_str());
+        let next = tokens.get(i + 1).map(String::as_str);
+        let missing_right = |next: Option<&str>| next.is_none_or(|n| n == ")" || is_binary(n));
+        if is_binary(token) {
+            let missing_left = prev.is_none_or(|p| p == "(" || is_binary(p) || p == "NOT");
+            if missing_left || missing_right(next) {
+                return Err(dangling(token));
+            }
+        } else if token == "NOT" && missing_right(next) {
+            return Err(dangling(token));
+        }
+    }
+    Ok(())
 }
 
 /// The first and last address of a CIDR block (`10.0.0.0/8`, `2001:db8::/32`), rendered as
