@@ -216,6 +216,20 @@ pub enum FieldKind {
     /// IPv4 or IPv6 address.
     #[serde(alias = "array<ip>")]
     Ip(NumericOptions),
+    /// An object whose keys are fields of their own (`parent.child` in queries).
+    #[serde(alias = "array<object>")]
+    Object(ObjectOptions),
+}
+
+/// Options of an `object` field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The object's fields.
+    pub field_mappings: Vec<FieldMapping>,
 }
 
 fn default_true() -> bool {

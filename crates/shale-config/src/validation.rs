@@ -222,6 +222,7 @@ impl FieldMapping {
             FieldKind::Json(o) => o.indexed,
             FieldKind::Bytes(o) => o.indexed,
             FieldKind::Ip(o) => o.indexed,
+            FieldKind::Object(_) => false,
         }
     }
 
@@ -236,6 +237,7 @@ impl FieldMapping {
             FieldKind::Json(o) => o.stored,
             FieldKind::Bytes(o) => o.stored,
             FieldKind::Ip(o) => o.stored,
+            FieldKind::Object(_) => false,
         }
     }
 
@@ -250,6 +252,7 @@ impl FieldMapping {
             FieldKind::Json(o) => o.fast,
             FieldKind::Bytes(o) => o.fast,
             FieldKind::Ip(o) => o.fast,
+            FieldKind::Object(_) => false,
         }
     }
 
@@ -265,14 +268,66 @@ impl FieldMapping {
             FieldKind::Json(_) => "json",
             FieldKind::Bytes(_) => "bytes",
             FieldKind::Ip(_) => "ip",
+            FieldKind::Object(_) => "object",
         }
     }
 }
 
 impl DocMapping {
-    /// The declared field named `name`, if any.
+    /// The declared field named `name`, if any: a top-level field, or `parent.child` inside
+    /// `object` fields.
     pub fn field_mapping(&self, name: &str) -> Option<&FieldMapping> {
-        self.field_mappings.iter().find(|f| f.name == name)
+        fn find<'a>(mappings: &'a [FieldMapping], path: &str) -> Option<&'a FieldMapping> {
+            if let Some(found) = mappings.iter().find(|f| f.name == path) {
+                return Some(found);
+            }
+            path.match_indices('.').find_map(|(dot, _)| {
+                let (head, rest) = (&path[..dot], &path[dot + 1..]);
+                match mappings.iter().find(|f| f.name == head).map(|f| &f.kind) {
+                    Some(FieldKind::Object(object)) => find(&object.field_mappings, rest),
+                    _ => None,
+                }
+            })
+        }
+        find(&self.field_mappings, name)
+    }
+
+    /// Every declared field but objects, with `parent.child` names for the fields of
+    /// `object` fields, in declaration order.
+    pub fn leaf_field_mappings(&self) -> Vec<FieldMapping> {
+        fn walk(mappings: &[FieldMapping], prefix: &str, out: &mut Vec<FieldMapping>) {
+            for mapping in mappings {
+                let name = format!("{prefix}{}", mapping.name);
+                match &mapping.kind {
+                    FieldKind::Object(object) => {
+                        walk(&object.field_mappings, &format!("{name}."), out)
+                    }
+                    kind => out.push(FieldMapping {
+                        name,
+                        kind: kind.clone(),
+                    }),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.field_mappings, "", &mut out);
+        out
+    }
+
+    /// The `parent.child` paths of the `object` fields.
+    pub fn object_paths(&self) -> Vec<String> {
+        fn walk(mappings: &[FieldMapping], prefix: &str, out: &mut Vec<String>) {
+            for mapping in mappings {
+                if let FieldKind::Object(object) = &mapping.kind {
+                    let name = format!("{prefix}{}", mapping.name);
+                    out.push(name.clone());
+                    walk(&object.field_mappings, &format!("{name}."), out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.field_mappings, "", &mut out);
+        out
     }
 
     /// The parsed `partition_key`, or `None` when the index has none.
@@ -299,17 +354,34 @@ impl DocMapping {
 
     /// Checks field names, the timestamp field, tag fields and the partition key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut names = HashSet::new();
-        for (i, field_mapping) in self.field_mappings.iter().enumerate() {
-            let field = format!("doc_mapping.field_mappings[{i}].name");
-            validate_field_name(&field_mapping.name).map_err(|message| invalid(&field, message))?;
-            if !names.insert(field_mapping.name.as_str()) {
-                return Err(invalid(
-                    field,
-                    format!("field `{}` is declared twice", field_mapping.name),
-                ));
+        fn check_names(mappings: &[FieldMapping], path: &str) -> Result<(), ConfigError> {
+            let mut names = HashSet::new();
+            for (i, field_mapping) in mappings.iter().enumerate() {
+                let field = format!("{path}[{i}].name");
+                validate_field_name(&field_mapping.name)
+                    .map_err(|message| invalid(&field, message))?;
+                if !names.insert(field_mapping.name.as_str()) {
+                    return Err(invalid(
+                        field,
+                        format!("field `{}` is declared twice", field_mapping.name),
+                    ));
+                }
+                if let FieldKind::Object(object) = &field_mapping.kind {
+                    if object.field_mappings.is_empty() {
+                        return Err(invalid(
+                            format!("{path}[{i}].field_mappings"),
+                            format!("object field `{}` has no fields", field_mapping.name),
+                        ));
+                    }
+                    check_names(
+                        &object.field_mappings,
+                        &format!("{path}[{i}].field_mappings"),
+                    )?;
+                }
             }
+            Ok(())
         }
+        check_names(&self.field_mappings, "doc_mapping.field_mappings")?;
         if let Some(timestamp_field) = &self.timestamp_field {
             let field = "doc_mapping.timestamp_field";
             match self.field_mapping(timestamp_field) {
@@ -374,7 +446,7 @@ impl DocMapping {
                 }
             }
         }
-        for (i, field_mapping) in self.field_mappings.iter().enumerate() {
+        for (i, field_mapping) in self.leaf_field_mappings().iter().enumerate() {
             if let FieldKind::Datetime(o) = &field_mapping.kind {
                 if let Some(format) = &o.output_format {
                     if !DATE_OUTPUT_FORMATS.contains(&format.as_str()) && !format.contains('%') {

@@ -122,6 +122,9 @@ pub struct DocMapper {
     /// A mapper over the schema of an older doc mapping ([`DocMapper::with_schema`]): query
     /// terms on fields that schema lacks match nothing instead of being an error.
     pub(crate) older_schema: bool,
+    /// The `parent.child` paths of `object` fields: documents' nested objects under them
+    /// are walked into their leaf fields, and hits are nested back.
+    object_paths: std::collections::HashSet<String>,
 }
 
 impl fmt::Debug for DocMapper {
@@ -293,8 +296,9 @@ impl DocMapper {
     ) -> Result<DocMapper, IndexError> {
         doc_mapping.validate()?;
         let mut builder = Schema::builder();
-        let mut fields = Vec::with_capacity(doc_mapping.field_mappings.len());
-        for mapping in &doc_mapping.field_mappings {
+        let leaf_mappings = doc_mapping.leaf_field_mappings();
+        let mut fields = Vec::with_capacity(leaf_mappings.len());
+        for mapping in &leaf_mappings {
             let name = mapping.name.as_str();
             let (field, kind) = match &mapping.kind {
                 FieldKind::Text(o) => {
@@ -396,6 +400,8 @@ impl DocMapper {
                     }
                     (builder.add_ip_addr_field(name, options), MappedKind::Ip)
                 }
+                // Objects are flattened into their leaves by `leaf_field_mappings`.
+                FieldKind::Object(_) => continue,
             };
             fields.push(MappedField {
                 name: name.to_string(),
@@ -474,6 +480,7 @@ impl DocMapper {
 
         let tokenizers = crate::tokenizers::tokenizer_manager(&doc_mapping.tokenizers)?;
         Ok(DocMapper {
+            object_paths: doc_mapping.object_paths().into_iter().collect(),
             older_schema: false,
             tokenizers,
             partition_key: doc_mapping.partition_key()?,
@@ -530,6 +537,7 @@ impl DocMapper {
             opstamp_field: by_name_in(OPSTAMP_FIELD_NAME).unwrap_or(self.opstamp_field),
             tokenizers: self.tokenizers.clone(),
             older_schema: true,
+            object_paths: self.object_paths.clone(),
             schema,
         }
     }
@@ -717,22 +725,14 @@ impl DocMapper {
         let mut timestamp: Option<DateTime> = None;
         let mut dynamic: Option<Map<String, Value>> = None;
         for (key, value) in object {
-            if value.is_null() {
-                continue;
-            }
-            match self.by_name.get(key.as_str()) {
-                Some(&i) => {
-                    let mapped = &self.fields[i];
-                    self.add_value(&mut doc, mapped, &value, &mut tags, &mut timestamp)?;
-                }
-                None => match self.doc_mapping.mode {
-                    Mode::Lenient => {}
-                    Mode::Strict => return Err(DocParsingError::UnknownField { field: key }),
-                    Mode::Dynamic => {
-                        dynamic.get_or_insert_with(Map::new).insert(key, value);
-                    }
-                },
-            }
+            self.add_entry(
+                &mut doc,
+                key,
+                value,
+                &mut tags,
+                &mut timestamp,
+                &mut dynamic,
+            )?;
         }
         if let (Some(dynamic_field), Some(dynamic)) = (self.dynamic_field, dynamic) {
             doc.add_field_value(dynamic_field, &Value::Object(dynamic));
@@ -766,6 +766,66 @@ impl DocMapper {
             time_bucket_start,
             opstamp: 0,
         })
+    }
+
+    /// Adds the document entry `path: value`: a declared field, the content of an `object`
+    /// field (walked into its fields), or an undeclared field (handled by the mode).
+    fn add_entry(
+        &self,
+        doc: &mut TantivyDocument,
+        path: String,
+        value: Value,
+        tags: &mut Vec<String>,
+        timestamp: &mut Option<DateTime>,
+        dynamic: &mut Option<Map<String, Value>>,
+    ) -> Result<(), DocParsingError> {
+        if value.is_null() {
+            return Ok(());
+        }
+        if let Some(&i) = self.by_name.get(path.as_str()) {
+            let mapped = &self.fields[i];
+            return self.add_value(doc, mapped, &value, tags, timestamp);
+        }
+        if self.object_paths.contains(&path) {
+            let objects = match value {
+                Value::Object(object) => vec![object],
+                Value::Array(items) => items
+                    .into_iter()
+                    .filter_map(|item| match item {
+                        Value::Object(object) => Some(object),
+                        _ => None,
+                    })
+                    .collect(),
+                other => {
+                    return Err(DocParsingError::InvalidValue {
+                        field: path,
+                        message: format!("expected an object, got {}", describe_value(&other)),
+                    })
+                }
+            };
+            for object in objects {
+                for (key, value) in object {
+                    self.add_entry(
+                        doc,
+                        format!("{path}.{key}"),
+                        value,
+                        tags,
+                        timestamp,
+                        dynamic,
+                    )?;
+                }
+            }
+            return Ok(());
+        }
+        match self.doc_mapping.mode {
+            Mode::Lenient => {}
+            Mode::Strict => return Err(DocParsingError::UnknownField { field: path }),
+            Mode::Dynamic => {
+                // Dots expand into objects in the dynamic field.
+                dynamic.get_or_insert_with(Map::new).insert(path, value);
+            }
+        }
+        Ok(())
     }
 
     /// Adds one (possibly array) value of a declared field.
@@ -932,9 +992,23 @@ impl DocMapper {
                 },
                 _ => reference_to_json(value),
             };
-            insert_multi(&mut object, name.to_string(), rendered);
+            match self.object_prefix(name) {
+                Some(dot) => insert_nested(&mut object, name, dot, rendered),
+                None => insert_multi(&mut object, name.to_string(), rendered),
+            }
         }
         Value::Object(object)
+    }
+
+    /// For a field of an `object` field (`parent.child`), the position of the dot after its
+    /// outermost object.
+    fn object_prefix(&self, name: &str) -> Option<usize> {
+        if self.object_paths.is_empty() {
+            return None;
+        }
+        name.match_indices('.')
+            .map(|(dot, _)| dot)
+            .find(|&dot| self.object_paths.contains(&name[..dot]))
     }
 
     pub(crate) fn mapped_field_is_exact_tag(&self, name: &str) -> Option<TagKind> {
@@ -998,6 +1072,23 @@ fn encode_binary(bytes: &[u8], format: BinaryFormat) -> String {
     match format {
         BinaryFormat::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
         BinaryFormat::Hex => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// Inserts the value of the object field `name` (`parent.child.leaf`) nested under its
+/// objects; `dot` ends the outermost object's name.
+fn insert_nested(object: &mut Map<String, Value>, name: &str, dot: usize, value: Value) {
+    let (head, tail) = (&name[..dot], &name[dot + 1..]);
+    let entry = object
+        .entry(head.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    match entry {
+        Value::Object(inner) => match tail.find('.') {
+            Some(next) => insert_nested(inner, tail, next, value),
+            None => insert_multi(inner, tail.to_string(), value),
+        },
+        // A value already there (should not happen): keep this one flat.
+        _ => insert_multi(object, name.to_string(), value),
     }
 }
 

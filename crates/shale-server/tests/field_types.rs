@@ -299,3 +299,86 @@ search_settings:
         assert!(message.contains(needle), "{yaml}: `{message}` lacks {needle}");
     }
 }
+
+#[tokio::test]
+async fn object_fields() {
+    let node = TestNode::start().await;
+    node.create_index(
+        r#"
+version: 0.8
+index_id: objects
+doc_mapping:
+  mode: strict
+  field_mappings:
+    - {name: ts, type: datetime, fast: true}
+    - name: resource
+      type: object
+      field_mappings:
+        - {name: service, type: text, tokenizer: raw, fast: true}
+        - {name: latency, type: u64, fast: true}
+        - name: host
+          type: object
+          field_mappings:
+            - {name: name, type: text, tokenizer: raw}
+    - name: spans
+      type: array<object>
+      field_mappings:
+        - {name: op, type: text, tokenizer: raw}
+  timestamp_field: ts
+  tag_fields: [resource.service]
+"#,
+    )
+    .await;
+    let docs = [
+        json!({"ts": 1_700_000_000, "resource": {"service": "api", "latency": 12, "host": {"name": "h1"}},
+               "spans": [{"op": "read"}, {"op": "write"}]}),
+        json!({"ts": 1_700_000_001, "resource.service": "web", "resource": {"latency": 40}}),
+        json!({"ts": 1_700_000_002, "resource": {"service": "api", "latency": 3}}),
+    ];
+    let ndjson: String = docs.iter().map(|d| format!("{d}\n")).collect();
+    let ingested = node.ingest("objects", &ndjson, "force").await;
+    assert_eq!(ingested["num_ingested_docs"], 3, "{ingested}");
+    assert_eq!(node.count("objects", "resource.service:api").await, 2);
+    assert_eq!(node.count("objects", "resource.service:web").await, 1);
+    assert_eq!(node.count("objects", "resource.host.name:h1").await, 1);
+    assert_eq!(node.count("objects", "spans.op:write").await, 1);
+    assert_eq!(node.count("objects", "resource.latency:>10").await, 2);
+    // Hits come back nested, as they were sent.
+    let hits = node
+        .search(
+            "objects",
+            json!({"query": "*", "sort_by": "-resource.latency"}),
+        )
+        .await["hits"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        hits[0],
+        json!({"ts": "2023-11-14T22:13:22Z", "resource": {"service": "api", "latency": 3}})
+    );
+    assert_eq!(hits[1]["resource"]["host"]["name"], "h1");
+    assert_eq!(hits[1]["spans"]["op"], json!(["read", "write"]));
+    // A tag inside an object prunes splits.
+    let resp = node
+        .search("objects", json!({"query": "resource.service:nope"}))
+        .await;
+    assert_eq!(resp["num_splits_pruned"], 1, "{resp}");
+    // Strict mode: an undeclared key inside an object is refused, naming its path.
+    let (_, body) = node
+        .post(
+            "/api/v1/objects/ingest",
+            "{\"ts\": 1700000003, \"resource\": {\"nope\": 1}}\n",
+        )
+        .await;
+    assert_eq!(body["num_rejected_docs"], 1, "{body}");
+    assert!(body.to_string().contains("resource.nope"), "{body}");
+    // An empty object is a config error.
+    let (status, body) = node
+        .post(
+            "/api/v1/indexes",
+            "index_id: bad-object\ndoc_mapping:\n  field_mappings:\n    - {name: o, type: object, field_mappings: []}\n",
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+}
