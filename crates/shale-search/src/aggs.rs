@@ -7,7 +7,8 @@
 //! The request is normalized first so that what Elasticsearch clients (Grafana among them)
 //! send is accepted: `aggregations` for `aggs`, `meta` dropped, date histograms' legacy
 //! `interval` and fixed-length `calendar_interval`s (minute, hour, day, week), `format`
-//! ignored, `time_zone` as UTC or a fixed offset, bounds given as strings or dates. Fields
+//! ignored, `time_zone` as UTC, a fixed offset or a time zone name (its offset at the start
+//! of the histogram's bounds), bounds given as strings or dates. Fields
 //! are resolved as queries resolve them (undeclared fields of a dynamic index live in
 //! `_dynamic`) and must be fast; anything else is an error naming what is wrong.
 
@@ -239,12 +240,18 @@ fn normalize_date_histogram(body: &mut Map<String, Value>, agg: &str) -> Result<
         let zone = text(&zone).ok_or_else(|| {
             format!("invalid aggregation request: `time_zone` of `{agg}` must be a string")
         })?;
-        let zone_offset_ms = parse_time_zone_ms(&zone).ok_or_else(|| {
-            format!(
-                "invalid aggregation request: time_zone `{zone}` of `{agg}` is not supported: \
-                 use `UTC` or a fixed offset such as `+02:00`"
-            )
-        })?;
+        let reference_ms = ["extended_bounds", "hard_bounds"]
+            .iter()
+            .find_map(|key| body.get(*key)?.get("min").and_then(bound_ms));
+        let zone_offset_ms = parse_time_zone_ms(&zone)
+            .or_else(|| named_zone_offset_ms(&zone, reference_ms))
+            .ok_or_else(|| {
+                format!(
+                    "invalid aggregation request: time_zone `{zone}` of `{agg}` is neither \
+                     UTC, a fixed offset such as `+02:00`, nor a time zone name such as \
+                     `Europe/Paris`"
+                )
+            })?;
         // Buckets start at local boundaries: shift the grid by minus the zone's offset.
         offset_ms -= zone_offset_ms;
     }
@@ -357,6 +364,39 @@ fn parse_time_zone_ms(zone: &str) -> Option<i64> {
     Some(sign * (hours * 3_600_000 + minutes * 60_000))
 }
 
+/// A histogram bound in epoch milliseconds (number, numeric string or RFC 3339 date).
+fn bound_ms(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_f64().map(|f| f as i64),
+        Value::String(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(|f| f as i64)
+            .or_else(|| {
+                time::OffsetDateTime::parse(
+                    text.trim(),
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()
+                .map(|dt| (dt.unix_timestamp_nanos() / 1_000_000) as i64)
+            }),
+        _ => None,
+    }
+}
+
+/// The UTC offset of the IANA time zone `name` (`Europe/Paris`) at `at_ms` (the start of
+/// the histogram's bounds, else now), in milliseconds. Buckets use this one offset: across a
+/// daylight-saving change inside the range, they keep the offset of its start.
+fn named_zone_offset_ms(name: &str, at_ms: Option<i64>) -> Option<i64> {
+    let zone = jiff::tz::TimeZone::get(name).ok()?;
+    let at = match at_ms {
+        Some(ms) => jiff::Timestamp::from_millisecond(ms).ok()?,
+        None => jiff::Timestamp::now(),
+    };
+    Some(i64::from(zone.to_offset(at).seconds()) * 1000)
+}
+
 /// Intermediate results as sent between nodes.
 pub fn encode(results: &IntermediateAggregationResults) -> Result<String, String> {
     let bytes = postcard::to_stdvec(results).map_err(|err| err.to_string())?;
@@ -395,6 +435,16 @@ mod tests {
         assert_eq!(parse_time_zone_ms("+02:00"), Some(7_200_000));
         assert_eq!(parse_time_zone_ms("-0530"), Some(-19_800_000));
         assert_eq!(parse_time_zone_ms("Europe/Paris"), None);
+        // 2024-01-15 (winter, +01:00) and 2024-07-15 (summer, +02:00).
+        assert_eq!(
+            named_zone_offset_ms("Europe/Paris", Some(1_705_276_800_000)),
+            Some(3_600_000)
+        );
+        assert_eq!(
+            named_zone_offset_ms("Europe/Paris", Some(1_721_001_600_000)),
+            Some(7_200_000)
+        );
+        assert_eq!(named_zone_offset_ms("Mars/Olympus", None), None);
         assert!(is_fixed_interval("30s"));
         assert!(!is_fixed_interval("1M"));
         assert!(!is_fixed_interval("day"));
