@@ -144,6 +144,24 @@ fn record_option(record: IndexRecord) -> IndexRecordOption {
     }
 }
 
+/// Applies a field config's `stored`, `indexed` and `fast` flags to Tantivy options (each
+/// options type has the three setters, with no common trait).
+macro_rules! with_flags {
+    ($options:expr, $config:expr) => {{
+        let mut options = $options;
+        if $config.stored {
+            options = options.set_stored();
+        }
+        if $config.indexed {
+            options = options.set_indexed();
+        }
+        if $config.fast {
+            options = options.set_fast();
+        }
+        options
+    }};
+}
+
 fn numeric_options(stored: bool, indexed: bool, fast: bool) -> NumericOptions {
     let mut options = NumericOptions::default();
     if stored {
@@ -336,17 +354,10 @@ impl DocMapper {
                     MappedKind::Bool,
                 ),
                 FieldKind::Datetime(o) => {
-                    let mut options =
-                        DateOptions::default().set_precision(date_precision(o.fast_precision));
-                    if o.stored {
-                        options = options.set_stored();
-                    }
-                    if o.indexed {
-                        options = options.set_indexed();
-                    }
-                    if o.fast {
-                        options = options.set_fast();
-                    }
+                    let options = with_flags!(
+                        DateOptions::default().set_precision(date_precision(o.fast_precision)),
+                        o
+                    );
                     let formats = if o.input_formats.is_empty() {
                         vec![DateInputFormat::Rfc3339, DateInputFormat::UnixTimestamp]
                     } else {
@@ -372,32 +383,14 @@ impl DocMapper {
                     MappedKind::Json,
                 ),
                 FieldKind::Bytes(o) => {
-                    let mut options = tantivy::schema::BytesOptions::default();
-                    if o.stored {
-                        options = options.set_stored();
-                    }
-                    if o.indexed {
-                        options = options.set_indexed();
-                    }
-                    if o.fast {
-                        options = options.set_fast();
-                    }
+                    let options = with_flags!(tantivy::schema::BytesOptions::default(), o);
                     (
                         builder.add_bytes_field(name, options),
                         MappedKind::Bytes(o.input_format, o.output_format),
                     )
                 }
                 FieldKind::Ip(o) => {
-                    let mut options = IpAddrOptions::default();
-                    if o.stored {
-                        options = options.set_stored();
-                    }
-                    if o.indexed {
-                        options = options.set_indexed();
-                    }
-                    if o.fast {
-                        options = options.set_fast();
-                    }
+                    let options = with_flags!(IpAddrOptions::default(), o);
                     (builder.add_ip_addr_field(name, options), MappedKind::Ip)
                 }
                 // Objects are flattened into their leaves by `leaf_field_mappings`.
