@@ -181,9 +181,13 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The middleware every route runs under: a panic while handling a request becomes a JSON
 /// 500 that says so (the connection and the node survive it).
 pub fn with_middleware(router: Router) -> Router {
-    router.layer(tower_http::catch_panic::CatchPanicLayer::custom(
-        panic_response,
-    ))
+    router
+        // `Content-Encoding: gzip` request bodies (ingest, `_bulk`, searches) are inflated
+        // before the handlers read them; other encodings are a 415.
+        .layer(tower_http::decompression::RequestDecompressionLayer::new())
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
 }
 
 fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -759,9 +763,18 @@ pub async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Api
             return Err(too_large());
         }
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
+        let err = err.into_inner();
+        if err
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            too_large()
+        } else {
+            // E.g. a `Content-Encoding: gzip` body that is not gzip.
+            ApiError::bad_request(format!("could not read the request body: {err}"))
+        }
+    })
 }
 
 /// Parses `commit=` (or `refresh=` for the Elasticsearch API).

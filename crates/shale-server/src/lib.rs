@@ -20,7 +20,13 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, http::router(node))
-        .with_graceful_shutdown(shutdown)
-        .await
+    // Routes answer with or without a trailing slash, as Quickwit's do: the path is
+    // normalized before routing.
+    let app = tower_http::normalize_path::NormalizePath::trim_trailing_slash(http::router(node));
+    axum::serve(
+        listener,
+        axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
