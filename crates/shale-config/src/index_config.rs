@@ -98,6 +98,24 @@ pub struct DocMapping {
     /// Custom tokenizers, usable by name in text and json fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokenizers: Vec<TokenizerConfig>,
+    /// Options of undeclared fields in `dynamic` mode (only allowed in that mode; see
+    /// [`DocMapping::dynamic_options`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_mapping: Option<DynamicMapping>,
+    /// Record which fields each document has, so that `field:*` and `exists` work on fields
+    /// that are not fast.
+    #[serde(default)]
+    pub index_field_presence: bool,
+    /// Keep each document's size in bytes in the `_doc_length` fast field (for aggregations).
+    #[serde(default)]
+    pub store_document_size: bool,
+}
+
+impl DocMapping {
+    /// The options of undeclared fields: `dynamic_mapping`, or its defaults.
+    pub fn dynamic_options(&self) -> DynamicMapping {
+        self.dynamic_mapping.clone().unwrap_or_default()
+    }
 }
 
 /// A custom tokenizer (Quickwit's `doc_mapping.tokenizers`): a base tokenizer and filters.
@@ -219,11 +237,38 @@ pub enum FieldKind {
     /// An object whose keys are fields of their own (`parent.child` in queries).
     #[serde(alias = "array<object>")]
     Object(ObjectOptions),
+    /// A search-only text field indexing the values of other fields (and optionally of the
+    /// undeclared ones) as text, with its own tokenizer.
+    Concatenate(ConcatenateOptions),
 }
 
-/// Options of an `object` field.
+/// Options of a `concatenate` field.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct ConcatenateOptions {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The declared fields whose values are indexed (text, numbers, booleans, json leaves).
+    #[serde(default)]
+    pub concatenate_fields: Vec<String>,
+    /// Also index the values of undeclared fields (dynamic mode).
+    #[serde(default)]
+    pub include_dynamic_fields: bool,
+    /// Tokenizer of the indexed values.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// What the inverted index records.
+    #[serde(default)]
+    pub record: IndexRecord,
+    /// Record field lengths (for BM25 scoring).
+    #[serde(default)]
+    pub fieldnorms: bool,
+}
+
+/// Options of an `object` field. Other keys (Quickwit configs may set `fast`, `stored` or
+/// `indexed` on an object) are accepted and ignored: the options of its fields apply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ObjectOptions {
     /// Free text shown in the config only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,36 +281,90 @@ fn default_true() -> bool {
     true
 }
 
-/// Accepts `fast: true|false` and Quickwit's `fast: {normalizer: raw|lowercase}` (= `true`).
-fn deserialize_fast<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    // The normalizer is validated but not used: fast text columns keep the raw value.
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
-    struct FastObject {
-        #[serde(default)]
-        normalizer: Option<FastNormalizer>,
+/// Whether a text or json field has a fast (columnar) column, and how its strings are
+/// normalized there. Written `fast: true|false` or, as in Quickwit,
+/// `fast: {normalizer: raw|lowercase}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastOption {
+    /// The field has a fast column.
+    pub enabled: bool,
+    /// How strings are normalized in the column.
+    pub normalizer: FastNormalizer,
+}
+
+/// Normalizers of fast text columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FastNormalizer {
+    /// The value as written.
+    #[default]
+    Raw,
+    /// The value lowercased.
+    Lowercase,
+}
+
+impl FastOption {
+    /// Fast, keeping values as written.
+    pub const RAW: FastOption = FastOption {
+        enabled: true,
+        normalizer: FastNormalizer::Raw,
+    };
+
+    /// The name of the fast-field tokenizer implementing the normalizer, when enabled.
+    pub fn tokenizer_name(&self) -> Option<&'static str> {
+        self.enabled.then_some(match self.normalizer {
+            FastNormalizer::Raw => "raw",
+            FastNormalizer::Lowercase => "lowercase",
+        })
     }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "lowercase")]
-    #[allow(dead_code)]
-    enum FastNormalizer {
-        Raw,
-        Lowercase,
+}
+
+impl From<bool> for FastOption {
+    fn from(enabled: bool) -> Self {
+        FastOption {
+            enabled,
+            normalizer: FastNormalizer::Raw,
+        }
     }
-    #[derive(Deserialize)]
-    #[serde(
-        untagged,
-        expecting = "a boolean or an object like `{normalizer: raw}`"
-    )]
-    enum Fast {
-        Bool(bool),
-        Object(#[allow(dead_code)] FastObject),
+}
+
+impl Serialize for FastOption {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if !self.enabled || self.normalizer == FastNormalizer::Raw {
+            return serializer.serialize_bool(self.enabled);
+        }
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("normalizer", &self.normalizer)?;
+        map.end()
     }
-    Ok(match Fast::deserialize(deserializer)? {
-        Fast::Bool(fast) => fast,
-        Fast::Object(_) => true,
-    })
+}
+
+impl<'de> Deserialize<'de> for FastOption {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FastObject {
+            #[serde(default)]
+            normalizer: FastNormalizer,
+        }
+        #[derive(Deserialize)]
+        #[serde(
+            untagged,
+            expecting = "a boolean or an object like `{normalizer: raw|lowercase}`"
+        )]
+        enum Fast {
+            Bool(bool),
+            Object(FastObject),
+        }
+        Ok(match Fast::deserialize(deserializer)? {
+            Fast::Bool(enabled) => enabled.into(),
+            Fast::Object(object) => FastOption {
+                enabled: true,
+                normalizer: object.normalizer,
+            },
+        })
+    }
 }
 
 /// Options of a `text` field.
@@ -281,10 +380,9 @@ pub struct TextOptions {
     /// Searchable.
     #[serde(default = "default_true")]
     pub indexed: bool,
-    /// Columnar (for sort and aggregations). Quickwit's `fast: {normalizer: raw|lowercase}` is
-    /// accepted and means `true`; the fast column always keeps the raw value.
-    #[serde(default, deserialize_with = "deserialize_fast")]
-    pub fast: bool,
+    /// Columnar (for sort and aggregations), with an optional normalizer.
+    #[serde(default)]
+    pub fast: FastOption,
     /// A built-in tokenizer (`default`, `raw`, `raw_lowercase`, `lowercase`, `en_stem`,
     /// `whitespace`, `chinese_compatible`, `source_code_default`) or a custom one.
     #[serde(default)]
@@ -573,9 +671,9 @@ pub struct JsonOptions {
     /// Searchable.
     #[serde(default = "default_true")]
     pub indexed: bool,
-    /// Columnar. Quickwit's `fast: {normalizer: raw|lowercase}` is accepted and means `true`.
-    #[serde(default, deserialize_with = "deserialize_fast")]
-    pub fast: bool,
+    /// Columnar, with an optional normalizer for string values.
+    #[serde(default)]
+    pub fast: FastOption,
     /// Tokenizer for string values.
     #[serde(default)]
     pub tokenizer: Tokenizer,
@@ -588,6 +686,57 @@ pub struct JsonOptions {
     /// Accepted for compatibility: dotted keys are always expanded into objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expand_dots: Option<bool>,
+}
+
+/// How undeclared fields are indexed in `dynamic` mode (Quickwit's `dynamic_mapping`): the
+/// options of the catch-all json field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicMapping {
+    /// Free text shown in the config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Stored in the doc store (returned in hits).
+    #[serde(default = "default_true")]
+    pub stored: bool,
+    /// Searchable.
+    #[serde(default = "default_true")]
+    pub indexed: bool,
+    /// Columnar (sort, aggregations, range queries), with an optional normalizer.
+    #[serde(default = "default_fast_raw")]
+    pub fast: FastOption,
+    /// Tokenizer of string values.
+    #[serde(default)]
+    pub tokenizer: Tokenizer,
+    /// What the inverted index records.
+    #[serde(default)]
+    pub record: IndexRecord,
+    /// Record field lengths (for BM25 scoring).
+    #[serde(default)]
+    pub fieldnorms: bool,
+    /// Dotted keys (`a.b`) are objects: `{"a.b": 1}` is searched as `a.b`, like
+    /// `{"a": {"b": 1}}` (always on).
+    #[serde(default = "default_true")]
+    pub expand_dots: bool,
+}
+
+fn default_fast_raw() -> FastOption {
+    FastOption::RAW
+}
+
+impl Default for DynamicMapping {
+    fn default() -> Self {
+        DynamicMapping {
+            description: None,
+            stored: true,
+            indexed: true,
+            fast: FastOption::RAW,
+            tokenizer: Tokenizer::Default,
+            record: IndexRecord::Position,
+            fieldnorms: false,
+            expand_dots: true,
+        }
+    }
 }
 
 /// Indexing settings.

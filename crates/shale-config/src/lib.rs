@@ -19,6 +19,7 @@ mod merge_policy;
 mod node_config;
 mod partition;
 mod redact;
+mod template;
 mod units;
 mod validation;
 
@@ -47,6 +48,7 @@ pub use node_config::{
 };
 pub use partition::{PartitionKey, OTHER_PARTITION_ID};
 pub use redact::{redact_uri, scrub, uri_secrets, REDACTED};
+pub use template::{glob_match, select_template, IndexTemplate};
 pub use units::{parse_byte_size, parse_duration};
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ fn hdfs_logs_parses() {
     assert_eq!(mapping.max_num_partitions, DEFAULT_MAX_NUM_PARTITIONS);
     match &mapping.field_mapping("severity_text").unwrap().kind {
         FieldKind::Text(options) => {
-            assert!(options.fast, "fast: {{normalizer}} means fast");
+            assert!(options.fast.enabled, "fast: {{normalizer}} means fast");
             assert_eq!(options.tokenizer, Tokenizer::Raw);
             assert!(options.stored && options.indexed);
         }
@@ -353,7 +353,12 @@ fn timestamp_field_rules() {
 #[test]
 fn tag_field_rules() {
     let fields = "  field_mappings:\n    - name: t\n      type: text\n      tokenizer: raw\n    - name: n\n      type: i64\n    - name: f\n      type: f64\n    - name: b\n      type: bool\n";
-    parse(&minimal(&format!("{fields}  tag_fields: [t, n, b]\n"))).unwrap();
+    parse(&minimal(&format!("{fields}  tag_fields: [t, n]\n"))).unwrap();
+    assert_invalid(
+        &minimal(&format!("{fields}  tag_fields: [b]\n")),
+        "doc_mapping.tag_fields[0]",
+        "must be raw text, i64 or u64",
+    );
     assert_invalid(
         &minimal(&format!("{fields}  tag_fields: [t, missing]\n")),
         "doc_mapping.tag_fields[1]",
@@ -362,13 +367,13 @@ fn tag_field_rules() {
     assert_invalid(
         &minimal(&format!("{fields}  tag_fields: [f]\n")),
         "doc_mapping.tag_fields[0]",
-        "must be text, i64, u64 or bool",
+        "must be raw text, i64 or u64",
     );
 }
 
 #[test]
 fn default_search_field_rules() {
-    let fields = "  field_mappings:\n    - name: body\n      type: text\n    - name: hidden\n      type: text\n      indexed: false\n";
+    let fields = "  mode: lenient\n  field_mappings:\n    - name: body\n      type: text\n    - name: hidden\n      type: text\n      indexed: false\n";
     parse(&format!(
         "{}search_settings:\n  default_search_fields: [body]\n",
         minimal(fields)
@@ -380,7 +385,7 @@ fn default_search_field_rules() {
             minimal(fields)
         ),
         "search_settings.default_search_fields[1]",
-        "no field named `nope`",
+        "unknown default search field `nope`",
     );
     assert_invalid(
         &format!(

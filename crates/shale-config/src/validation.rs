@@ -104,26 +104,7 @@ impl IndexConfig {
         validate_index_id(&self.index_id)?;
         self.doc_mapping.validate()?;
         let mapping = &self.doc_mapping;
-        for (i, name) in self
-            .search_settings
-            .default_search_fields
-            .iter()
-            .enumerate()
-        {
-            let field = format!("search_settings.default_search_fields[{i}]");
-            let Some(field_mapping) = mapping.field_mapping(name) else {
-                return Err(invalid(
-                    field,
-                    format!("no field named `{name}` in field_mappings"),
-                ));
-            };
-            if !field_mapping.is_indexed() {
-                return Err(invalid(
-                    field,
-                    format!("field `{name}` is not indexed: it cannot be searched"),
-                ));
-            }
-        }
+        self.search_settings.validate_against(mapping)?;
         let settings = &self.indexing_settings;
         if settings.commit_timeout_secs < 1 {
             return Err(invalid(
@@ -170,7 +151,7 @@ impl IndexConfig {
     }
 }
 
-fn validate_index_id(index_id: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_index_id(index_id: &str) -> Result<(), ConfigError> {
     let mut chars = index_id.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
     let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
@@ -222,6 +203,7 @@ impl FieldMapping {
             FieldKind::Json(o) => o.indexed,
             FieldKind::Bytes(o) => o.indexed,
             FieldKind::Ip(o) => o.indexed,
+            FieldKind::Concatenate(_) => true,
             FieldKind::Object(_) => false,
         }
     }
@@ -237,22 +219,22 @@ impl FieldMapping {
             FieldKind::Json(o) => o.stored,
             FieldKind::Bytes(o) => o.stored,
             FieldKind::Ip(o) => o.stored,
-            FieldKind::Object(_) => false,
+            FieldKind::Object(_) | FieldKind::Concatenate(_) => false,
         }
     }
 
     /// Whether the field is a fast (columnar) field.
     pub fn is_fast(&self) -> bool {
         match &self.kind {
-            FieldKind::Text(o) => o.fast,
+            FieldKind::Text(o) => o.fast.enabled,
             FieldKind::I64(o) | FieldKind::U64(o) | FieldKind::F64(o) | FieldKind::Bool(o) => {
                 o.fast
             }
             FieldKind::Datetime(o) => o.fast,
-            FieldKind::Json(o) => o.fast,
+            FieldKind::Json(o) => o.fast.enabled,
             FieldKind::Bytes(o) => o.fast,
             FieldKind::Ip(o) => o.fast,
-            FieldKind::Object(_) => false,
+            FieldKind::Object(_) | FieldKind::Concatenate(_) => false,
         }
     }
 
@@ -269,6 +251,7 @@ impl FieldMapping {
             FieldKind::Bytes(_) => "bytes",
             FieldKind::Ip(_) => "ip",
             FieldKind::Object(_) => "object",
+            FieldKind::Concatenate(_) => "concatenate",
         }
     }
 }
@@ -382,6 +365,12 @@ impl DocMapping {
             Ok(())
         }
         check_names(&self.field_mappings, "doc_mapping.field_mappings")?;
+        if self.dynamic_mapping.is_some() && self.mode != crate::Mode::Dynamic {
+            return Err(invalid(
+                "doc_mapping.dynamic_mapping",
+                "`dynamic_mapping` is only allowed with `mode: dynamic`",
+            ));
+        }
         if let Some(timestamp_field) = &self.timestamp_field {
             let field = "doc_mapping.timestamp_field";
             match self.field_mapping(timestamp_field) {
@@ -461,9 +450,55 @@ impl DocMapping {
                     }
                 }
             }
+            if let FieldKind::Concatenate(o) = &field_mapping.kind {
+                if o.concatenate_fields.is_empty() && !o.include_dynamic_fields {
+                    return Err(invalid(
+                        format!("doc_mapping.field_mappings[{i}].concatenate_fields"),
+                        format!(
+                            "concatenate field `{}` concatenates nothing: list fields in \
+                             `concatenate_fields` or set `include_dynamic_fields`",
+                            field_mapping.name
+                        ),
+                    ));
+                }
+                if o.include_dynamic_fields && self.mode != crate::Mode::Dynamic {
+                    return Err(invalid(
+                        format!("doc_mapping.field_mappings[{i}].include_dynamic_fields"),
+                        "`include_dynamic_fields` needs `mode: dynamic`",
+                    ));
+                }
+                for (j, source) in o.concatenate_fields.iter().enumerate() {
+                    let field = format!("doc_mapping.field_mappings[{i}].concatenate_fields[{j}]");
+                    match self.field_mapping(source).map(|f| &f.kind) {
+                        None => {
+                            return Err(invalid(
+                                field,
+                                format!("no field named `{source}` in field_mappings"),
+                            ))
+                        }
+                        Some(
+                            FieldKind::Concatenate(_)
+                            | FieldKind::Object(_)
+                            | FieldKind::Bytes(_)
+                            | FieldKind::Ip(_)
+                            | FieldKind::Datetime(_),
+                        ) => {
+                            return Err(invalid(
+                                field,
+                                format!(
+                                    "`{source}` cannot be concatenated: concatenate text, \
+                                     numeric, boolean and json fields"
+                                ),
+                            ))
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
             let tokenizer = match &field_mapping.kind {
                 FieldKind::Text(o) => &o.tokenizer,
                 FieldKind::Json(o) => &o.tokenizer,
+                FieldKind::Concatenate(o) => &o.tokenizer,
                 _ => continue,
             };
             if let Tokenizer::Custom(name) = tokenizer {
@@ -488,6 +523,12 @@ impl DocMapping {
                     format!("no field named `{tag_field}` in field_mappings"),
                 ));
             };
+            if let FieldKind::Concatenate(_) = &field_mapping.kind {
+                return Err(invalid(
+                    field,
+                    format!("tag field `{tag_field}` is a concatenate field"),
+                ));
+            }
             if let FieldKind::Text(options) = &field_mapping.kind {
                 if options.tokenizer != Tokenizer::Raw {
                     return Err(invalid(
@@ -502,13 +543,13 @@ impl DocMapping {
             }
             if !matches!(
                 field_mapping.kind,
-                FieldKind::Text(_) | FieldKind::I64(_) | FieldKind::U64(_) | FieldKind::Bool(_)
+                FieldKind::Text(_) | FieldKind::I64(_) | FieldKind::U64(_)
             ) {
                 return Err(invalid(
                     field,
                     format!(
-                        "tag field `{tag_field}` is of type `{}`: tag fields must be text, i64, \
-                         u64 or bool",
+                        "tag field `{tag_field}` is of type `{}`: tag fields must be raw text, \
+                         i64 or u64 (as in Quickwit)",
                         field_mapping.type_name()
                     ),
                 ));
@@ -539,7 +580,7 @@ impl DocMapping {
         self.tag_fields.iter().any(|t| t == name)
             && match self.field_mapping(name).map(|f| &f.kind) {
                 Some(FieldKind::Text(options)) => options.tokenizer == Tokenizer::Raw,
-                Some(FieldKind::I64(_) | FieldKind::U64(_) | FieldKind::Bool(_)) => true,
+                Some(FieldKind::I64(_) | FieldKind::U64(_)) => true,
                 _ => false,
             }
     }
@@ -603,5 +644,47 @@ impl RetentionPolicy {
             return Err(invalid("retention.period", "must be longer than 0 seconds"));
         }
         Ok(secs)
+    }
+}
+
+impl crate::SearchSettings {
+    /// Checks the default search fields against the doc mapping: each is a declared indexed
+    /// field, a path inside an indexed json field, or (dynamic mode, dynamic fields indexed)
+    /// an undeclared field.
+    pub fn validate_against(&self, mapping: &DocMapping) -> Result<(), ConfigError> {
+        for (i, name) in self.default_search_fields.iter().enumerate() {
+            let field = format!("search_settings.default_search_fields[{i}]");
+            // A declared field, a path inside a declared json field, or (dynamic mode) an
+            // undeclared field.
+            let json_parent = name.match_indices('.').find_map(|(dot, _)| {
+                match mapping.field_mapping(&name[..dot]).map(|f| &f.kind) {
+                    Some(FieldKind::Json(o)) => Some(o.indexed),
+                    _ => None,
+                }
+            });
+            let declared_prefix = name
+                .match_indices('.')
+                .any(|(dot, _)| mapping.field_mapping(&name[..dot]).is_some());
+            let indexed = match (mapping.field_mapping(name), json_parent) {
+                (Some(field_mapping), _) => field_mapping.is_indexed(),
+                (None, Some(indexed)) => indexed,
+                (None, None) if mapping.mode == crate::Mode::Dynamic && !declared_prefix => {
+                    mapping.dynamic_options().indexed
+                }
+                (None, None) => {
+                    return Err(invalid(
+                        field,
+                        format!("unknown default search field `{name}`"),
+                    ));
+                }
+            };
+            if !indexed {
+                return Err(invalid(
+                    field,
+                    format!("default search field `{name}` is not indexed"),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -282,9 +282,12 @@ impl Directory for BundleDirectory {
     }
 }
 
-/// Opens the Tantivy index of a split bundle, memory-mapped, without unpacking it.
+/// Opens the Tantivy index of a split bundle, memory-mapped, without unpacking it (with the
+/// normalizers of fast text columns, which aggregations look terms up with).
 pub fn open_split(bundle_path: &Path) -> Result<Index, IndexError> {
-    Ok(Index::open(BundleDirectory::open(bundle_path)?)?)
+    let mut index = Index::open(BundleDirectory::open(bundle_path)?)?;
+    index.set_fast_field_tokenizers(crate::tokenizers::fast_field_tokenizers());
+    Ok(index)
 }
 
 /// Writes the files of a bundle into `dest_dir` (created if needed), where

@@ -13,7 +13,7 @@ use shale_types::sort_key::{self, SortFieldType, SortValue};
 use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
 use tantivy::schema::{
     DateOptions, DateTimePrecision, Field, IndexRecordOption, IpAddrOptions, JsonObjectOptions,
-    NumericOptions, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, STORED,
+    NumericOptions, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, INDEXED, STORED,
 };
 use tantivy::{DateTime, IndexSettings, IndexSortByField, Order, TantivyDocument};
 
@@ -29,10 +29,12 @@ pub const DYNAMIC_FIELD_NAME: &str = "_dynamic";
 /// Name of the stored field holding the original document when `store_source` is set.
 pub const SOURCE_FIELD_NAME: &str = "_source";
 
-/// Tokenizer of the `_dynamic` field: Tantivy's `default` (words, lowercased), with positions,
-/// so that undeclared log fields support full-text and phrase search. (Quickwit's default
-/// dynamic mapping uses `raw`.)
-const DYNAMIC_TOKENIZER: &str = "default";
+/// Name of the indexed field recording which fields a document has
+/// (`index_field_presence`): one hash per path present, objects included.
+pub const FIELD_PRESENCE_FIELD_NAME: &str = "_field_presence";
+
+/// Name of the fast field holding each document's size in bytes (`store_document_size`).
+pub const DOC_LENGTH_FIELD_NAME: &str = "_doc_length";
 
 /// A document parsed by [`DocMapper::parse_doc`], ready for a [`SplitBuilder`](crate::SplitBuilder).
 #[derive(Debug)]
@@ -90,6 +92,16 @@ enum MappedKind {
     Json,
     Bytes(BinaryFormat, BinaryFormat),
     Ip,
+    /// Computed from other fields (see [`ConcatField`]); documents cannot set it.
+    Concatenate,
+}
+
+/// A `concatenate` field: the values of its source fields, indexed as text.
+#[derive(Clone, Debug)]
+struct ConcatField {
+    field: Field,
+    sources: Vec<String>,
+    include_dynamic: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -112,6 +124,12 @@ pub struct DocMapper {
     timestamp: Option<usize>,
     dynamic_field: Option<Field>,
     source_field: Option<Field>,
+    /// `index_field_presence`: the hashes of the paths each document has.
+    presence_field: Option<Field>,
+    /// `store_document_size`: each document's size in bytes.
+    doc_length_field: Option<Field>,
+    /// The `concatenate` fields.
+    concat_fields: Vec<ConcatField>,
     default_search_fields: Vec<String>,
     partition_key: Option<PartitionKey>,
     sort_key: Option<SortKeySpec>,
@@ -185,30 +203,46 @@ fn date_precision(precision: FastPrecision) -> DateTimePrecision {
     }
 }
 
-fn json_options(
+/// Tantivy options of a json field (declared, or the catch-all of dynamic mode).
+struct JsonFieldOptions<'a> {
     stored: bool,
     indexed: bool,
-    fast: bool,
-    tokenizer: &str,
+    /// The fast-field tokenizer (normalizer), when fast.
+    fast: Option<&'a str>,
+    tokenizer: &'a str,
     record: IndexRecordOption,
     fieldnorms: bool,
-) -> JsonObjectOptions {
-    let mut options = JsonObjectOptions::default().set_expand_dots_enabled();
-    if stored {
+    expand_dots: bool,
+}
+
+fn json_options(o: JsonFieldOptions<'_>) -> JsonObjectOptions {
+    let mut options = JsonObjectOptions::default();
+    if o.expand_dots {
+        options = options.set_expand_dots_enabled();
+    }
+    if o.stored {
         options = options.set_stored();
     }
-    if indexed {
+    if o.indexed {
         options = options.set_indexing_options(
             TextFieldIndexing::default()
-                .set_tokenizer(tokenizer)
-                .set_index_option(record)
-                .set_fieldnorms(fieldnorms),
+                .set_tokenizer(o.tokenizer)
+                .set_index_option(o.record)
+                .set_fieldnorms(o.fieldnorms),
         );
     }
-    if fast {
-        options = options.set_fast("raw");
+    if let Some(normalizer) = o.fast {
+        options = options.set_fast(normalizer);
     }
     options
+}
+
+/// The hash recorded in [`FIELD_PRESENCE_FIELD_NAME`] for a field path (64-bit FNV-1a: stable
+/// across versions and platforms, as it is written into splits).
+pub fn field_presence_hash(path: &str) -> u64 {
+    path.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Shortens long values quoted in error messages.
@@ -316,6 +350,7 @@ impl DocMapper {
         let mut builder = Schema::builder();
         let leaf_mappings = doc_mapping.leaf_field_mappings();
         let mut fields = Vec::with_capacity(leaf_mappings.len());
+        let mut concat_fields = Vec::new();
         for mapping in &leaf_mappings {
             let name = mapping.name.as_str();
             let (field, kind) = match &mapping.kind {
@@ -332,8 +367,8 @@ impl DocMapper {
                                 .set_fieldnorms(o.fieldnorms),
                         );
                     }
-                    if o.fast {
-                        options = options.set_fast("raw");
+                    if let Some(normalizer) = o.fast.tokenizer_name() {
+                        options = options.set_fast(normalizer);
                     }
                     (builder.add_text_field(name, options), MappedKind::Text)
                 }
@@ -371,14 +406,15 @@ impl DocMapper {
                 FieldKind::Json(o) => (
                     builder.add_json_field(
                         name,
-                        json_options(
-                            o.stored,
-                            o.indexed,
-                            o.fast,
-                            o.tokenizer.name(),
-                            record_option(o.record),
-                            o.fieldnorms,
-                        ),
+                        json_options(JsonFieldOptions {
+                            stored: o.stored,
+                            indexed: o.indexed,
+                            fast: o.fast.tokenizer_name(),
+                            tokenizer: o.tokenizer.name(),
+                            record: record_option(o.record),
+                            fieldnorms: o.fieldnorms,
+                            expand_dots: o.expand_dots != Some(false),
+                        }),
                     ),
                     MappedKind::Json,
                 ),
@@ -388,6 +424,21 @@ impl DocMapper {
                         builder.add_bytes_field(name, options),
                         MappedKind::Bytes(o.input_format, o.output_format),
                     )
+                }
+                FieldKind::Concatenate(o) => {
+                    let options = TextOptions::default().set_indexing_options(
+                        TextFieldIndexing::default()
+                            .set_tokenizer(o.tokenizer.name())
+                            .set_index_option(record_option(o.record))
+                            .set_fieldnorms(o.fieldnorms),
+                    );
+                    let field = builder.add_text_field(name, options);
+                    concat_fields.push(ConcatField {
+                        field,
+                        sources: o.concatenate_fields.clone(),
+                        include_dynamic: o.include_dynamic_fields,
+                    });
+                    (field, MappedKind::Concatenate)
                 }
                 FieldKind::Ip(o) => {
                     let options = with_flags!(IpAddrOptions::default(), o);
@@ -405,21 +456,29 @@ impl DocMapper {
             });
         }
         let dynamic_field = (doc_mapping.mode == Mode::Dynamic).then(|| {
+            let o = doc_mapping.dynamic_options();
             builder.add_json_field(
                 DYNAMIC_FIELD_NAME,
-                json_options(
-                    true,
-                    true,
-                    true,
-                    DYNAMIC_TOKENIZER,
-                    IndexRecordOption::WithFreqsAndPositions,
-                    true,
-                ),
+                json_options(JsonFieldOptions {
+                    stored: o.stored,
+                    indexed: o.indexed,
+                    fast: o.fast.tokenizer_name(),
+                    tokenizer: o.tokenizer.name(),
+                    record: record_option(o.record),
+                    fieldnorms: o.fieldnorms,
+                    expand_dots: o.expand_dots,
+                }),
             )
         });
         let source_field = doc_mapping
             .store_source
             .then(|| builder.add_text_field(SOURCE_FIELD_NAME, STORED));
+        let presence_field = doc_mapping
+            .index_field_presence
+            .then(|| builder.add_u64_field(FIELD_PRESENCE_FIELD_NAME, INDEXED));
+        let doc_length_field = doc_mapping
+            .store_document_size
+            .then(|| builder.add_u64_field(DOC_LENGTH_FIELD_NAME, FAST));
         let sort_key = match locality {
             None => None,
             Some(locality) => {
@@ -459,16 +518,7 @@ impl DocMapper {
 
         // As in Quickwit: no implicit default search fields (a term without a field then
         // needs `search_field` in the request).
-        for (i, name) in search_settings.default_search_fields.iter().enumerate() {
-            let indexed = doc_mapping.field_mapping(name).map(|f| f.is_indexed());
-            if indexed != Some(true) {
-                return Err(shale_config::ConfigError::Invalid {
-                    field: format!("search_settings.default_search_fields[{i}]"),
-                    message: format!("`{name}` is not an indexed field of the doc mapping"),
-                }
-                .into());
-            }
-        }
+        search_settings.validate_against(doc_mapping)?;
         let default_search_fields = search_settings.default_search_fields.clone();
 
         let tokenizers = crate::tokenizers::tokenizer_manager(&doc_mapping.tokenizers)?;
@@ -484,6 +534,9 @@ impl DocMapper {
             timestamp,
             dynamic_field,
             source_field,
+            presence_field,
+            doc_length_field,
+            concat_fields,
             default_search_fields,
             sort_key,
             opstamp_field,
@@ -524,6 +577,19 @@ impl DocMapper {
             timestamp,
             dynamic_field: by_name_in(DYNAMIC_FIELD_NAME),
             source_field: by_name_in(SOURCE_FIELD_NAME),
+            presence_field: by_name_in(FIELD_PRESENCE_FIELD_NAME),
+            doc_length_field: by_name_in(DOC_LENGTH_FIELD_NAME),
+            concat_fields: self
+                .concat_fields
+                .iter()
+                .filter_map(|concat| {
+                    let name = self.schema.get_field_name(concat.field);
+                    by_name_in(name).map(|field| ConcatField {
+                        field,
+                        ..concat.clone()
+                    })
+                })
+                .collect(),
             default_search_fields,
             partition_key: self.partition_key.clone(),
             sort_key: None,
@@ -703,12 +769,33 @@ impl DocMapper {
         }
         let object: Map<String, Value> = serde_json::from_slice(json)
             .map_err(|err| DocParsingError::InvalidJson(err.to_string()))?;
+        let mut doc = TantivyDocument::default();
+        if let Some(presence_field) = self.presence_field {
+            let mut hashes = Vec::new();
+            self.present_paths(&object, "", &mut hashes);
+            hashes.sort_unstable();
+            hashes.dedup();
+            for hash in hashes {
+                doc.add_u64(presence_field, hash);
+            }
+        }
+        if let Some(doc_length_field) = self.doc_length_field {
+            doc.add_u64(doc_length_field, num_bytes as u64);
+        }
+        if !self.concat_fields.is_empty() {
+            let mut texts = vec![Vec::new(); self.concat_fields.len()];
+            self.concat_values(&object, "", &mut texts);
+            for (concat, texts) in self.concat_fields.iter().zip(texts) {
+                for text in texts {
+                    doc.add_text(concat.field, text);
+                }
+            }
+        }
 
         let partition_id = self
             .partition_key
             .as_ref()
             .map_or(0, |key| key.partition_id(&object));
-        let mut doc = TantivyDocument::default();
         if let Some(source_field) = self.source_field {
             let text = std::str::from_utf8(json)
                 .map_err(|err| DocParsingError::InvalidJson(err.to_string()))?;
@@ -759,6 +846,112 @@ impl DocMapper {
             time_bucket_start,
             opstamp: 0,
         })
+    }
+
+    /// Adds to `hashes` the [`field_presence_hash`] of every path of `object` (under
+    /// `prefix`) that holds a value, and of the objects above it: `{"a": {"b": 1}}` has `a`
+    /// and `a.b`; a dotted key `"a.b"` counts as `a` then `b`. In lenient mode, undeclared
+    /// top-level fields are not indexed, so they are not present either.
+    fn present_paths(&self, object: &Map<String, Value>, prefix: &str, hashes: &mut Vec<u64>) {
+        fn has_value(value: &Value) -> bool {
+            match value {
+                Value::Null => false,
+                Value::Array(items) => items.iter().any(has_value),
+                Value::Object(entries) => entries.values().any(has_value),
+                _ => true,
+            }
+        }
+        for (key, value) in object {
+            if !has_value(value) {
+                continue;
+            }
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            if prefix.is_empty() && self.doc_mapping.mode == Mode::Lenient {
+                let top = key.split('.').next().unwrap_or(key);
+                if self.doc_mapping.field_mapping(top).is_none()
+                    && self.doc_mapping.field_mapping(key).is_none()
+                {
+                    continue;
+                }
+            }
+            for (dot, _) in key.match_indices('.') {
+                let ancestor = if prefix.is_empty() {
+                    key[..dot].to_string()
+                } else {
+                    format!("{prefix}.{}", &key[..dot])
+                };
+                hashes.push(field_presence_hash(&ancestor));
+            }
+            hashes.push(field_presence_hash(&path));
+            let mut walk = |value: &Value| {
+                if let Value::Object(inner) = value {
+                    self.present_paths(inner, &path, hashes);
+                }
+            };
+            match value {
+                Value::Array(items) => items.iter().for_each(&mut walk),
+                other => walk(other),
+            }
+        }
+    }
+
+    /// Collects, per `concatenate` field, the values of `object` (under `prefix`) it indexes:
+    /// those of its source fields (json leaves included) and, with `include_dynamic_fields`,
+    /// those of undeclared fields. Strings as they are, numbers and booleans as written.
+    fn concat_values(&self, object: &Map<String, Value>, prefix: &str, out: &mut [Vec<String>]) {
+        fn leaves(value: &Value, out: &mut Vec<String>) {
+            match value {
+                Value::Null => {}
+                Value::String(text) => out.push(text.clone()),
+                Value::Number(number) => out.push(number.to_string()),
+                Value::Bool(flag) => out.push(flag.to_string()),
+                Value::Array(items) => items.iter().for_each(|item| leaves(item, out)),
+                Value::Object(entries) => entries.values().for_each(|item| leaves(item, out)),
+            }
+        }
+        for (key, value) in object {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            if self.by_name.contains_key(&path) {
+                for (i, concat) in self.concat_fields.iter().enumerate() {
+                    if concat.sources.contains(&path) {
+                        leaves(value, &mut out[i]);
+                    }
+                }
+                continue;
+            }
+            if self.object_paths.contains(&path) {
+                let mut walk = |value: &Value| {
+                    if let Value::Object(inner) = value {
+                        self.concat_values(inner, &path, out);
+                    }
+                };
+                match value {
+                    Value::Array(items) => items.iter().for_each(&mut walk),
+                    other => walk(other),
+                }
+                continue;
+            }
+            if self.doc_mapping.mode == Mode::Dynamic {
+                for (i, concat) in self.concat_fields.iter().enumerate() {
+                    if concat.include_dynamic {
+                        leaves(value, &mut out[i]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `index_field_presence` field, if the index has it.
+    pub fn presence_field(&self) -> Option<Field> {
+        self.presence_field
     }
 
     /// Adds the document entry `path: value`: a declared field, the content of an `object`
@@ -941,6 +1134,14 @@ impl DocMapper {
                 let addr = parse_ip(text).ok_or_else(|| wrong_type("an IPv4 or IPv6 address"))?;
                 doc.add_ip_addr(field, addr);
             }
+            MappedKind::Concatenate => {
+                return Err(DocParsingError::InvalidValue {
+                    field: mapped.name.clone(),
+                    message: "a concatenate field is computed from other fields: documents \
+                              cannot set it"
+                        .to_string(),
+                })
+            }
         }
         Ok(())
     }
@@ -1004,6 +1205,37 @@ impl DocMapper {
             .find(|&dot| self.object_paths.contains(&name[..dot]))
     }
 
+    /// The tokens `text` gives with the tokenizer of field `name` (a declared text or json
+    /// field, a path inside a json field, or an undeclared field in dynamic mode); `None` when
+    /// that field has no tokenizer (not text, not indexed, unknown).
+    pub fn tokens(&self, name: &str, text: &str) -> Option<Vec<String>> {
+        let (field, _) = self.schema.find_field(name).or_else(|| {
+            let dynamic = self.dynamic_field?;
+            Some((dynamic, name))
+        })?;
+        let indexing = match self.schema.get_field_entry(field).field_type() {
+            tantivy::schema::FieldType::Str(options) => options.get_indexing_options()?,
+            tantivy::schema::FieldType::JsonObject(options) => {
+                options.get_text_indexing_options()?
+            }
+            _ => return None,
+        };
+        let mut analyzer = self.tokenizers.get(indexing.tokenizer())?;
+        let mut stream = analyzer.token_stream(text);
+        let mut tokens = Vec::new();
+        while stream.advance() {
+            tokens.push(stream.token().text.clone());
+        }
+        Some(tokens)
+    }
+
+    /// Whether `name` is a declared datetime field.
+    pub(crate) fn is_datetime_field(&self, name: &str) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|&i| matches!(self.fields[i].kind, MappedKind::Datetime(..)))
+    }
+
     pub(crate) fn mapped_field_is_exact_tag(&self, name: &str) -> Option<TagKind> {
         let mapped = &self.fields[*self.by_name.get(name)?];
         if !mapped.is_tag {
@@ -1013,7 +1245,6 @@ impl DocMapper {
             MappedKind::Text if self.doc_mapping.is_exact_tag_field(name) => Some(TagKind::Text),
             MappedKind::I64 => Some(TagKind::I64),
             MappedKind::U64 => Some(TagKind::U64),
-            MappedKind::Bool => Some(TagKind::Bool),
             _ => None,
         }
     }
@@ -1025,7 +1256,6 @@ pub(crate) enum TagKind {
     Text,
     I64,
     U64,
-    Bool,
 }
 
 /// An IPv4 (as IPv4-mapped IPv6) or IPv6 address.

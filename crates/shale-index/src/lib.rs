@@ -47,8 +47,9 @@ mod tokenizers;
 pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
 pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};
 pub use doc_mapper::{
-    DocMapper, ParsedDoc, DYNAMIC_FIELD_NAME, MAX_DOC_BYTES, OPSTAMP_FIELD_NAME,
-    SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
+    field_presence_hash, DocMapper, ParsedDoc, DOC_LENGTH_FIELD_NAME, DYNAMIC_FIELD_NAME,
+    FIELD_PRESENCE_FIELD_NAME, MAX_DOC_BYTES, OPSTAMP_FIELD_NAME, SORT_KEY_FIELD_NAME,
+    SOURCE_FIELD_NAME,
 };
 pub use error::{DocParsingError, IndexError};
 pub use key_filter::KeyFilter;
@@ -63,6 +64,7 @@ pub use split::{
     split_stats, BuiltSplit, SplitBuilder, SplitStats, MIN_HEAP_BYTES_PER_THREAD,
     SPLIT_STATS_VERSION,
 };
+pub use tokenizers::fast_field_tokenizers;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use tantivy::query::{AllQuery, Query, QueryParser, QueryParserError, RangeQuery};
-use tantivy::query_grammar::{Occur, UserInputAst, UserInputLeaf};
+use tantivy::query_grammar::{Delimiter, Occur, UserInputAst, UserInputLeaf, UserInputLiteral};
 use tantivy::schema::Field;
 use tantivy::{DateTime, Term};
 
@@ -61,6 +61,112 @@ fn anchor_negations(ast: &mut UserInputAst) {
     }
 }
 
+/// Builds `ast` with the query parser; only negative clauses (`NOT a`) are allowed (they
+/// match all documents but those).
+fn build_leniently(
+    parser: &QueryParser,
+    ast: UserInputAst,
+    query: &str,
+) -> Result<Box<dyn Query>, IndexError> {
+    let (query_obj, errors) = parser.build_query_from_user_input_ast_lenient(ast);
+    match errors
+        .into_iter()
+        .find(|err| !matches!(err, QueryParserError::AllButQueryForbidden))
+    {
+        Some(err) => Err(IndexError::InvalidQuery(format!("`{query}`: {err}"))),
+        None => Ok(query_obj),
+    }
+}
+
+/// A character as a regex literal.
+fn regex_escape(c: char) -> String {
+    if "\\.+*?()|[]{}^$#&-~".contains(c) {
+        format!("\\{c}")
+    } else {
+        c.to_string()
+    }
+}
+
+/// Gives every leaf without a field the `fields` to search: the field itself for one, a
+/// disjunction over them for several. False when a leaf has no field and `fields` is empty.
+fn assign_default_fields(ast: &mut UserInputAst, fields: &[String]) -> bool {
+    match ast {
+        UserInputAst::Clause(clauses) => clauses
+            .iter_mut()
+            .all(|(_, sub)| assign_default_fields(sub, fields)),
+        UserInputAst::Boost(sub, _) => assign_default_fields(sub, fields),
+        UserInputAst::Leaf(leaf) => {
+            let unfielded = match leaf.as_ref() {
+                UserInputLeaf::Literal(literal) => literal.field_name.is_none(),
+                UserInputLeaf::Range { field, .. }
+                | UserInputLeaf::Set { field, .. }
+                | UserInputLeaf::Regex { field, .. } => field.is_none(),
+                UserInputLeaf::Exists { .. } | UserInputLeaf::All => false,
+            };
+            if !unfielded {
+                return true;
+            }
+            let with_field = |name: &String| {
+                let mut copy = (**leaf).clone();
+                set_leaf_field(&mut copy, name);
+                UserInputAst::Leaf(Box::new(copy))
+            };
+            match fields {
+                [] => false,
+                [single] => {
+                    set_leaf_field(leaf, single);
+                    true
+                }
+                several => {
+                    *ast = UserInputAst::Clause(
+                        several
+                            .iter()
+                            .map(|name| (Some(Occur::Should), with_field(name)))
+                            .collect(),
+                    );
+                    true
+                }
+            }
+        }
+    }
+}
+
+/// Sets the field of a leaf that takes one.
+fn set_leaf_field(leaf: &mut UserInputLeaf, name: &str) {
+    match leaf {
+        UserInputLeaf::Literal(literal) => literal.field_name = Some(name.to_string()),
+        UserInputLeaf::Range { field, .. }
+        | UserInputLeaf::Set { field, .. }
+        | UserInputLeaf::Regex { field, .. } => *field = Some(name.to_string()),
+        UserInputLeaf::Exists { .. } | UserInputLeaf::All => {}
+    }
+}
+
+/// With `index_field_presence`, `field:*` is a term on the presence field: any field (fast
+/// or not, declared, json, object or dynamic) is found by the hash of its path.
+fn exists_to_presence(ast: &mut UserInputAst) {
+    match ast {
+        UserInputAst::Clause(clauses) => {
+            for (_, sub) in clauses {
+                exists_to_presence(sub);
+            }
+        }
+        UserInputAst::Boost(sub, _) => exists_to_presence(sub),
+        UserInputAst::Leaf(leaf) => {
+            if let UserInputLeaf::Exists { field } = leaf.as_ref() {
+                let term = crate::doc_mapper::field_presence_hash(field).to_string();
+                **leaf = UserInputLeaf::Literal(UserInputLiteral {
+                    field_name: Some(crate::FIELD_PRESENCE_FIELD_NAME.to_string()),
+                    phrase: term,
+                    delimiter: Delimiter::None,
+                    slop: 0,
+                    prefix: false,
+                });
+            }
+        }
+    }
+}
+
 impl DocMapper {
     /// Parses a query (Tantivy's query language: `field:value`, `"a phrase"`, `a AND b`,
     /// `-c`, `f:[1 TO 5]`, `f:IN [a b]`, `f:*`, …) with AND as the default operator, as Quickwit.
@@ -78,60 +184,227 @@ impl DocMapper {
         if trimmed.is_empty() || trimmed == "*" {
             return Ok(Box::new(AllQuery));
         }
-        let ast = self.parse_ast(trimmed)?;
         let field_names = search_fields.unwrap_or(self.default_search_fields());
-        let mut default_fields = Vec::with_capacity(field_names.len());
         for name in field_names {
-            let field = self
-                .schema()
-                .get_field(name)
-                .map_err(|_| IndexError::InvalidQuery(format!("unknown search field `{name}`")))?;
-            default_fields.push(field);
+            if !self.resolves_field(name) {
+                return Err(IndexError::InvalidQuery(format!(
+                    "unknown search field `{name}`"
+                )));
+            }
         }
+        let mut ast = self.parse_grammar(trimmed)?;
+        if !assign_default_fields(&mut ast, field_names) {
+            return Err(IndexError::InvalidQuery(format!(
+                "`{query}`: query requires a default search field and none was supplied: \
+                 name the field (`field:term`), pass `search_field`, or set \
+                 `search_settings.default_search_fields` in the index config"
+            )));
+        }
+        self.rewrite_ast(&mut ast);
         let mut parser = QueryParser::new(
             self.schema().clone(),
-            default_fields,
+            Vec::new(),
             self.tokenizer_manager().clone(),
         );
         parser.set_conjunction_by_default();
         parser.allow_regexes();
-        // Only negative clauses (`NOT a`) are allowed: they match all documents but those.
-        let (query_obj, errors) = parser.build_query_from_user_input_ast_lenient(ast);
-        match errors
-            .into_iter()
-            .find(|err| !matches!(err, QueryParserError::AllButQueryForbidden))
-        {
-            Some(QueryParserError::NoDefaultFieldDeclared) => {
-                Err(IndexError::InvalidQuery(format!(
-                    "`{query}`: query requires a default search field and none was supplied: \
-                     name the field (`field:term`), pass `search_field`, or set \
-                     `search_settings.default_search_fields` in the index config"
-                )))
-            }
-            Some(err) => Err(IndexError::InvalidQuery(format!("`{query}`: {err}"))),
-            None => Ok(query_obj),
+        if self.has_json_regex(&ast) {
+            return self.build_with_json_regexes(&parser, ast, query);
+        }
+        build_leniently(&parser, ast, query)
+    }
+
+    /// The json field and path of a regex leaf on a path inside a json field
+    /// (`attributes.user:/a.*/`, or an undeclared field routed to `_dynamic`), which Tantivy's
+    /// query parser refuses.
+    fn json_regex_target<'a>(&self, leaf: &'a UserInputLeaf) -> Option<(Field, &'a str, &'a str)> {
+        let UserInputLeaf::Regex {
+            field: Some(name),
+            pattern,
+        } = leaf
+        else {
+            return None;
+        };
+        let (field, path) = self.schema().find_field(name)?;
+        if path.is_empty() {
+            return None;
+        }
+        match self.schema().get_field_entry(field).field_type() {
+            tantivy::schema::FieldType::JsonObject(_) => Some((field, path, pattern)),
+            _ => None,
         }
     }
 
-    /// Parses the query grammar and routes undeclared fields to `_dynamic` in dynamic mode.
-    fn parse_ast(&self, query: &str) -> Result<UserInputAst, IndexError> {
+    fn has_json_regex(&self, ast: &UserInputAst) -> bool {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                clauses.iter().any(|(_, sub)| self.has_json_regex(sub))
+            }
+            UserInputAst::Boost(sub, _) => self.has_json_regex(sub),
+            UserInputAst::Leaf(leaf) => self.json_regex_target(leaf).is_some(),
+        }
+    }
+
+    /// Builds `ast` clause by clause: regexes on json paths become regex queries over the
+    /// json field's terms of that path (`path\0s` + the pattern); every other leaf is built by
+    /// the query parser.
+    fn build_with_json_regexes(
+        &self,
+        parser: &QueryParser,
+        ast: UserInputAst,
+        query: &str,
+    ) -> Result<Box<dyn Query>, IndexError> {
+        use tantivy::query::{BooleanQuery, BoostQuery, Occur as TantivyOccur, RegexQuery};
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                let mut subqueries = Vec::with_capacity(clauses.len());
+                for (occur, sub) in clauses {
+                    let occur = match occur {
+                        Some(Occur::Should) => TantivyOccur::Should,
+                        Some(Occur::MustNot) => TantivyOccur::MustNot,
+                        Some(Occur::Must) | None => TantivyOccur::Must,
+                    };
+                    subqueries.push((occur, self.build_with_json_regexes(parser, sub, query)?));
+                }
+                Ok(Box::new(BooleanQuery::new(subqueries)))
+            }
+            UserInputAst::Boost(sub, boost) => Ok(Box::new(BoostQuery::new(
+                self.build_with_json_regexes(parser, *sub, query)?,
+                boost.into_inner() as f32,
+            ))),
+            UserInputAst::Leaf(leaf) => match self.json_regex_target(&leaf) {
+                Some((field, path, pattern)) => {
+                    let expand_dots = match self.schema().get_field_entry(field).field_type() {
+                        tantivy::schema::FieldType::JsonObject(options) => {
+                            options.is_expand_dots_enabled()
+                        }
+                        _ => true,
+                    };
+                    let mut prefix = Term::from_field_json_path(field, path, expand_dots);
+                    prefix.append_type_and_str("");
+                    let mut full = String::new();
+                    for c in String::from_utf8_lossy(prefix.serialized_value_bytes()).chars() {
+                        if c.is_ascii_control() {
+                            full.push_str(&format!("\\x{:02x}", c as u32));
+                        } else {
+                            full.push_str(&regex_escape(c));
+                        }
+                    }
+                    full.push_str(pattern);
+                    let regex = RegexQuery::from_pattern(&full, field).map_err(|err| {
+                        IndexError::InvalidQuery(format!("`{query}`: invalid regex: {err}"))
+                    })?;
+                    Ok(Box::new(regex))
+                }
+                None => build_leniently(parser, UserInputAst::Leaf(leaf), query),
+            },
+        }
+    }
+
+    /// Values of datetime fields in the formats Quickwit's queries take (RFC 3339, RFC 2822,
+    /// Unix timestamps, `%Y-%m-%dT%H:%M:%S`, `%Y-%m-%d %H:%M:%S[.%f]`, `%Y-%m-%d`,
+    /// `%Y/%m/%d`; UTC unless they say otherwise) are rewritten as RFC 3339, which Tantivy
+    /// parses. Values no format takes are left for Tantivy to refuse.
+    fn normalize_dates(&self, ast: &mut UserInputAst) {
+        use tantivy::query_grammar::UserInputBound;
+        static FORMATS: std::sync::LazyLock<Vec<shale_config::DateInputFormat>> =
+            std::sync::LazyLock::new(|| {
+                [
+                    "rfc3339",
+                    "unix_timestamp",
+                    "%a, %d %b %Y %H:%M:%S %z",
+                    "%Y-%m-%dT%H:%M:%S",
+                    "%Y-%m-%d %H:%M:%S.%f",
+                    "%Y-%m-%d %H:%M:%S",
+                    "%Y-%m-%d",
+                    "%Y/%m/%d",
+                ]
+                .iter()
+                .filter_map(|name| shale_config::DateInputFormat::parse(name).ok())
+                .collect()
+            });
+        let normalize = |text: &mut String| {
+            let value = serde_json::Value::String(text.clone());
+            if let Ok(datetime) = crate::date::parse_datetime(&value, &FORMATS) {
+                *text = crate::date::format_rfc3339(datetime);
+            }
+        };
+        let normalize_bound = |bound: &mut UserInputBound| match bound {
+            UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text) => {
+                if text != "*" {
+                    normalize(text)
+                }
+            }
+            UserInputBound::Unbounded => {}
+        };
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.normalize_dates(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.normalize_dates(sub),
+            UserInputAst::Leaf(leaf) => match leaf.as_mut() {
+                UserInputLeaf::Literal(literal)
+                    if literal
+                        .field_name
+                        .as_deref()
+                        .is_some_and(|f| self.is_datetime_field(f)) =>
+                {
+                    normalize(&mut literal.phrase);
+                }
+                UserInputLeaf::Range {
+                    field: Some(field),
+                    lower,
+                    upper,
+                } if self.is_datetime_field(field) => {
+                    normalize_bound(lower);
+                    normalize_bound(upper);
+                }
+                UserInputLeaf::Set {
+                    field: Some(field),
+                    elements,
+                } if self.is_datetime_field(field) => elements.iter_mut().for_each(normalize),
+                _ => {}
+            },
+        }
+    }
+
+    /// Whether `name` names something a query can search: a field of the schema (or a path
+    /// inside a json field), or any field in dynamic mode.
+    fn resolves_field(&self, name: &str) -> bool {
+        self.schema().find_field(name).is_some() || self.dynamic_field().is_some()
+    }
+
+    /// Parses the query grammar; a syntax error is an error.
+    fn parse_grammar(&self, query: &str) -> Result<UserInputAst, IndexError> {
         check_operators(query)?;
-        let (mut ast, errors) = tantivy::query_grammar::parse_query_lenient(query);
+        let (ast, errors) = tantivy::query_grammar::parse_query_lenient(query);
         if let Some(error) = errors.first() {
             return Err(IndexError::InvalidQuery(format!(
                 "`{query}`: syntax error at position {}: {}",
                 error.pos, error.message
             )));
         }
-        if self.dynamic_field().is_some() {
-            self.route_to_dynamic(&mut ast);
-        }
-        self.cidr_to_ranges(&mut ast);
-        if self.older_schema {
-            self.missing_fields_match_nothing(&mut ast);
-        }
-        anchor_negations(&mut ast);
         Ok(ast)
+    }
+
+    /// Rewrites a parsed query for this index: `field:*` on the presence field, undeclared
+    /// fields routed to `_dynamic` in dynamic mode, CIDR blocks as ranges, fields an older
+    /// split lacks matching nothing, negations anchored.
+    fn rewrite_ast(&self, ast: &mut UserInputAst) {
+        if self.presence_field().is_some() {
+            exists_to_presence(ast);
+        }
+        self.normalize_dates(ast);
+        if self.dynamic_field().is_some() {
+            self.route_to_dynamic(ast);
+        }
+        self.cidr_to_ranges(ast);
+        if self.older_schema {
+            self.missing_fields_match_nothing(ast);
+        }
+        anchor_negations(ast);
     }
 
     /// `ip:10.0.0.0/8` (or `ip:"2001:db8::/32"`) on an ip field becomes the range of the
@@ -294,12 +567,6 @@ impl DocMapper {
                         .phrase
                         .trim()
                         .parse::<u64>()
-                        .ok()
-                        .map(|v| v.to_string()),
-                    TagKind::Bool => literal
-                        .phrase
-                        .trim()
-                        .parse::<bool>()
                         .ok()
                         .map(|v| v.to_string()),
                 };

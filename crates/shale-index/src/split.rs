@@ -205,6 +205,7 @@ impl SplitBuilder {
             .settings(doc_mapper.index_settings())
             .create_in_dir(scratch_dir)?;
         index.set_tokenizers(doc_mapper.tokenizer_manager().clone());
+        index.set_fast_field_tokenizers(crate::tokenizers::fast_field_tokenizers());
         let writer = writer_for(&index, heap_bytes, num_threads)?;
         Ok(SplitBuilder {
             doc_mapper,

@@ -232,7 +232,7 @@ fn invalid_mapping_is_rejected() {
         "{err}"
     );
     let mut config = config_with(Mode::Dynamic, false);
-    config.search_settings.default_search_fields = vec!["nope".into()];
+    config.search_settings.default_search_fields = vec!["body.nope".into()];
     let err = DocMapper::new(&config.doc_mapping, &config.search_settings).unwrap_err();
     assert!(
         err.to_string().contains("default_search_fields[0]"),
@@ -1552,4 +1552,363 @@ fn a_capped_merge_writes_several_outputs_none_over_the_cap() {
     .unwrap();
     assert_eq!(single.len(), 1);
     assert_eq!(single[0].num_docs, 6000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dynamic_mapping, index_field_presence, store_document_size, default search fields
+
+fn mapper_of(yaml: &str) -> Result<DocMapper, IndexError> {
+    let config: IndexConfig = serde_yaml::from_str(yaml).map_err(|err| {
+        IndexError::from(shale_config::ConfigError::Invalid {
+            field: "yaml".to_string(),
+            message: err.to_string(),
+        })
+    })?;
+    config.validate().map_err(IndexError::from)?;
+    DocMapper::for_index(&config)
+}
+
+fn split_of(yaml: &str, docs: Vec<Value>) -> (Arc<DocMapper>, Index, tempfile::TempDir) {
+    let mapper = Arc::new(mapper_of(yaml).unwrap_or_else(|err| panic!("{err}")));
+    let dir = tempfile::tempdir().unwrap();
+    let split = build_split(&mapper, &dir.path().join("01SPLIT"), docs.into_iter());
+    let index = open_split(&split.path).unwrap();
+    (mapper, index, dir)
+}
+
+#[test]
+fn dynamic_mapping_sets_the_options_of_undeclared_fields() {
+    let docs = vec![
+        json!({"msg": "Connection Reset by peer", "code": 7}),
+        json!({"msg": "connection refused", "code": 9}),
+    ];
+    // Raw tokenizer: the whole value is one term, case kept.
+    let (mapper, index, _dir) = split_of(
+        "index_id: raw\ndoc_mapping:\n  dynamic_mapping:\n    tokenizer: raw\n    record: basic\n",
+        docs.clone(),
+    );
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("msg:connection"), 0, "raw: no word terms");
+    assert_eq!(q("msg:\"connection refused\""), 1);
+    assert_eq!(q("code:7"), 1);
+
+    // Default: words, lowercased, positions (phrases work).
+    let (mapper, index, _dir) = split_of("index_id: words\ndoc_mapping: {}\n", docs.clone());
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("msg:connection"), 2);
+    assert_eq!(q("msg:\"reset by peer\""), 1);
+
+    // Not indexed: undeclared fields are kept (returned) but not searchable.
+    let (mapper, index, _dir) = split_of(
+        "index_id: hidden\ndoc_mapping:\n  dynamic_mapping:\n    indexed: false\n    fast: false\n",
+        docs.clone(),
+    );
+    let err = mapper
+        .parse_query("msg:connection", None)
+        .expect_err("refused");
+    assert!(err.to_string().contains("not declared as indexed"), "{err}");
+    let reader = index.reader().unwrap();
+    let searcher = reader.searcher();
+    let doc: TantivyDocument = searcher.doc(tantivy::DocAddress::new(0, 0)).unwrap();
+    assert_eq!(mapper.doc_to_json(&doc)["code"], json!(7));
+
+    // A lowercase normalizer lowercases the fast column (aggregations, sorts) only.
+    let (mapper, index, _dir) = split_of(
+        "index_id: norm\ndoc_mapping:\n  field_mappings:\n    - name: level\n      type: text\n      tokenizer: raw\n      fast:\n        normalizer: lowercase\n",
+        vec![json!({"level": "ERROR"}), json!({"level": "Error"}), json!({"level": "info"})],
+    );
+    assert_eq!(
+        count_query(&mapper, &index, "level:ERROR"),
+        1,
+        "terms keep case"
+    );
+    let reader = index.reader().unwrap();
+    let searcher = reader.searcher();
+    let column = searcher
+        .segment_reader(0)
+        .fast_fields()
+        .str("level")
+        .unwrap()
+        .unwrap();
+    let mut values = Vec::new();
+    let mut term = String::new();
+    for ord in 0..column.num_terms() as u64 {
+        column.ord_to_str(ord, &mut term).unwrap();
+        values.push(term.clone());
+    }
+    assert_eq!(values, ["error", "info"]);
+
+    // dynamic_mapping needs dynamic mode.
+    let err = mapper_of(
+        "index_id: strict\ndoc_mapping:\n  mode: strict\n  dynamic_mapping:\n    tokenizer: raw\n",
+    )
+    .expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("only allowed with `mode: dynamic`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn field_presence_finds_fields_that_are_not_fast() {
+    let yaml = r#"
+index_id: nested
+doc_mapping:
+  index_field_presence: true
+  field_mappings:
+    - name: json_text
+      type: json
+    - name: json_fast
+      type: json
+      fast: true
+    - name: object_multi
+      type: object
+      field_mappings:
+        - name: object_text_field
+          type: text
+        - name: object_fast_field
+          type: u64
+          fast: true
+    - name: text_raw
+      type: text
+      tokenizer: raw
+"#;
+    let docs = vec![
+        json!({"json_text": {"field_a": "hello", "field_b": "world"}}),
+        json!({"json_text": {"field_a": "hi"}}),
+        json!({"json_fast": {"field_c": 1}}),
+        json!({"object_multi": {"object_text_field": "multi hello"}}),
+        json!({"object_multi": {"object_fast_field": 1}}),
+        json!({"object_multi": {"object_fast_field": 2}}),
+        json!({"text_raw": "indexed-with-raw-tokenizer-dashes"}),
+        json!({"text_raw": null, "dyn": {"a.b": "x"}}),
+        json!({"dyn": {"a": {"c": []}}}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("json_text:*"), 2);
+    assert_eq!(q("json_text.field_a:*"), 2);
+    assert_eq!(q("json_text.field_b:*"), 1);
+    assert_eq!(q("json_fast:*"), 1);
+    assert_eq!(q("json_fast.field_c:*"), 1);
+    assert_eq!(q("json_fast.doesnotexist:*"), 0);
+    assert_eq!(q("object_multi:*"), 3);
+    assert_eq!(q("object_multi.object_text_field:*"), 1);
+    assert_eq!(q("object_multi.object_fast_field:*"), 2);
+    assert_eq!(q("object_multi.doesnotexist:*"), 0);
+    assert_eq!(q("text_raw:*"), 1, "null is absent");
+    assert_eq!(q("doesnotexist:*"), 0);
+    assert_eq!(q("dyn:*"), 1, "empty arrays are absent");
+    assert_eq!(q("dyn.a.b:*"), 1, "dotted keys are paths");
+    assert_eq!(q("NOT json_text:*"), 7);
+    assert_eq!(q("json_text:* AND json_text.field_b:*"), 1);
+}
+
+#[test]
+fn document_size_is_a_fast_field_and_not_in_hits() {
+    let docs = vec![json!({"a": 1}), json!({"message": "hello world"})];
+    let sizes: Vec<u64> = docs.iter().map(|d| d.to_string().len() as u64).collect();
+    let (mapper, index, _dir) = split_of(
+        "index_id: len\ndoc_mapping:\n  store_document_size: true\n",
+        docs,
+    );
+    let reader = index.reader().unwrap();
+    let searcher = reader.searcher();
+    let segment = searcher.segment_reader(0);
+    let column = segment.fast_fields().u64(DOC_LENGTH_FIELD_NAME).unwrap();
+    let stored: Vec<u64> = (0..2).filter_map(|doc| column.first(doc)).collect();
+    assert_eq!(stored, sizes);
+    let doc: TantivyDocument = searcher.doc(tantivy::DocAddress::new(0, 0)).unwrap();
+    assert_eq!(mapper.doc_to_json(&doc), json!({"a": 1}));
+}
+
+#[test]
+fn default_search_fields_may_name_dynamic_and_json_paths() {
+    let yaml = r#"
+index_id: defaults
+doc_mapping:
+  field_mappings:
+    - name: id
+      type: u64
+    - name: inner_json
+      type: json
+    - name: regular_field
+      type: text
+search_settings:
+  default_search_fields: [regular_field, some_dynamic_field, inner_json.somefieldinjson]
+"#;
+    let docs = vec![
+        json!({"id": 1, "some_dynamic_field": "hello"}),
+        json!({"id": 2, "inner_json": {"somefieldinjson": "allo"}}),
+        json!({"id": 3, "regular_field": "bonjour"}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("hello"), 1);
+    assert_eq!(q("allo"), 1);
+    assert_eq!(q("bonjour"), 1);
+    assert_eq!(q("hello OR bonjour"), 2);
+    assert_eq!(q("hello AND bonjour"), 0);
+    assert_eq!(q("id:2 OR bonjour"), 2);
+
+    let refused = |yaml: &str| mapper_of(yaml).expect_err("refused").to_string();
+    let err = refused(
+        "index_id: fail1\ndoc_mapping:\n  mode: lenient\nsearch_settings:\n  default_search_fields: [regular_field]\n",
+    );
+    assert!(
+        err.contains("unknown default search field `regular_field`"),
+        "{err}"
+    );
+    let err = refused(
+        "index_id: fail2\ndoc_mapping:\n  field_mappings:\n    - name: text\n      type: text\nsearch_settings:\n  default_search_fields: [text.inner]\n",
+    );
+    assert!(
+        err.contains("unknown default search field `text.inner`"),
+        "{err}"
+    );
+    let err = refused(
+        "index_id: fail3\ndoc_mapping:\n  dynamic_mapping:\n    indexed: false\nsearch_settings:\n  default_search_fields: [some_field]\n",
+    );
+    assert!(
+        err.contains("default search field `some_field` is not indexed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn concatenate_fields_index_the_values_of_other_fields_with_their_own_tokenizer() {
+    let yaml = r#"
+index_id: concat
+doc_mapping:
+  field_mappings:
+    - name: title
+      type: text
+    - name: code
+      type: text
+      tokenizer: raw
+    - name: flag
+      type: bool
+    - name: count
+      type: u64
+    - name: ratio
+      type: f64
+    - name: attrs
+      type: json
+    - name: all_raw
+      type: concatenate
+      concatenate_fields: [title, code, flag, count, ratio, attrs]
+      tokenizer: raw
+      include_dynamic_fields: true
+    - name: all_words
+      type: concatenate
+      concatenate_fields: [title, code, flag, count, ratio, attrs]
+  dynamic_mapping:
+    tokenizer: default
+"#;
+    let docs = vec![
+        json!({"title": "Disk-Full", "code": "E-42"}),
+        json!({"flag": true}),
+        json!({"title": "true story"}),
+        json!({"count": 42}),
+        json!({"extra": "dynvalue", "extra_n": 9}),
+        json!({"attrs": {"ok": false, "n": 10, "deep": {"s": "deepvalue"}}}),
+        json!({"ratio": 1.5}),
+        json!({"big": 9223372036854775808u64, "neg": -5}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("all_raw:Disk-Full"), 1, "raw: the whole value");
+    assert_eq!(q("all_raw:E-42"), 1);
+    assert_eq!(q("all_words:disk"), 1, "default: words");
+    assert_eq!(q("all_words:42"), 2, "the number and the word of E-42");
+    assert_eq!(q("all_raw:42"), 1, "only the number is the whole value 42");
+    assert_eq!(
+        q("all_raw:true"),
+        1,
+        "the bool; `true story` is one raw value"
+    );
+    assert_eq!(q("all_words:true"), 2);
+    assert_eq!(q("all_raw:dynvalue"), 1, "undeclared fields included");
+    assert_eq!(q("all_raw:9"), 1);
+    assert_eq!(q("all_words:dynvalue"), 0, "not included there");
+    assert_eq!(q("all_raw:false"), 1, "json leaves");
+    assert_eq!(q("all_raw:10"), 1);
+    assert_eq!(q("all_words:deepvalue"), 1);
+    assert_eq!(q("all_raw:1.5"), 1);
+    assert_eq!(q("all_words:1.5"), 1);
+    assert_eq!(q("all_raw:9223372036854775808"), 1);
+    assert_eq!(q("all_raw:\"-5\""), 1);
+
+    // Documents cannot set it; it is not returned.
+    let err = mapper
+        .parse_doc(br#"{"all_raw": "x"}"#)
+        .expect_err("refused");
+    assert!(err.to_string().contains("concatenate"), "{err}");
+    let reader = index.reader().unwrap();
+    let doc: TantivyDocument = reader
+        .searcher()
+        .doc(tantivy::DocAddress::new(0, 0))
+        .unwrap();
+    assert!(mapper.doc_to_json(&doc).get("all_raw").is_none());
+
+    // Sources must be declared fields of a concatenable type.
+    let refused = |extra: &str| {
+        mapper_of(&format!(
+            "index_id: concat\ndoc_mapping:\n  field_mappings:\n    - name: ts\n      type: datetime\n    - name: c\n      type: concatenate\n{extra}"
+        ))
+        .expect_err("refused")
+        .to_string()
+    };
+    let err = refused("      concatenate_fields: [missing]\n");
+    assert!(err.contains("no field named `missing`"), "{err}");
+    let err = refused("      concatenate_fields: [ts]\n");
+    assert!(err.contains("cannot be concatenated"), "{err}");
+    let err = refused("      concatenate_fields: []\n");
+    assert!(err.contains("concatenates nothing"), "{err}");
+}
+
+#[test]
+fn regexes_work_on_json_paths_and_undeclared_fields() {
+    let yaml = "index_id: regexes\ndoc_mapping:\n  field_mappings:\n    - name: attrs\n      type: json\n      tokenizer: raw\n  dynamic_mapping:\n    tokenizer: raw\n";
+    let docs = vec![
+        json!({"attrs": {"user": "jadonk"}, "actor": {"login": "jadonk"}, "type": "PushEvent"}),
+        json!({"attrs": {"user": "jadenk"}, "actor": {"login": "teoz"}, "type": "WatchEvent"}),
+        json!({"attrs": {"other": "jadonk"}, "actor": {"name": "jadonk"}, "type": "push.event"}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("attrs.user:/jad.nk/"), 2);
+    assert_eq!(q("attrs.user:/jado.*/"), 1);
+    assert_eq!(q("actor.login:/jad.nk/"), 1, "only that path");
+    assert_eq!(q("type:/.*Event/"), 2);
+    assert_eq!(q("type:/push\\.event/"), 1);
+    assert_eq!(q("type:/.*Event/ AND NOT actor.login:/te.*/"), 1);
+    assert_eq!(q("actor.login:/te.*/ OR attrs.other:/j.*/"), 2);
+    assert_eq!(q("missing.path:/.*/"), 0);
+}
+
+#[test]
+fn datetime_values_in_queries_take_quickwits_formats() {
+    let yaml = "index_id: dates\ndoc_mapping:\n  timestamp_field: ts\n  field_mappings:\n    - name: ts\n      type: datetime\n      fast: true\n      fast_precision: milliseconds\n";
+    let docs = vec![
+        json!({"ts": 1684993001}),
+        json!({"ts": 1684993002}),
+        json!({"ts": 1685000000}),
+        json!({"ts": "2022-12-16T10:00:57.297Z"}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("ts:>=2023/05/25"), 3);
+    assert_eq!(q("ts:>=2023-05-25"), 3);
+    assert_eq!(q("ts:>=1684993002 AND ts:<1685000000"), 1);
+    assert_eq!(q("ts:1684993001"), 1);
+    assert_eq!(q("-ts:1234567890 AND -ts:1684993001"), 3);
+    assert_eq!(q("ts:[2023-05-25T05:36:41 TO 2023-05-25T05:36:42]"), 2);
+    assert_eq!(q("ts:IN [1684993001 1685000000]"), 2);
+    assert_eq!(
+        q("ts:>=2022-12-16T10:00:57.000Z AND ts:<=2022-12-16T10:00:57.300Z"),
+        1
+    );
+    assert!(mapper.parse_query("ts:>=yesterday", None).is_err());
 }

@@ -92,6 +92,20 @@ pub(crate) fn tokenizer_manager(
     Ok(manager)
 }
 
+/// The normalizers of fast text columns (`fast: {normalizer: raw|lowercase}`), as Tantivy's
+/// fast-field tokenizers.
+pub fn fast_field_tokenizers() -> TokenizerManager {
+    let manager = TokenizerManager::new();
+    manager.register("raw", RawTokenizer::default());
+    manager.register(
+        "lowercase",
+        TextAnalyzer::builder(RawTokenizer::default())
+            .filter(LowerCaser)
+            .build(),
+    );
+    manager
+}
+
 /// Whether `c` is a Chinese, Japanese or Korean character.
 fn is_cjk(c: char) -> bool {
     matches!(c as u32,

@@ -61,6 +61,7 @@ macro_rules! metastore_conformance_tests {
             create_index_assigns_uids,
             create_index_fails_if_index_id_exists,
             index_metadata_of_unknown_index_is_not_found,
+            index_templates_are_created_listed_updated_and_deleted,
             list_indexes_orders_by_index_id,
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
             update_index_config_rejects_index_id_change,
@@ -311,7 +312,81 @@ pub async fn create_index_fails_if_index_id_exists(metastore: Arc<dyn Metastore>
 /// Unknown index ids are `NotFound`.
 pub async fn index_metadata_of_unknown_index_is_not_found(metastore: Arc<dyn Metastore>) {
     assert_not_found(metastore.index_metadata("nope").await);
+    assert_not_found(metastore.index_metadata_without_checkpoints("nope").await);
     assert!(metastore.list_indexes().await.expect("list").is_empty());
+}
+
+/// Index templates: create (`AlreadyExists` twice), get, list by id, update (`NotFound` for
+/// an unknown id), delete all or none.
+pub async fn index_templates_are_created_listed_updated_and_deleted(metastore: Arc<dyn Metastore>) {
+    let template = |id: &str, pattern: &str, priority: usize| -> shale_config::IndexTemplate {
+        serde_json::from_value(serde_json::json!({
+            "template_id": id,
+            "index_id_patterns": [pattern],
+            "priority": priority,
+            "doc_mapping": {"mode": "dynamic"},
+            "indexing_settings": {"commit_timeout_secs": 1},
+        }))
+        .expect("template")
+    };
+    assert!(metastore
+        .list_index_templates()
+        .await
+        .expect("list")
+        .is_empty());
+    metastore
+        .create_index_template(template("tpl-b", "b-*", 1))
+        .await
+        .expect("create b");
+    metastore
+        .create_index_template(template("tpl-a", "a-*", 2))
+        .await
+        .expect("create a");
+    match metastore
+        .create_index_template(template("tpl-a", "other-*", 0))
+        .await
+    {
+        Err(MetastoreError::AlreadyExists { .. }) => {}
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    let listed = metastore.list_index_templates().await.expect("list");
+    let ids: Vec<&str> = listed.iter().map(|t| t.template_id.as_str()).collect();
+    assert_eq!(ids, ["tpl-a", "tpl-b"]);
+    assert_eq!(listed[0], template("tpl-a", "a-*", 2), "round trip");
+    assert_not_found(metastore.index_template("nope").await);
+
+    metastore
+        .update_index_template(template("tpl-a", "aa-*", 7))
+        .await
+        .expect("update");
+    let updated = metastore.index_template("tpl-a").await.expect("get");
+    assert_eq!(updated.index_id_patterns, ["aa-*"]);
+    assert_eq!(updated.priority, 7);
+    assert_not_found(
+        metastore
+            .update_index_template(template("nope", "x-*", 0))
+            .await,
+    );
+
+    // All or none.
+    assert_not_found(
+        metastore
+            .delete_index_templates(&["tpl-a".to_string(), "nope".to_string()])
+            .await,
+    );
+    assert_eq!(
+        metastore.list_index_templates().await.expect("list").len(),
+        2
+    );
+    metastore
+        .delete_index_templates(&["tpl-a".to_string(), "tpl-b".to_string()])
+        .await
+        .expect("delete");
+    assert!(metastore
+        .list_index_templates()
+        .await
+        .expect("list")
+        .is_empty());
 }
 
 /// `list_indexes` returns every index, ordered by id, with its checkpoints.
@@ -334,6 +409,14 @@ pub async fn list_indexes_orders_by_index_id(metastore: Arc<dyn Metastore>) {
     assert_eq!(index_ids, ["index-a", "index-b", "index-c"]);
     assert_eq!(indexes[1].checkpoint("src").position("p"), Some(7));
     assert!(indexes[0].checkpoints.is_empty());
+    // The search read: the same index, without checkpoints.
+    let light = metastore
+        .index_metadata_without_checkpoints("index-b")
+        .await
+        .expect("index_metadata_without_checkpoints");
+    assert_eq!(light.index_uid, indexes[1].index_uid);
+    assert_eq!(light.index_config, indexes[1].index_config);
+    assert!(light.checkpoints.is_empty());
 }
 
 /// The doc mapping uid survives updates that keep the doc mapping (whatever uid the caller

@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use shale_config::IndexConfig;
+use shale_config::{IndexConfig, IndexTemplate};
 use shale_types::{
     CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, MergeScope, PartitionId, SourceCheckpoint,
     SourceId, Split, SplitId, SplitMetadata, SplitState,
@@ -223,6 +223,17 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// The index with this id (`NotFound` otherwise).
     async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata>;
+
+    /// The index with this id without its checkpoints (`checkpoints` is empty): what a
+    /// search needs, in one read.
+    async fn index_metadata_without_checkpoints(
+        &self,
+        index_id: &str,
+    ) -> MetastoreResult<IndexMetadata> {
+        let mut index = self.index_metadata(index_id).await?;
+        index.checkpoints = Default::default();
+        Ok(index)
+    }
 
     /// All indexes, by id.
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>>;
@@ -434,6 +445,23 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// The last opstamp of every index that has delete tasks.
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>>;
+
+    // ----- index templates -----
+
+    /// Records an index template (`AlreadyExists` if one has its id).
+    async fn create_index_template(&self, template: IndexTemplate) -> MetastoreResult<()>;
+
+    /// Replaces the template of that id (`NotFound` if there is none).
+    async fn update_index_template(&self, template: IndexTemplate) -> MetastoreResult<()>;
+
+    /// The template with this id (`NotFound` otherwise).
+    async fn index_template(&self, template_id: &str) -> MetastoreResult<IndexTemplate>;
+
+    /// All templates, by id.
+    async fn list_index_templates(&self) -> MetastoreResult<Vec<IndexTemplate>>;
+
+    /// Deletes these templates, all or none (`NotFound` if one does not exist).
+    async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()>;
 
     // ----- manual compactions -----
 

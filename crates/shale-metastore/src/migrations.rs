@@ -45,6 +45,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "compactions",
         include_str!("../migrations/sqlite/0007_compactions.sql"),
     ),
+    (
+        8,
+        "index templates",
+        include_str!("../migrations/sqlite/0008_index_templates.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -83,6 +88,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         7,
         "compactions",
         include_str!("../migrations/postgres/0007_compactions.sql"),
+    ),
+    (
+        8,
+        "index templates",
+        include_str!("../migrations/postgres/0008_index_templates.sql"),
     ),
 ];
 

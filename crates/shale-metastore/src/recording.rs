@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use shale_config::IndexConfig;
+use shale_config::{IndexConfig, IndexTemplate};
 use shale_types::{CheckpointDelta, IndexUid, SourceId, Split, SplitId, SplitMetadata};
 
 use crate::{
@@ -49,6 +49,14 @@ impl Metastore for RecordingMetastore {
     }
     async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata> {
         self.inner.index_metadata(index_id).await
+    }
+    async fn index_metadata_without_checkpoints(
+        &self,
+        index_id: &str,
+    ) -> MetastoreResult<IndexMetadata> {
+        self.inner
+            .index_metadata_without_checkpoints(index_id)
+            .await
     }
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
         self.inner.list_indexes().await
@@ -307,6 +315,21 @@ impl Metastore for RecordingMetastore {
         &self,
     ) -> MetastoreResult<std::collections::BTreeMap<IndexUid, u64>> {
         self.inner.last_delete_opstamps().await
+    }
+    async fn create_index_template(&self, template: IndexTemplate) -> MetastoreResult<()> {
+        self.inner.create_index_template(template).await
+    }
+    async fn update_index_template(&self, template: IndexTemplate) -> MetastoreResult<()> {
+        self.inner.update_index_template(template).await
+    }
+    async fn index_template(&self, template_id: &str) -> MetastoreResult<IndexTemplate> {
+        self.inner.index_template(template_id).await
+    }
+    async fn list_index_templates(&self) -> MetastoreResult<Vec<IndexTemplate>> {
+        self.inner.list_index_templates().await
+    }
+    async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()> {
+        self.inner.delete_index_templates(template_ids).await
     }
     async fn create_compaction(
         &self,

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use shale_config::IndexConfig;
+use shale_config::{IndexConfig, IndexTemplate};
 use shale_types::{
     CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, SourceCheckpoint, SourceId, Split, SplitId,
     SplitMetadata, SplitState,
@@ -45,6 +45,7 @@ mod cluster;
 mod compactions;
 mod delete_tasks;
 mod merge_tasks;
+mod templates;
 
 mod sealed {
     pub trait Sealed {}
@@ -658,6 +659,26 @@ where
         })
     }
 
+    async fn index_metadata_without_checkpoints(
+        &self,
+        index_id: &str,
+    ) -> MetastoreResult<IndexMetadata> {
+        let row = sqlx::query::<DB>(
+            "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
+             WHERE index_id = $1",
+        )
+        .bind(index_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => Self::decode_index(&row),
+            None => Err(MetastoreError::NotFound {
+                kind: "index",
+                id: index_id.to_string(),
+            }),
+        }
+    }
+
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query::<DB>(
@@ -1115,6 +1136,26 @@ where
 
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
         self.select_last_delete_opstamps().await
+    }
+
+    async fn create_index_template(&self, template: IndexTemplate) -> MetastoreResult<()> {
+        self.insert_template(&template).await
+    }
+
+    async fn update_index_template(&self, template: IndexTemplate) -> MetastoreResult<()> {
+        self.replace_template(&template).await
+    }
+
+    async fn index_template(&self, template_id: &str) -> MetastoreResult<IndexTemplate> {
+        self.select_template(template_id).await
+    }
+
+    async fn list_index_templates(&self) -> MetastoreResult<Vec<IndexTemplate>> {
+        self.select_templates().await
+    }
+
+    async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()> {
+        self.remove_templates(template_ids).await
     }
 
     async fn create_compaction(

@@ -20,7 +20,7 @@ use crate::request::SearchRequest;
 pub const MAX_RESULT_WINDOW: usize = 10_000;
 
 /// The body of an Elasticsearch `_search` (unknown keys are accepted and ignored).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
 pub struct EsSearchBody {
     /// The query DSL.
     #[serde(default)]
@@ -111,14 +111,16 @@ pub fn translate_search(
         doc_mapper,
         search_fields: None,
     };
+    // The URL's `q` wins over a body query.
     let mut query = match (&body.query, url_query) {
+        (_, Some(q)) if !q.trim().is_empty() => format!("({})", q.trim()),
         (Some(dsl), _) => translator.clause(dsl)?,
-        (None, Some(q)) if !q.trim().is_empty() => format!("({})", q.trim()),
         _ => "*".to_string(),
     };
+    let url_query_wins = url_query.is_some_and(|q| !q.trim().is_empty());
     let (start_timestamp, end_timestamp) = match &body.query {
-        Some(dsl) => top_level_time_bounds(dsl, doc_mapper),
-        None => (None, None),
+        Some(dsl) if !url_query_wins => top_level_time_bounds(dsl, doc_mapper),
+        _ => (None, None),
     };
     let sort = parse_sort(body.sort.as_ref())?;
     let sort_by = sort_by_string(&sort);
@@ -600,8 +602,14 @@ impl Translator<'_> {
                 let (field, spec) = single_field(body, "match")?;
                 let (text, options) = query_text(spec, "match")?;
                 let and = is_and(options.and_then(|o| o.get("operator")))?;
+                // Words the field's tokenizer drops entirely (punctuation) are no terms.
                 let words: Vec<String> = text
                     .split_whitespace()
+                    .filter(|w| {
+                        self.doc_mapper
+                            .tokens(field, w)
+                            .is_none_or(|tokens| !tokens.is_empty())
+                    })
                     .map(|w| format!("{}:{}", escape_field(field), quote(w)))
                     .collect();
                 if words.is_empty() {
@@ -809,6 +817,9 @@ impl Translator<'_> {
             if field != "*" {
                 fields.push(field.to_string());
             }
+        }
+        if map.get("fields").is_some_and(|fields| !fields.is_array()) {
+            return Err("`fields` of `query_string` must be an array of field names".to_string());
         }
         for field in map.get("fields").map(list).unwrap_or_default() {
             if let Some(field) = field.as_str() {

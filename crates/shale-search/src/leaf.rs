@@ -689,6 +689,7 @@ impl OlderMapping {
 fn empty_searcher(doc_mapper: &DocMapper) -> tantivy::Result<Searcher> {
     let mut index = tantivy::Index::create_in_ram(doc_mapper.schema().clone());
     index.set_tokenizers(doc_mapper.tokenizer_manager().clone());
+    index.set_fast_field_tokenizers(shale_index::fast_field_tokenizers());
     let mut writer: tantivy::IndexWriter<TantivyDocument> =
         index.writer_with_num_threads(1, 15_000_000)?;
     writer.add_document(TantivyDocument::default())?;

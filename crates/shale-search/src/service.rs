@@ -268,7 +268,11 @@ impl SearchService {
         request: &SearchRequest,
     ) -> Result<(IndexMetadata, Arc<DocMapper>, SortBy, Option<Aggregations>), SearchError> {
         validate_page(request)?;
-        let index = match self.metastore.index_metadata(index_id).await {
+        let index = match self
+            .metastore
+            .index_metadata_without_checkpoints(index_id)
+            .await
+        {
             Ok(index) => index,
             Err(MetastoreError::NotFound { .. }) => {
                 return Err(SearchError::IndexNotFound(index_id.to_string()))
@@ -399,25 +403,21 @@ impl SearchService {
         query.time_range_start = request.start_timestamp;
         query.time_range_end = request.end_timestamp;
         let time_filtered = query.time_range_start.is_some() || query.time_range_end.is_some();
-        let published = self
-            .metastore
-            .list_splits(query)
-            .await
-            .map_err(SearchError::Metastore)?;
-        // Splits the metastore left out by time range count as pruned too.
-        let pruned_by_time = if time_filtered {
+        // Splits the metastore leaves out by time range count as pruned too: the count of
+        // all of them is read at the same time as the listing.
+        let count_all = async {
+            if !time_filtered {
+                return Ok(None);
+            }
             let mut all = ListSplitsQuery::for_index(index.index_uid.clone())
                 .with_states(&[SplitState::Published]);
             all.visible_at = as_of;
-            let total = self
-                .metastore
-                .count_splits(all)
-                .await
-                .map_err(SearchError::Metastore)?;
-            (total as usize).saturating_sub(published.len())
-        } else {
-            0
+            self.metastore.count_splits(all).await.map(Some)
         };
+        let (published, total) = tokio::try_join!(self.metastore.list_splits(query), count_all)
+            .map_err(SearchError::Metastore)?;
+        let pruned_by_time =
+            total.map_or(0, |total| (total as usize).saturating_sub(published.len()));
         let candidates: Vec<SplitMetadata> = published
             .into_iter()
             .map(|s: Split| s.split_metadata)

@@ -54,6 +54,16 @@ pub struct EsError {
 }
 
 impl EsError {
+    /// An error of status `status` and type `kind`.
+    pub fn new(status: StatusCode, kind: &'static str, reason: impl Into<String>) -> Self {
+        EsError {
+            status,
+            kind,
+            reason: reason.into(),
+            retry_after_secs: None,
+        }
+    }
+
     /// A 400 of type `kind`.
     pub fn bad_request(kind: &'static str, reason: impl Into<String>) -> Self {
         EsError {
@@ -213,7 +223,7 @@ async fn bulk_inner(
         else {
             return Err(EsError::bad_request(
                 "action_request_validation_exception",
-                format!("Validation Failed: 1: index is missing (action line [{line_no}]);"),
+                "Validation Failed: 1: index is missing;".to_string(),
             ));
         };
         let doc_id = match meta.get("_id") {
@@ -268,7 +278,7 @@ async fn bulk_inner(
             .iter()
             .filter_map(|&i| items[i].outcome.as_ref().ok().cloned())
             .collect();
-        match state.node.dispatcher.ingest(&index_id, docs, commit).await {
+        match state.node.ingest(&index_id, docs, commit).await {
             Ok(outcome) => {
                 for (&i, result) in positions.iter().zip(outcome.results) {
                     if let Some(err) = result {

@@ -216,6 +216,9 @@ struct UrlSearchParams {
     source_includes: Option<Vec<String>>,
     source_excludes: Option<Vec<String>>,
     ignore_unavailable: bool,
+    /// Quickwit's `extra_filters`: comma-separated queries (query language) every hit must
+    /// also match.
+    extra_filters: Vec<String>,
 }
 
 impl UrlSearchParams {
@@ -237,6 +240,7 @@ impl UrlSearchParams {
             source_includes: list("_source_includes"),
             source_excludes: list("_source_excludes"),
             ignore_unavailable: flag(params, "ignore_unavailable"),
+            extra_filters: list("extra_filters").unwrap_or_default(),
         })
     }
 }
@@ -272,6 +276,10 @@ async fn run_search(
             sort: index_sort,
         } = translate_search(&body, url.size, url.from, url.q.as_deref(), &mapper)
             .map_err(bad_request)?;
+        let mut request = request;
+        for filter in &url.extra_filters {
+            request.query = format!("({}) AND ({filter})", request.query);
+        }
         sort = index_sort;
         mappers.insert(index.index_id().to_string(), mapper);
         targets.push((index.index_id().to_string(), request));
@@ -540,8 +548,166 @@ async fn search_inner(
     let bytes = read_body(&state, &headers, body).await?;
     let body = parse_body(&bytes)?;
     let url = UrlSearchParams::parse(&params)?;
+    let scroll_ttl = match params.get("scroll") {
+        Some(scroll) => {
+            if params
+                .get("allow_partial_search_results")
+                .map(String::as_str)
+                == Some("false")
+            {
+                return Err(bad_request(
+                    "Invalid argument: Quickwit only supports scroll API with \
+                     allow_partial_search_results set to true",
+                ));
+            }
+            Some(scroll_ttl_secs(scroll)?)
+        }
+        None => None,
+    };
     let indexes = resolve_indexes(&state, index.as_deref(), url.ignore_unavailable).await?;
-    Ok(Json(run_search(&state, indexes, body, &url).await?))
+    let mut response = run_search(&state, indexes, body.clone(), &url).await?;
+    if let Some(ttl) = scroll_ttl {
+        let size = url.size.or(value_usize(body.size.as_ref())).unwrap_or(10);
+        let from = url.from.or(value_usize(body.from.as_ref())).unwrap_or(0);
+        let mut params = params;
+        for name in ["size", "from", "scroll", "allow_partial_search_results"] {
+            params.remove(name);
+        }
+        let context = ScrollContext {
+            index,
+            body: EsSearchBody { aggs: None, ..body },
+            params,
+            from: from + size,
+            size,
+            expires_at: shale_types::now_unix_secs() + ttl,
+        };
+        response["_scroll_id"] = json!(context.encode()?);
+    }
+    Ok(Json(response))
+}
+
+/// Longest scroll keep-alive, as in Quickwit (30 minutes).
+const MAX_SCROLL_TTL_SECS: i64 = 1800;
+
+/// The keep-alive of `scroll=` (`30m`, `1h`, `90s`; Elasticsearch's `ms` too), in seconds.
+fn scroll_ttl_secs(scroll: &str) -> EsResult<i64> {
+    let scroll = scroll.trim();
+    let secs = match scroll.strip_suffix("ms") {
+        Some(millis) => millis
+            .trim()
+            .parse::<u64>()
+            .map(|ms| ms.div_ceil(1000))
+            .map_err(|_| bad_request(format!("invalid scroll keep-alive `{scroll}`")))?,
+        None => shale_config::parse_duration(scroll)
+            .map_err(|_| bad_request(format!("invalid scroll keep-alive `{scroll}`")))?,
+    };
+    let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+    if secs > MAX_SCROLL_TTL_SECS {
+        return Err(bad_request(format!(
+            "Invalid argument: Quickwit only supports scroll TTL period up to \
+             {MAX_SCROLL_TTL_SECS} secs"
+        )));
+    }
+    Ok(secs)
+}
+
+fn value_usize(value: Option<&Value>) -> Option<usize> {
+    match value? {
+        Value::Number(n) => n.as_u64().map(|n| n as usize),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Where a scroll is: the search (index expression, body without aggregations, URL
+/// parameters) and the next page. It travels inside the scroll id (URL-safe base64 of its
+/// JSON), so any node of the cluster can continue a scroll and nothing is held in memory.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ScrollContext {
+    index: Option<String>,
+    body: EsSearchBody,
+    params: HashMap<String, String>,
+    from: usize,
+    size: usize,
+    /// Seconds since the epoch after which the scroll is gone.
+    expires_at: i64,
+}
+
+impl ScrollContext {
+    fn encode(&self) -> EsResult<String> {
+        use base64::Engine as _;
+        let json = serde_json::to_vec(self)
+            .map_err(|err| EsError::from(ApiError::internal(err.to_string())))?;
+        Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
+    }
+
+    fn decode(id: &str) -> EsResult<ScrollContext> {
+        use base64::Engine as _;
+        let missing = || {
+            EsError::new(
+                StatusCode::NOT_FOUND,
+                "search_context_missing_exception",
+                format!("No search context found for id [{id}]"),
+            )
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(id.trim())
+            .map_err(|_| missing())?;
+        serde_json::from_slice(&bytes).map_err(|_| missing())
+    }
+}
+
+/// `GET|POST /api/v1/_elastic/_search/scroll`: the next page of a scroll (`scroll_id` in the
+/// body or the URL; `scroll` renews the keep-alive). An expired or unknown id is a 404
+/// `search_context_missing_exception`.
+pub async fn scroll(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> EsResult<Json<Value>> {
+    let bytes = read_body(&state, &headers, body).await?;
+    let request: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&bytes).map_err(|err| {
+            EsError::bad_request("parse_exception", format!("invalid scroll body: {err}"))
+        })?
+    };
+    let id = request
+        .get("scroll_id")
+        .and_then(Value::as_str)
+        .or(params.get("scroll_id").map(String::as_str))
+        .ok_or_else(|| bad_request("a scroll needs a `scroll_id`"))?
+        .to_string();
+    let mut context = ScrollContext::decode(&id)?;
+    let now = shale_types::now_unix_secs();
+    if now > context.expires_at {
+        return Err(EsError::new(
+            StatusCode::NOT_FOUND,
+            "search_context_missing_exception",
+            format!("No search context found for id [{id}]: its keep-alive expired"),
+        ));
+    }
+    let renewed = request
+        .get("scroll")
+        .and_then(Value::as_str)
+        .or(params.get("scroll").map(String::as_str));
+    if let Some(scroll) = renewed {
+        context.expires_at = now + scroll_ttl_secs(scroll)?;
+    }
+    let mut params = context.params.clone();
+    params.insert("from".to_string(), context.from.to_string());
+    params.insert("size".to_string(), context.size.to_string());
+    let url = UrlSearchParams::parse(&params)?;
+    let indexes = resolve_indexes(&state, context.index.as_deref(), url.ignore_unavailable).await?;
+    let mut body = context.body.clone();
+    body.from = None;
+    body.size = None;
+    let mut response = run_search(&state, indexes, body, &url).await?;
+    context.from += context.size;
+    response["_scroll_id"] = json!(context.encode()?);
+    Ok(Json(response))
 }
 
 /// `GET|POST /api/v1/_elastic/{index}/_count`.
@@ -646,6 +812,7 @@ async fn msearch_inner(
             source_includes: url.source_includes.clone(),
             source_excludes: url.source_excludes.clone(),
             ignore_unavailable,
+            extra_filters: url.extra_filters.clone(),
         };
         async move {
             let result = async {
@@ -810,6 +977,99 @@ fn human_bytes(bytes: u64) -> String {
         unit += 1;
     }
     format!("{value:.1}{}", UNITS[unit])
+}
+
+/// `GET /api/v1/_elastic/{index}/_stats`: documents, store size and segments (splits) per
+/// index and for all of them, in Elasticsearch's shape.
+pub async fn stats_index(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Json<Value>> {
+    stats_inner(state, Some(index), params).await
+}
+
+/// `GET /api/v1/_elastic/_stats`.
+pub async fn stats_all(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Json<Value>> {
+    stats_inner(state, None, params).await
+}
+
+async fn stats_inner(
+    state: AppState,
+    index: Option<String>,
+    params: HashMap<String, String>,
+) -> EsResult<Json<Value>> {
+    let indexes = resolve_indexes(
+        &state,
+        index.as_deref(),
+        flag(&params, "ignore_unavailable"),
+    )
+    .await?;
+    let section = |docs: u64, bytes: u64, segments: u64| {
+        json!({
+            "primaries": {"docs": {"count": docs, "deleted": 0}, "store": {"size_in_bytes": bytes}},
+            "total": {
+                "docs": {"count": docs, "deleted": 0},
+                "store": {"size_in_bytes": bytes},
+                "segments": {"count": segments},
+            },
+        })
+    };
+    let mut per_index = serde_json::Map::new();
+    let (mut all_docs, mut all_bytes, mut all_segments) = (0, 0, 0);
+    for index in &indexes {
+        let splits = published_splits(&state, index).await?;
+        let docs: u64 = splits.iter().map(|s| s.split_metadata.num_docs).sum();
+        let bytes: u64 = splits.iter().map(|s| s.split_metadata.size_bytes).sum();
+        let segments = splits.len() as u64;
+        all_docs += docs;
+        all_bytes += bytes;
+        all_segments += segments;
+        per_index.insert(index.index_id().to_string(), section(docs, bytes, segments));
+    }
+    Ok(Json(json!({
+        "_shards": {"total": indexes.len(), "successful": indexes.len(), "failed": 0},
+        "_all": section(all_docs, all_bytes, all_segments),
+        "indices": per_index,
+    })))
+}
+
+/// `DELETE /api/v1/_elastic/{indexes}`: deletes every index the expression names (comma
+/// lists, globs); a named index that does not exist is a 404 and nothing is deleted, unless
+/// `ignore_unavailable`.
+pub async fn delete_indexes(
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> EsResult<Json<Value>> {
+    let indexes =
+        resolve_indexes(&state, Some(&index), flag(&params, "ignore_unavailable")).await?;
+    for index in &indexes {
+        state
+            .node
+            .delete_index(index.index_id())
+            .await
+            .map_err(|err| EsError::from(ApiError::from(err)))?;
+    }
+    Ok(Json(json!({"acknowledged": true})))
+}
+
+async fn published_splits(
+    state: &AppState,
+    index: &IndexMetadata,
+) -> EsResult<Vec<shale_types::Split>> {
+    state
+        .node
+        .metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]),
+        )
+        .await
+        .map_err(|err| EsError::from(ApiError::from(err)))
 }
 
 /// Per index: (documents, bytes of split files, bytes of ingested JSON).

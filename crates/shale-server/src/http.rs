@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use shale_config::{ConfigError, IndexConfig};
+use shale_config::{ConfigError, IndexConfig, IndexTemplate};
 use shale_ingest::{CommitMode, IngestError};
 use shale_metastore::{ListSplitsQuery, MetastoreError};
 use shale_search::{SearchError, SearchRequest};
@@ -231,6 +231,16 @@ fn routes(node: Arc<Node>) -> Router {
             "/api/v1/indexes/{index_id}/compactions/{compaction_id}",
             get(get_compaction),
         )
+        .route(
+            "/api/v1/templates",
+            post(create_template).get(list_templates),
+        )
+        .route(
+            "/api/v1/templates/{template_id}",
+            get(get_template)
+                .put(update_template)
+                .delete(delete_template),
+        )
         .route("/api/v1/{index_id}/ingest", post(ingest))
         .route(
             "/api/v1/{index_id}/delete-tasks",
@@ -253,6 +263,22 @@ fn routes(node: Arc<Node>) -> Router {
             post(crate::elastic::bulk_index).put(crate::elastic::bulk_index),
         )
         .route("/api/v1/_elastic", get(crate::elastic_read::cluster_info))
+        .route(
+            "/api/v1/_elastic/{index_id}",
+            axum::routing::delete(crate::elastic_read::delete_indexes),
+        )
+        .route(
+            "/api/v1/_elastic/_stats",
+            get(crate::elastic_read::stats_all),
+        )
+        .route(
+            "/api/v1/_elastic/_search/scroll",
+            get(crate::elastic_read::scroll).post(crate::elastic_read::scroll),
+        )
+        .route(
+            "/api/v1/_elastic/{index_id}/_stats",
+            get(crate::elastic_read::stats_index),
+        )
         .route("/api/v1/_elastic/", get(crate::elastic_read::cluster_info))
         .route(
             "/api/v1/_elastic/_cluster/health",
@@ -479,6 +505,61 @@ async fn update_index(
     let config = IndexConfig::parse(&body)?;
     let index = state.node.update_index(&index_id, config).await?;
     Ok(Json(json!(index)))
+}
+
+/// `POST /api/v1/templates`: records an index template (400 if its id is taken).
+async fn create_template(State(state): State<AppState>, body: Bytes) -> ApiResult<Json<Value>> {
+    let template = IndexTemplate::parse(&body)?;
+    state
+        .node
+        .metastore
+        .create_index_template(template.clone())
+        .await?;
+    Ok(Json(json!(template)))
+}
+
+/// `GET /api/v1/templates`: every template, by id.
+async fn list_templates(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let templates = state.node.metastore.list_index_templates().await?;
+    Ok(Json(json!(templates)))
+}
+
+/// `GET /api/v1/templates/{id}` (404 if unknown).
+async fn get_template(
+    State(state): State<AppState>,
+    Path(template_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let template = state.node.metastore.index_template(&template_id).await?;
+    Ok(Json(json!(template)))
+}
+
+/// `PUT /api/v1/templates/{id}`: replaces the template (the id of the path wins over the
+/// body's; 404 if unknown).
+async fn update_template(
+    State(state): State<AppState>,
+    Path(template_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let template = IndexTemplate::parse_with_id(&body, &template_id)?;
+    state
+        .node
+        .metastore
+        .update_index_template(template.clone())
+        .await?;
+    Ok(Json(json!(template)))
+}
+
+/// `DELETE /api/v1/templates/{id}` (404 if unknown). Indexes created from it stay.
+async fn delete_template(
+    State(state): State<AppState>,
+    Path(template_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    state
+        .node
+        .metastore
+        .delete_index_templates(&[template_id])
+        .await?;
+    Ok(Json(Value::Null))
 }
 
 async fn list_indexes(State(state): State<AppState>) -> ApiResult<Json<Value>> {
@@ -809,11 +890,7 @@ async fn ingest(
     let body = read_body(&state, &headers, body).await?;
     let docs = ndjson_docs(&body);
     let num_docs = docs.len();
-    let outcome = state
-        .node
-        .dispatcher
-        .ingest(&index_id, docs.clone(), commit)
-        .await?;
+    let outcome = state.node.ingest(&index_id, docs.clone(), commit).await?;
     let parse_failures: Vec<Value> = outcome
         .results
         .iter()

@@ -482,6 +482,47 @@ impl Node {
         Ok(index)
     }
 
+    /// Ingests `docs` into `index_id`. A missing index whose id matches an index template is
+    /// created from the template first, as Quickwit does on ingest and `_bulk`.
+    pub async fn ingest(
+        &self,
+        index_id: &str,
+        docs: Vec<bytes::Bytes>,
+        commit: shale_ingest::CommitMode,
+    ) -> Result<shale_ingest::IngestOutcome, shale_ingest::IngestError> {
+        match self.dispatcher.ingest(index_id, docs.clone(), commit).await {
+            Err(shale_ingest::IngestError::IndexNotFound(missing)) => {
+                match self.create_index_from_template(index_id).await {
+                    Ok(true) => self.dispatcher.ingest(index_id, docs, commit).await,
+                    Ok(false) => Err(shale_ingest::IngestError::IndexNotFound(missing)),
+                    Err(err) => Err(shale_ingest::IngestError::Internal(format!(
+                        "creating index `{index_id}` from its index template failed: {err}"
+                    ))),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Creates `index_id` from the index template its id matches (the highest priority),
+    /// if any. True when the index exists afterwards (created here or concurrently).
+    pub async fn create_index_from_template(&self, index_id: &str) -> Result<bool, NodeError> {
+        let templates = self.metastore.list_index_templates().await?;
+        let Some(template) = shale_config::select_template(&templates, index_id) else {
+            return Ok(false);
+        };
+        let config = template.index_config(index_id);
+        config
+            .validate()
+            .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
+        info!(index_id, template_id = %template.template_id, "creating index from template");
+        match self.create_index(config).await {
+            Ok(_) => Ok(true),
+            Err(NodeError::Metastore(MetastoreError::AlreadyExists { .. })) => Ok(true),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Updates the config of `index_id` (Quickwit's `PUT /api/v1/indexes/{id}`): search
     /// settings, retention, indexing settings including the merge policy, compaction
     /// settings and the doc mapping (a new `doc_mapping_uid`; splits of older mappings stay

@@ -115,6 +115,18 @@ impl TestNode {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    pub async fn put(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let resp = self
+            .client
+            .put(self.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         let resp = self.client.delete(self.url(path)).send().await.unwrap();
         let status = resp.status().as_u16();
