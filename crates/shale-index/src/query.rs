@@ -208,8 +208,8 @@ impl DocMapper {
         );
         parser.set_conjunction_by_default();
         parser.allow_regexes();
-        if self.has_json_regex(&ast) {
-            return self.build_with_json_regexes(&parser, ast, query);
+        if self.needs_own_build(&ast) {
+            return self.build_clause_by_clause(&parser, ast, query);
         }
         build_leniently(&parser, ast, query)
     }
@@ -235,20 +235,65 @@ impl DocMapper {
         }
     }
 
-    fn has_json_regex(&self, ast: &UserInputAst) -> bool {
+    fn needs_own_build(&self, ast: &UserInputAst) -> bool {
         match ast {
             UserInputAst::Clause(clauses) => {
-                clauses.iter().any(|(_, sub)| self.has_json_regex(sub))
+                clauses.iter().any(|(_, sub)| self.needs_own_build(sub))
             }
-            UserInputAst::Boost(sub, _) => self.has_json_regex(sub),
-            UserInputAst::Leaf(leaf) => self.json_regex_target(leaf).is_some(),
+            UserInputAst::Boost(sub, _) => self.needs_own_build(sub),
+            UserInputAst::Leaf(leaf) => {
+                self.json_regex_target(leaf).is_some() || self.fast_only_range(leaf).is_some()
+            }
         }
     }
 
+    /// A range leaf on a field that is fast but not indexed, as a range query on its fast
+    /// column (the query parser refuses fields that are not indexed). `None` for other
+    /// leaves, and for values that do not parse as the field's type.
+    fn fast_only_range(&self, leaf: &UserInputLeaf) -> Option<RangeQuery> {
+        use tantivy::query_grammar::UserInputBound;
+        use tantivy::schema::FieldType;
+        let UserInputLeaf::Range {
+            field: Some(name),
+            lower,
+            upper,
+        } = leaf
+        else {
+            return None;
+        };
+        let mapping = self.doc_mapping().field_mapping(name)?;
+        if !mapping.is_fast() || mapping.is_indexed() {
+            return None;
+        }
+        let field = self.schema().get_field(name).ok()?;
+        let field_type = self.schema().get_field_entry(field).field_type().clone();
+        let term = |text: &str| -> Option<Term> {
+            let text = text.trim();
+            Some(match &field_type {
+                FieldType::Str(_) => Term::from_field_text(field, text),
+                FieldType::U64(_) => Term::from_field_u64(field, text.parse().ok()?),
+                FieldType::I64(_) => Term::from_field_i64(field, text.parse().ok()?),
+                FieldType::F64(_) => Term::from_field_f64(field, text.parse().ok()?),
+                FieldType::Bool(_) => Term::from_field_bool(field, text.parse().ok()?),
+                _ => return None,
+            })
+        };
+        let bound = |bound: &UserInputBound| -> Option<Bound<Term>> {
+            Some(match bound {
+                UserInputBound::Inclusive(text) if text == "*" => Bound::Unbounded,
+                UserInputBound::Exclusive(text) if text == "*" => Bound::Unbounded,
+                UserInputBound::Inclusive(text) => Bound::Included(term(text)?),
+                UserInputBound::Exclusive(text) => Bound::Excluded(term(text)?),
+                UserInputBound::Unbounded => Bound::Unbounded,
+            })
+        };
+        Some(RangeQuery::new(bound(lower)?, bound(upper)?))
+    }
+
     /// Builds `ast` clause by clause: regexes on json paths become regex queries over the
-    /// json field's terms of that path (`path\0s` + the pattern); every other leaf is built by
-    /// the query parser.
-    fn build_with_json_regexes(
+    /// json field's terms of that path (`path\0s` + the pattern), ranges on fast-only fields
+    /// range queries on their columns; every other leaf is built by the query parser.
+    fn build_clause_by_clause(
         &self,
         parser: &QueryParser,
         ast: UserInputAst,
@@ -264,14 +309,20 @@ impl DocMapper {
                         Some(Occur::MustNot) => TantivyOccur::MustNot,
                         Some(Occur::Must) | None => TantivyOccur::Must,
                     };
-                    subqueries.push((occur, self.build_with_json_regexes(parser, sub, query)?));
+                    subqueries.push((occur, self.build_clause_by_clause(parser, sub, query)?));
                 }
                 Ok(Box::new(BooleanQuery::new(subqueries)))
             }
             UserInputAst::Boost(sub, boost) => Ok(Box::new(BoostQuery::new(
-                self.build_with_json_regexes(parser, *sub, query)?,
+                self.build_clause_by_clause(parser, *sub, query)?,
                 boost.into_inner() as f32,
             ))),
+            UserInputAst::Leaf(leaf) if self.fast_only_range(&leaf).is_some() => {
+                match self.fast_only_range(&leaf) {
+                    Some(range) => Ok(Box::new(range)),
+                    None => build_leniently(parser, UserInputAst::Leaf(leaf), query),
+                }
+            }
             UserInputAst::Leaf(leaf) => match self.json_regex_target(&leaf) {
                 Some((field, path, pattern)) => {
                     let expand_dots = match self.schema().get_field_entry(field).field_type() {
@@ -370,6 +421,71 @@ impl DocMapper {
         }
     }
 
+    /// A term on a field that is fast but not indexed is the range `[term TO term]`, which
+    /// Tantivy answers from the fast column.
+    fn fast_only_terms(&self, ast: &mut UserInputAst) {
+        use tantivy::query_grammar::UserInputBound;
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.fast_only_terms(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.fast_only_terms(sub),
+            UserInputAst::Leaf(leaf) => {
+                let UserInputLeaf::Literal(literal) = leaf.as_ref() else {
+                    return;
+                };
+                let Some(field) = literal.field_name.as_deref().filter(|_| !literal.prefix) else {
+                    return;
+                };
+                let fast_only = self
+                    .doc_mapping()
+                    .field_mapping(field)
+                    .is_some_and(|mapping| mapping.is_fast() && !mapping.is_indexed());
+                if fast_only {
+                    let value = literal.phrase.clone();
+                    **leaf = UserInputLeaf::Range {
+                        field: Some(field.to_string()),
+                        lower: UserInputBound::Inclusive(value.clone()),
+                        upper: UserInputBound::Inclusive(value),
+                    };
+                }
+            }
+        }
+    }
+
+    /// A phrase prefix (`field:"a b"*`) whose text is one term once tokenized (`"p"*`) is a
+    /// prefix query on that term (Tantivy's phrase prefix needs two terms).
+    fn single_term_prefixes(&self, ast: &mut UserInputAst) {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.single_term_prefixes(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.single_term_prefixes(sub),
+            UserInputAst::Leaf(leaf) => {
+                let UserInputLeaf::Literal(literal) = leaf.as_ref() else {
+                    return;
+                };
+                let Some(field) = literal.field_name.as_deref().filter(|_| literal.prefix) else {
+                    return;
+                };
+                let Some(tokens) = self.tokens(field, &literal.phrase) else {
+                    return;
+                };
+                if let [token] = tokens.as_slice() {
+                    let pattern: String = token.chars().map(regex_escape).collect();
+                    **leaf = UserInputLeaf::Regex {
+                        field: Some(field.to_string()),
+                        pattern: format!("{pattern}.*"),
+                    };
+                }
+            }
+        }
+    }
+
     /// Whether `name` names something a query can search: a field of the schema (or a path
     /// inside a json field), or any field in dynamic mode.
     fn resolves_field(&self, name: &str) -> bool {
@@ -397,6 +513,8 @@ impl DocMapper {
             exists_to_presence(ast);
         }
         self.normalize_dates(ast);
+        self.single_term_prefixes(ast);
+        self.fast_only_terms(ast);
         if self.dynamic_field().is_some() {
             self.route_to_dynamic(ast);
         }

@@ -1912,3 +1912,36 @@ fn datetime_values_in_queries_take_quickwits_formats() {
     );
     assert!(mapper.parse_query("ts:>=yesterday", None).is_err());
 }
+
+#[test]
+fn a_phrase_prefix_of_one_term_is_a_prefix_query() {
+    let yaml = "index_id: prefixes\ndoc_mapping:\n  field_mappings:\n    - name: body\n      type: text\n    - name: code\n      type: text\n      tokenizer: raw\n";
+    let docs = vec![
+        json!({"body": "please pull", "code": "2024-01-01T00:13:00Z"}),
+        json!({"body": "push it", "code": "2023-12-31"}),
+        json!({"body": "nothing", "extra": "pineapple"}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("body:\"p\"*"), 2);
+    assert_eq!(q("body:\"pu\"*"), 2);
+    assert_eq!(q("body:\"please pu\"*"), 1, "two terms: a phrase prefix");
+    assert_eq!(q("code:\"2024-01-01\"*"), 1, "raw: one term");
+    assert_eq!(q("extra:\"pine\"*"), 1, "undeclared fields too");
+}
+
+#[test]
+fn terms_on_fast_only_fields_are_answered_from_the_column() {
+    let yaml = "index_id: fastonly\ndoc_mapping:\n  field_mappings:\n    - name: text_fast\n      type: text\n      indexed: false\n      fast: true\n    - name: n\n      type: u64\n      indexed: false\n      fast: true\n";
+    let docs = vec![
+        json!({"text_fast": "fast-text-value-dashes", "n": 3}),
+        json!({"text_fast": "fast text value whitespaces", "n": 4}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("text_fast:fast-text-value-dashes"), 1);
+    assert_eq!(q("text_fast:\"fast text value whitespaces\""), 1);
+    assert_eq!(q("text_fast:fast"), 0, "the whole value, not words");
+    assert_eq!(q("n:3"), 1);
+    assert_eq!(q("n:[3 TO 4]"), 2);
+}

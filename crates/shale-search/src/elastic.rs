@@ -261,6 +261,14 @@ struct Translator<'a> {
 /// A query that matches nothing.
 const MATCH_NONE: &str = "(* AND NOT *)";
 
+/// `(?i)` when a `prefix`, `wildcard` or `regexp` spec asks for `case_insensitive`.
+fn case_flag(spec: &Value) -> &'static str {
+    match spec.get("case_insensitive") {
+        Some(Value::Bool(true)) => "(?i)",
+        _ => "",
+    }
+}
+
 fn as_object<'v>(value: &'v Value, what: &str) -> Result<&'v Map<String, Value>, String> {
     value
         .as_object()
@@ -569,6 +577,15 @@ impl Translator<'_> {
                         .ok_or_else(|| format!("`term` on `{field}` needs a `value`"))?,
                     other => other,
                 };
+                // A term is not analyzed: on text (a string that is not a number or a
+                // boolean), the indexed term must equal it exactly, which a regex of the
+                // escaped value checks without tokenizing it.
+                if let Value::String(text) = value {
+                    let plain = text.parse::<f64>().is_err() && text.parse::<bool>().is_err();
+                    if plain && !text.is_empty() && self.doc_mapper.tokens(field, text).is_some() {
+                        return Ok(format!("{}:/{}/", escape_field(field), regex_escape(text)));
+                    }
+                }
                 Ok(format!(
                     "{}:{}",
                     escape_field(field),
@@ -643,6 +660,25 @@ impl Translator<'_> {
                 }
                 Ok(out)
             }
+            "match_bool_prefix" => {
+                // Every word a term, the last one a prefix; OR unless `operator: and`.
+                let (field, spec) = single_field(body, "match_bool_prefix")?;
+                let (text, options) = query_text(spec, "match_bool_prefix")?;
+                let and = is_and(options.and_then(|o| o.get("operator")))?;
+                let words: Vec<&str> = text.split_whitespace().collect();
+                let Some((last, rest)) = words.split_last() else {
+                    return Ok(MATCH_NONE.to_string());
+                };
+                let mut clauses: Vec<String> = rest
+                    .iter()
+                    .map(|w| format!("{}:{}", escape_field(field), quote(w)))
+                    .collect();
+                clauses.push(format!("{}:{}*", escape_field(field), quote(last)));
+                Ok(format!(
+                    "({})",
+                    clauses.join(if and { " AND " } else { " OR " })
+                ))
+            }
             "multi_match" => {
                 let map = as_object(body, "multi_match")?;
                 let (text, _) = query_text(body, "multi_match")?;
@@ -656,10 +692,13 @@ impl Translator<'_> {
                 if fields.is_empty() {
                     return Err("`multi_match` needs `fields`".to_string());
                 }
-                let phrase = matches!(
-                    map.get("type").and_then(Value::as_str),
-                    Some("phrase") | Some("phrase_prefix")
-                );
+                let kind_name = map.get("type").and_then(Value::as_str);
+                let phrase = matches!(kind_name, Some("phrase") | Some("phrase_prefix"));
+                let phrase_suffix = match (kind_name, map.get("slop").and_then(Value::as_u64)) {
+                    (Some("phrase_prefix"), _) => "*".to_string(),
+                    (_, Some(slop)) if slop > 0 => format!("~{slop}"),
+                    _ => String::new(),
+                };
                 let and = is_and(map.get("operator"))?;
                 let per_field = fields
                     .iter()
@@ -667,7 +706,7 @@ impl Translator<'_> {
                         // `field^2` boosts are ignored.
                         let f = f.split('^').next().unwrap_or(f);
                         if phrase {
-                            format!("{}:{}", escape_field(f), quote(&text))
+                            format!("{}:{}{phrase_suffix}", escape_field(f), quote(&text))
                         } else {
                             let words: Vec<String> = text
                                 .split_whitespace()
@@ -689,8 +728,9 @@ impl Translator<'_> {
                     return Err(format!("`prefix` on `{field}` needs a string value"));
                 };
                 Ok(format!(
-                    "{}:/{}.*/",
+                    "{}:/{}{}.*/",
                     escape_field(field),
+                    case_flag(spec),
                     regex_escape(&value)
                 ))
             }
@@ -710,7 +750,7 @@ impl Translator<'_> {
                 if value == "*" {
                     return Ok(format!("{}:*", escape_field(field)));
                 }
-                if !value.contains(['*', '?']) {
+                if !value.contains(['*', '?']) && case_flag(spec).is_empty() {
                     return Ok(format!("{}:{}", escape_field(field), quote(&value)));
                 }
                 let pattern: String = value
@@ -721,7 +761,11 @@ impl Translator<'_> {
                         c => regex_escape(&c.to_string()),
                     })
                     .collect();
-                Ok(format!("{}:/{pattern}/", escape_field(field)))
+                Ok(format!(
+                    "{}:/{}{pattern}/",
+                    escape_field(field),
+                    case_flag(spec)
+                ))
             }
             "regexp" => {
                 let (field, spec) = single_field(body, "regexp")?;
@@ -733,8 +777,9 @@ impl Translator<'_> {
                     return Err(format!("`regexp` on `{field}` needs a string value"));
                 };
                 Ok(format!(
-                    "{}:/{}/",
+                    "{}:/{}{}/",
                     escape_field(field),
+                    case_flag(spec),
                     value.replace('/', "\\/")
                 ))
             }
@@ -817,6 +862,9 @@ impl Translator<'_> {
             if field != "*" {
                 fields.push(field.to_string());
             }
+        }
+        if map.contains_key("default_field") && map.contains_key("fields") {
+            return Err("`query_string` takes `default_field` or `fields`, not both".to_string());
         }
         if map.get("fields").is_some_and(|fields| !fields.is_array()) {
             return Err("`fields` of `query_string` must be an array of field names".to_string());
@@ -1016,7 +1064,9 @@ doc_mapping:
     fn clauses() {
         let q = |dsl: Value| translate(json!({"query": dsl})).unwrap().request.query;
         assert_eq!(q(json!({"match_all": {}})), "*");
-        assert_eq!(q(json!({"term": {"service": "a\"b"}})), r#"service:"a\"b""#);
+        // Terms on text are exact (not analyzed): a regex of the escaped value.
+        assert_eq!(q(json!({"term": {"service": "a\"b"}})), r#"service:/a\"b/"#);
+        assert_eq!(q(json!({"term": {"status": 200}})), "status:200");
         assert_eq!(
             q(json!({"terms": {"status": [200, 404]}})),
             "status:IN [200 404]"
@@ -1039,7 +1089,7 @@ doc_mapping:
                 json!({"bool": {"should": [{"term": {"service": "a"}}, {"term": {"service": "b"}}],
                 "must_not": {"term": {"status": 500}}}})
             ),
-            r#"(((service:"a" OR service:"b")) AND NOT (status:500))"#
+            r#"(((service:/a/ OR service:/b/)) AND NOT (status:500))"#
         );
         for dsl in [
             json!({"match_all": {}}),

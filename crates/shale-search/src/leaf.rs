@@ -56,6 +56,26 @@ impl SortValue {
         }
     }
 
+    /// The order of two numbers of any numeric variants, exact for integers; `None` unless
+    /// both are numbers.
+    fn numeric_cmp(&self, other: &SortValue) -> Option<std::cmp::Ordering> {
+        let int = |v: &SortValue| match v {
+            SortValue::U64(v) => Some(i128::from(*v)),
+            SortValue::I64(v) => Some(i128::from(*v)),
+            _ => None,
+        };
+        let float = |v: &SortValue| match v {
+            SortValue::U64(v) => Some(*v as f64),
+            SortValue::I64(v) => Some(*v as f64),
+            SortValue::F64(v) => Some(*v),
+            _ => None,
+        };
+        match (int(self), int(other)) {
+            (Some(a), Some(b)) => Some(a.cmp(&b)),
+            _ => float(self)?.partial_cmp(&float(other)?),
+        }
+    }
+
     /// Order of two values of one criterion, best first for `order`; `Null` always last.
     fn compare(&self, other: &SortValue, order: SortOrder) -> std::cmp::Ordering {
         use std::cmp::Ordering;
@@ -64,7 +84,12 @@ impl SortValue {
             (SortValue::Null, _) => Ordering::Greater,
             (_, SortValue::Null) => Ordering::Less,
             (a, b) => {
-                let natural = a.partial_cmp(b).unwrap_or(Ordering::Equal);
+                // Numbers compare by value whatever their column type (a json field may hold
+                // integers in one split and floats in another).
+                let natural = a
+                    .numeric_cmp(b)
+                    .or_else(|| a.partial_cmp(b))
+                    .unwrap_or(Ordering::Equal);
                 match order {
                     SortOrder::Asc => natural,
                     SortOrder::Desc => natural.reverse(),

@@ -42,7 +42,8 @@ async fn scroll_stats_delete_and_query_forms() {
         .collect();
     node.ingest("events", &docs[..15].join("\n"), "force").await;
     node.ingest("events", &docs[15..].join("\n"), "force").await;
-    node.ingest("events-b", &docs[..3].join("\n"), "force").await;
+    node.ingest("events-b", &docs[..3].join("\n"), "force")
+        .await;
     let post = reqwest::Method::POST;
 
     // Scroll: pages of 10 sorted by n, then an empty page; the total every time.
@@ -77,13 +78,29 @@ async fn scroll_stats_delete_and_query_forms() {
         seen.extend(hits.iter().map(|h| h["_source"]["n"].as_u64().unwrap()));
         id = page["_scroll_id"].as_str().unwrap().to_string();
     }
-    assert_eq!(seen, (0..25).collect::<Vec<u64>>(), "every document once, in order");
-    let (status, body) = es(&node, post.clone(), "_search/scroll", json!({"scroll_id": "garbage"})).await;
+    assert_eq!(
+        seen,
+        (0..25).collect::<Vec<u64>>(),
+        "every document once, in order"
+    );
+    let (status, body) = es(
+        &node,
+        post.clone(),
+        "_search/scroll",
+        json!({"scroll_id": "garbage"}),
+    )
+    .await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["type"], "search_context_missing_exception");
     let (status, body) = es(&node, post.clone(), "events/_search?scroll=31m", json!({})).await;
     assert_eq!(status, 400);
-    assert!(body["error"]["reason"].as_str().unwrap().contains("1800 secs"), "{body}");
+    assert!(
+        body["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("1800 secs"),
+        "{body}"
+    );
     let (status, _) = es(
         &node,
         post.clone(),
@@ -99,7 +116,12 @@ async fn scroll_stats_delete_and_query_forms() {
     assert_eq!(stats["indices"]["events"]["primaries"]["docs"]["count"], 25);
     assert_eq!(stats["indices"]["events"]["total"]["segments"]["count"], 2);
     assert_eq!(stats["_all"]["total"]["docs"]["count"], 28);
-    assert!(stats["_all"]["primaries"]["store"]["size_in_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        stats["_all"]["primaries"]["store"]["size_in_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
 
     // extra_filters, q over the body, zero_terms_query.
     let (_, resp) = es(
@@ -133,7 +155,13 @@ async fn scroll_stats_delete_and_query_forms() {
         (json!({"wildcard": {"login": {"value": "user?"}}}), 10),
         (json!({"regexp": {"type": {"value": "Push.*"}}}), 5),
     ] {
-        let (status, resp) = es(&node, post.clone(), "events/_search", json!({"query": query})).await;
+        let (status, resp) = es(
+            &node,
+            post.clone(),
+            "events/_search",
+            json!({"query": query}),
+        )
+        .await;
         assert_eq!(status, 200, "{query}: {resp}");
         assert_eq!(total(&resp), expected, "{query}");
     }
