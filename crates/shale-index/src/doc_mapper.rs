@@ -194,7 +194,7 @@ fn numeric_options(stored: bool, indexed: bool, fast: bool) -> NumericOptions {
     options
 }
 
-fn date_precision(precision: FastPrecision) -> DateTimePrecision {
+pub(crate) fn date_precision(precision: FastPrecision) -> DateTimePrecision {
     match precision {
         FastPrecision::Seconds => DateTimePrecision::Seconds,
         FastPrecision::Milliseconds => DateTimePrecision::Milliseconds,
@@ -849,8 +849,8 @@ impl DocMapper {
     }
 
     /// Adds to `hashes` the [`field_presence_hash`] of every path of `object` (under
-    /// `prefix`) that holds a value, and of the objects above it: `{"a": {"b": 1}}` has `a`
-    /// and `a.b`; a dotted key `"a.b"` counts as `a` then `b`. In lenient mode, undeclared
+    /// `prefix`) that holds a value (not null, not an empty string or array), and of the
+    /// objects above it: `{"a": {"b": 1}}` has `a` and `a.b`; a dotted key `"a.b"` counts as `a` then `b`. In lenient mode, undeclared
     /// top-level fields are not indexed, so they are not present either.
     fn present_paths(&self, object: &Map<String, Value>, prefix: &str, hashes: &mut Vec<u64>) {
         fn has_value(value: &Value) -> bool {
@@ -858,6 +858,8 @@ impl DocMapper {
                 Value::Null => false,
                 Value::Array(items) => items.iter().any(has_value),
                 Value::Object(entries) => entries.values().any(has_value),
+                // As in Quickwit, an empty string is no value.
+                Value::String(text) => !text.is_empty(),
                 _ => true,
             }
         }
@@ -1227,13 +1229,6 @@ impl DocMapper {
             tokens.push(stream.token().text.clone());
         }
         Some(tokens)
-    }
-
-    /// Whether `name` is a declared datetime field.
-    pub(crate) fn is_datetime_field(&self, name: &str) -> bool {
-        self.by_name
-            .get(name)
-            .is_some_and(|&i| matches!(self.fields[i].kind, MappedKind::Datetime(..)))
     }
 
     pub(crate) fn mapped_field_is_exact_tag(&self, name: &str) -> Option<TagKind> {

@@ -374,20 +374,30 @@ impl DocMapper {
                 .filter_map(|name| shale_config::DateInputFormat::parse(name).ok())
                 .collect()
             });
-        let normalize = |text: &mut String| {
+        // Values are truncated to the field's precision, as its indexed values are.
+        let precision_of = |field: &str| match self.doc_mapping().field_mapping(field) {
+            Some(shale_config::FieldMapping {
+                kind: shale_config::FieldKind::Datetime(options),
+                ..
+            }) => Some(crate::doc_mapper::date_precision(options.fast_precision)),
+            _ => None,
+        };
+        let normalize = |text: &mut String, precision: tantivy::schema::DateTimePrecision| {
             let value = serde_json::Value::String(text.clone());
             if let Ok(datetime) = crate::date::parse_datetime(&value, &FORMATS) {
-                *text = crate::date::format_rfc3339(datetime);
+                *text = crate::date::format_rfc3339(datetime.truncate(precision));
             }
         };
-        let normalize_bound = |bound: &mut UserInputBound| match bound {
-            UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text) => {
-                if text != "*" {
-                    normalize(text)
+        let normalize_bound =
+            |bound: &mut UserInputBound, precision: tantivy::schema::DateTimePrecision| match bound
+            {
+                UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text) => {
+                    if text != "*" {
+                        normalize(text, precision)
+                    }
                 }
-            }
-            UserInputBound::Unbounded => {}
-        };
+                UserInputBound::Unbounded => {}
+            };
         match ast {
             UserInputAst::Clause(clauses) => {
                 for (_, sub) in clauses {
@@ -396,26 +406,31 @@ impl DocMapper {
             }
             UserInputAst::Boost(sub, _) => self.normalize_dates(sub),
             UserInputAst::Leaf(leaf) => match leaf.as_mut() {
-                UserInputLeaf::Literal(literal)
-                    if literal
-                        .field_name
-                        .as_deref()
-                        .is_some_and(|f| self.is_datetime_field(f)) =>
-                {
-                    normalize(&mut literal.phrase);
+                UserInputLeaf::Literal(literal) => {
+                    if let Some(precision) = literal.field_name.as_deref().and_then(precision_of) {
+                        normalize(&mut literal.phrase, precision);
+                    }
                 }
                 UserInputLeaf::Range {
                     field: Some(field),
                     lower,
                     upper,
-                } if self.is_datetime_field(field) => {
-                    normalize_bound(lower);
-                    normalize_bound(upper);
+                } => {
+                    if let Some(precision) = precision_of(field) {
+                        normalize_bound(lower, precision);
+                        normalize_bound(upper, precision);
+                    }
                 }
                 UserInputLeaf::Set {
                     field: Some(field),
                     elements,
-                } if self.is_datetime_field(field) => elements.iter_mut().for_each(normalize),
+                } => {
+                    if let Some(precision) = precision_of(field) {
+                        elements
+                            .iter_mut()
+                            .for_each(|element| normalize(element, precision));
+                    }
+                }
                 _ => {}
             },
         }
@@ -433,23 +448,40 @@ impl DocMapper {
             }
             UserInputAst::Boost(sub, _) => self.fast_only_terms(sub),
             UserInputAst::Leaf(leaf) => {
-                let UserInputLeaf::Literal(literal) = leaf.as_ref() else {
-                    return;
+                let fast_only = |field: &str| {
+                    self.doc_mapping()
+                        .field_mapping(field)
+                        .is_some_and(|mapping| mapping.is_fast() && !mapping.is_indexed())
                 };
-                let Some(field) = literal.field_name.as_deref().filter(|_| !literal.prefix) else {
-                    return;
+                let point = |field: &str, value: &str| UserInputLeaf::Range {
+                    field: Some(field.to_string()),
+                    lower: UserInputBound::Inclusive(value.to_string()),
+                    upper: UserInputBound::Inclusive(value.to_string()),
                 };
-                let fast_only = self
-                    .doc_mapping()
-                    .field_mapping(field)
-                    .is_some_and(|mapping| mapping.is_fast() && !mapping.is_indexed());
-                if fast_only {
-                    let value = literal.phrase.clone();
-                    **leaf = UserInputLeaf::Range {
-                        field: Some(field.to_string()),
-                        lower: UserInputBound::Inclusive(value.clone()),
-                        upper: UserInputBound::Inclusive(value),
-                    };
+                match leaf.as_ref() {
+                    UserInputLeaf::Literal(literal) if !literal.prefix => {
+                        if let Some(field) = literal.field_name.as_deref().filter(|f| fast_only(f))
+                        {
+                            **leaf = point(field, &literal.phrase);
+                        }
+                    }
+                    UserInputLeaf::Set {
+                        field: Some(field),
+                        elements,
+                    } if fast_only(field) => {
+                        *ast = UserInputAst::Clause(
+                            elements
+                                .iter()
+                                .map(|value| {
+                                    (
+                                        Some(Occur::Should),
+                                        UserInputAst::Leaf(Box::new(point(field, value))),
+                                    )
+                                })
+                                .collect(),
+                        );
+                    }
+                    _ => {}
                 }
             }
         }

@@ -1945,3 +1945,18 @@ fn terms_on_fast_only_fields_are_answered_from_the_column() {
     assert_eq!(q("n:3"), 1);
     assert_eq!(q("n:[3 TO 4]"), 2);
 }
+
+#[test]
+fn sets_on_fast_only_fields_and_empty_strings_in_presence() {
+    let yaml = "index_id: fastset\ndoc_mapping:\n  index_field_presence: true\n  field_mappings:\n    - name: tag\n      type: text\n      indexed: false\n      fast: true\n";
+    let docs = vec![
+        json!({"tag": "abc-123"}),
+        json!({"tag": "x"}),
+        json!({"tag": ""}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("tag:IN [abc-123 zzz]"), 1);
+    assert_eq!(q("tag:IN [abc-123 x]"), 2);
+    assert_eq!(q("tag:*"), 2, "an empty string is no value");
+}

@@ -583,7 +583,12 @@ impl Translator<'_> {
                 if let Value::String(text) = value {
                     let plain = text.parse::<f64>().is_err() && text.parse::<bool>().is_err();
                     if plain && !text.is_empty() && self.doc_mapper.tokens(field, text).is_some() {
-                        return Ok(format!("{}:/{}/", escape_field(field), regex_escape(text)));
+                        return Ok(format!(
+                            "{}:/{}{}/",
+                            escape_field(field),
+                            case_flag(spec),
+                            regex_escape(text)
+                        ));
                     }
                 }
                 Ok(format!(
@@ -652,6 +657,29 @@ impl Translator<'_> {
                     .and_then(|o| o.get("slop"))
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
+                // `analyzer: raw`: the text is one term, not analyzed; another analyzer must
+                // be a tokenizer of the index (the field's own is used).
+                let analyzer = options
+                    .and_then(|o| o.get("analyzer"))
+                    .and_then(Value::as_str);
+                if let Some(name) = analyzer {
+                    if self.doc_mapper.tokenizer_manager().get(name).is_none() {
+                        return Err(format!("unknown analyzer `{name}` in `{kind}`"));
+                    }
+                }
+                let raw = analyzer == Some("raw");
+                if raw {
+                    let suffix = if kind == "match_phrase_prefix" {
+                        ".*"
+                    } else {
+                        ""
+                    };
+                    return Ok(format!(
+                        "{}:/{}{suffix}/",
+                        escape_field(field),
+                        regex_escape(&text)
+                    ));
+                }
                 let mut out = format!("{}:{}", escape_field(field), quote(&text));
                 if kind == "match_phrase_prefix" {
                     out.push('*');
@@ -820,20 +848,40 @@ impl Translator<'_> {
         if !should.is_empty() {
             // Without must/filter one should clause must match; with them, should clauses
             // only score, unless minimum_should_match says otherwise.
+            // Without must or filter clauses at least one should clause must match, whatever
+            // a (negative or percentage) minimum_should_match computes to.
             let minimum = match map.get("minimum_should_match") {
-                None => usize::from(required.is_empty()),
+                None => 0,
                 Some(value) => minimum_should_match(value, should.len())?,
-            };
-            if minimum >= should.len() {
+            }
+            .max(usize::from(required.is_empty()));
+            if minimum > should.len() {
+                // More should clauses must match than there are: nothing matches.
+                return Ok(MATCH_NONE.to_string());
+            } else if minimum == should.len() {
                 required.extend(should);
             } else if minimum == 1 {
                 required.push(format!("({})", should.join(" OR ")));
             } else if minimum > 1 {
-                return Err(format!(
-                    "minimum_should_match {minimum} of {} should clauses is not supported (1 or \
-                     all)",
-                    should.len()
-                ));
+                // At least k of n: the disjunction of every k-subset's conjunction, while
+                // that stays small.
+                let combinations = k_subsets(should.len(), minimum, MAX_SHOULD_COMBINATIONS)
+                    .ok_or_else(|| {
+                        format!(
+                            "minimum_should_match {minimum} of {} should clauses expands to more \
+                             than {MAX_SHOULD_COMBINATIONS} combinations",
+                            should.len()
+                        )
+                    })?;
+                let alternatives: Vec<String> = combinations
+                    .iter()
+                    .map(|subset| {
+                        let parts: Vec<String> =
+                            subset.iter().map(|&i| format!("({})", should[i])).collect();
+                        format!("({})", parts.join(" AND "))
+                    })
+                    .collect();
+                required.push(format!("({})", alternatives.join(" OR ")));
             }
         }
         let mut out = if required.is_empty() {
@@ -939,6 +987,40 @@ impl Translator<'_> {
                 '}'
             },
         ))
+    }
+}
+
+/// Most alternatives a `minimum_should_match` of k out of n may expand to.
+const MAX_SHOULD_COMBINATIONS: usize = 256;
+
+/// Every k-element subset of `0..n` in lexicographic order, or `None` if there are more
+/// than `max`.
+fn k_subsets(n: usize, k: usize, max: usize) -> Option<Vec<Vec<usize>>> {
+    let mut out = Vec::new();
+    let mut current: Vec<usize> = (0..k).collect();
+    if k == 0 || k > n {
+        return Some(out);
+    }
+    loop {
+        if out.len() == max {
+            return None;
+        }
+        out.push(current.clone());
+        // Advance the rightmost index that can move.
+        let mut i = k;
+        loop {
+            if i == 0 {
+                return Some(out);
+            }
+            i -= 1;
+            if current[i] < n - k + i {
+                break;
+            }
+        }
+        current[i] += 1;
+        for j in i + 1..k {
+            current[j] = current[j - 1] + 1;
+        }
     }
 }
 
@@ -1058,6 +1140,27 @@ doc_mapping:
         );
         // It parses for the index.
         mapper().parse_query(&t.request.query, None).unwrap();
+    }
+
+    #[test]
+    fn minimum_should_match_expands_to_k_subsets() {
+        assert_eq!(
+            k_subsets(4, 2, 100).unwrap(),
+            [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
+        );
+        assert_eq!(k_subsets(3, 3, 100).unwrap(), [[0, 1, 2]]);
+        assert!(k_subsets(30, 15, 256).is_none(), "too many");
+        let q = |dsl: Value| translate(json!({"query": dsl})).map(|t| t.request.query);
+        let two_of_three = q(json!({"bool": {
+            "should": [{"term": {"a": 1}}, {"term": {"b": 2}}, {"term": {"c": 3}}],
+            "minimum_should_match": 2}}))
+        .unwrap();
+        assert_eq!(
+            two_of_three,
+            "(((((a:1) AND (b:2)) OR ((a:1) AND (c:3)) OR ((b:2) AND (c:3)))))"
+        );
+        // The expansion means what it says (parsed by the index's query parser).
+        mapper().parse_query(&two_of_three, None).unwrap();
     }
 
     #[test]

@@ -165,6 +165,61 @@ async fn scroll_stats_delete_and_query_forms() {
         assert_eq!(status, 200, "{query}: {resp}");
         assert_eq!(total(&resp), expected, "{query}");
     }
+    // minimum_should_match: k of n should clauses; more than there are matches nothing.
+    for (minimum, expected) in [(json!(1), 6), (json!(2), 1), (json!(3), 0), (json!(-10), 6)] {
+        let (_, resp) = es(
+            &node,
+            post.clone(),
+            "events/_search",
+            json!({"query": {"bool": {"should": [
+                {"term": {"type": "PushEvent"}}, {"term": {"login": "user5"}}, {"term": {"n": 1}}
+            ], "minimum_should_match": minimum}}}),
+        )
+        .await;
+        assert_eq!(
+            total(&resp),
+            expected,
+            "minimum_should_match {minimum}: {resp}"
+        );
+    }
+    // Terms are exact; `case_insensitive` relaxes case; `analyzer: raw` takes the text whole.
+    for (query, expected) in [
+        (json!({"term": {"type": "pushevent"}}), 0),
+        (
+            json!({"term": {"type": {"value": "pushevent", "case_insensitive": true}}}),
+            5,
+        ),
+        (
+            json!({"match_phrase_prefix": {"title": {"query": "hello wor", "analyzer": "raw"}}}),
+            0,
+        ),
+        (
+            json!({"match_phrase_prefix": {"title": {"query": "hello wor"}}}),
+            25,
+        ),
+        (
+            json!({"match_bool_prefix": {"title": {"query": "nothing wor"}}}),
+            25,
+        ),
+    ] {
+        let (status, resp) = es(
+            &node,
+            post.clone(),
+            "events/_search",
+            json!({"query": query}),
+        )
+        .await;
+        assert_eq!(status, 200, "{query}: {resp}");
+        assert_eq!(total(&resp), expected, "{query}");
+    }
+    let (status, _) = es(
+        &node,
+        post.clone(),
+        "events/_search",
+        json!({"query": {"match_phrase_prefix": {"title": {"query": "hel", "analyzer": "nope"}}}}),
+    )
+    .await;
+    assert_eq!(status, 400, "unknown analyzer");
     let (status, _) = es(
         &node,
         post.clone(),

@@ -147,8 +147,9 @@ struct Run {
     unpruned: BTreeMap<&'static str, f64>,
     /// Locality only: (inputs docs, locality merge secs, raw merge_indices secs).
     merge: Option<(u64, f64, f64)>,
-    /// Median ms of the root's metastore reads per search (index metadata, split listing of
-    /// the time range, split count), done alone.
+    /// Median ms of the root's metastore reads per search (the index without checkpoints,
+    /// the split listing of the time range and the split count read at once, the pending
+    /// delete tasks), done alone.
     metastore_ms: f64,
 }
 
