@@ -683,7 +683,7 @@ pub struct JsonOptions {
     /// Record field lengths (for BM25 scoring); off by default, as in Quickwit.
     #[serde(default)]
     pub fieldnorms: bool,
-    /// Accepted for compatibility: dotted keys are always expanded into objects.
+    /// Dotted keys are expanded into objects unless this is `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expand_dots: Option<bool>,
 }
@@ -715,7 +715,7 @@ pub struct DynamicMapping {
     #[serde(default)]
     pub fieldnorms: bool,
     /// Dotted keys (`a.b`) are objects: `{"a.b": 1}` is searched as `a.b`, like
-    /// `{"a": {"b": 1}}` (always on).
+    /// `{"a": {"b": 1}}` (on by default; off, the dot is part of the key).
     #[serde(default = "default_true")]
     pub expand_dots: bool,
 }
