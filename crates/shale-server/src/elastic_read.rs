@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
+use shale_config::glob_match;
 use shale_index::DocMapper;
 use shale_metastore::{IndexMetadata, ListSplitsQuery};
 use shale_search::elastic::{
@@ -112,31 +113,6 @@ pub async fn cluster_health(State(state): State<AppState>) -> Response {
         })),
     )
         .into_response()
-}
-
-/// Whether `name` matches the glob `pattern` (`*` is any run of characters).
-fn glob_match(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let mut rest = name;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            let Some(tail) = rest.strip_prefix(part) else {
-                return false;
-            };
-            rest = tail;
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else {
-            match rest.find(part) {
-                Some(at) => rest = &rest[at + part.len()..],
-                None => return false,
-            }
-        }
-    }
-    true
 }
 
 /// The indexes an index expression names, sorted by id. A named index that does not exist
@@ -1074,15 +1050,7 @@ async fn published_splits(
 
 /// Per index: (documents, bytes of split files, bytes of ingested JSON).
 async fn index_stats(state: &AppState, index: &IndexMetadata) -> EsResult<(u64, u64, u64)> {
-    let splits = state
-        .node
-        .metastore
-        .list_splits(
-            ListSplitsQuery::for_index(index.index_uid.clone())
-                .with_states(&[SplitState::Published]),
-        )
-        .await
-        .map_err(|err| EsError::from(ApiError::from(err)))?;
+    let splits = published_splits(state, index).await?;
     Ok(splits.iter().fold((0, 0, 0), |(docs, size, raw), split| {
         let m = &split.split_metadata;
         (
