@@ -4,8 +4,9 @@
 //! `match_none`) becomes a query in Shale's query language, so that everything a query string
 //! gets — tag and key-range pruning, delete tasks, the same parser — applies; a range on the
 //! timestamp field at the top of the query also bounds the time range, so splits outside it
-//! are never opened. `sort` (strings, objects or arrays of either; `_doc` is a tie-breaker and
-//! is dropped), `from`/`size`, `search_after` and `aggs` are mapped; options Shale has no use
+//! are never opened. `sort` (strings, objects or arrays of either; `_doc` is index order),
+//! `from`/`size`, `search_after` (a cursor: the total still counts every match) and `aggs`
+//! are mapped; options Shale has no use
 //! for (`highlight`, `docvalue_fields`, `script_fields`, `track_total_hits`, `analyze_wildcard`,
 //! `boost`, …) are accepted and ignored. What cannot be expressed is an error naming it.
 
@@ -55,6 +56,9 @@ pub struct EsSort {
     pub field: String,
     /// Ascending?
     pub ascending: bool,
+    /// How a date's sort value is rendered and read back in `search_after`
+    /// (`epoch_millis`, the default, or Quickwit's `epoch_nanos_int`).
+    pub format: Option<String>,
 }
 
 /// An Elasticsearch search translated for one index.
@@ -62,7 +66,7 @@ pub struct EsSort {
 pub struct EsTranslated {
     /// Shale's request.
     pub request: SearchRequest,
-    /// The sort criteria (without `_doc`), to render hits' `sort` values.
+    /// The sort criteria, to render hits' `sort` values.
     pub sort: Vec<EsSort>,
 }
 
@@ -112,7 +116,7 @@ pub fn translate_search(
         search_fields: None,
     };
     // The URL's `q` wins over a body query.
-    let mut query = match (&body.query, url_query) {
+    let query = match (&body.query, url_query) {
         (_, Some(q)) if !q.trim().is_empty() => format!("({})", q.trim()),
         (Some(dsl), _) => translator.clause(dsl)?,
         _ => "*".to_string(),
@@ -124,11 +128,10 @@ pub fn translate_search(
     };
     let sort = parse_sort(body.sort.as_ref())?;
     let sort_by = sort_by_string(&sort);
-    if let Some(after) = &body.search_after {
-        if let Some(filter) = search_after_filter(after, &sort, doc_mapper)? {
-            query = format!("({query}) AND {filter}");
-        }
-    }
+    let search_after = match &body.search_after {
+        Some(after) => search_after_key(after, &sort, doc_mapper)?,
+        None => None,
+    };
     let request = SearchRequest {
         query,
         start_timestamp,
@@ -139,12 +142,14 @@ pub fn translate_search(
         search_field: translator.search_fields,
         as_of: None,
         aggs: body.aggs.clone(),
+        search_after,
     };
     Ok(EsTranslated { request, sort })
 }
 
-/// Elasticsearch's sort, as a list of criteria; `_doc` (index order, a tie-breaker) is
-/// dropped. Fields sort ascending by default, `_score` descending.
+/// Elasticsearch's sort, as a list of criteria (`_doc` is index order). Fields and `_doc` sort
+/// ascending by default, `_score` descending. An ascending `_doc` after another criterion is
+/// dropped: it is the tie-break every search has.
 pub fn parse_sort(sort: Option<&Value>) -> Result<Vec<EsSort>, String> {
     let mut criteria = Vec::new();
     let Some(sort) = sort else {
@@ -154,10 +159,7 @@ pub fn parse_sort(sort: Option<&Value>) -> Result<Vec<EsSort>, String> {
         Value::Array(items) => items.iter().collect(),
         other => vec![other],
     };
-    let mut push = |field: &str, order: Option<&str>| -> Result<(), String> {
-        if field == "_doc" {
-            return Ok(());
-        }
+    let mut push = |field: &str, order: Option<&str>, format: Option<&str>| -> Result<(), String> {
         let ascending = match order.map(str::to_ascii_lowercase).as_deref() {
             None => field != "_score",
             Some("asc") => true,
@@ -168,25 +170,35 @@ pub fn parse_sort(sort: Option<&Value>) -> Result<Vec<EsSort>, String> {
                 ))
             }
         };
+        if field == "_doc" && ascending && !criteria.is_empty() {
+            return Ok(());
+        }
         criteria.push(EsSort {
             field: field.to_string(),
             ascending,
+            format: format.map(str::to_string),
         });
         Ok(())
     };
     for item in items {
         match item {
             Value::String(s) => match s.split_once(':') {
-                Some((field, order)) => push(field, Some(order))?,
-                None => push(s, None)?,
+                Some((field, order)) => push(field, Some(order), None)?,
+                None => push(s, None, None)?,
             },
             Value::Object(map) => {
-                for (field, spec) in map {
+                // The keys of one object lose their order in parsing: a `_doc` among them
+                // is the tie-break, so it goes last.
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by_key(|(field, _)| field.as_str() == "_doc");
+                for (field, spec) in entries {
                     match spec {
-                        Value::String(order) => push(field, Some(order))?,
-                        Value::Object(options) => {
-                            push(field, options.get("order").and_then(Value::as_str))?
-                        }
+                        Value::String(order) => push(field, Some(order), None)?,
+                        Value::Object(options) => push(
+                            field,
+                            options.get("order").and_then(Value::as_str),
+                            options.get("format").and_then(Value::as_str),
+                        )?,
                         other => {
                             return Err(format!("invalid sort for `{field}`: {other}"));
                         }
@@ -210,6 +222,8 @@ fn sort_by_string(sort: &[EsSort]) -> Option<String> {
             .map(|s| {
                 if s.field == "_score" {
                     "_score".to_string()
+                } else if s.field == "_doc" {
+                    format!("_doc:{}", if s.ascending { "asc" } else { "desc" })
                 } else if s.ascending {
                     format!("-{}", s.field)
                 } else {
@@ -221,36 +235,98 @@ fn sort_by_string(sort: &[EsSort]) -> Option<String> {
     )
 }
 
-/// The filter that starts a page after `after` (the previous page's last `sort` values): the
-/// first criterion strictly past its value. Documents tied with the previous page's last hit
-/// on that value are not returned again.
-fn search_after_filter(
+/// The cursor of `search_after` (the previous page's last `sort` values) in the leaf's
+/// terms: numbers of the field's type (numeric strings accepted), dates in microseconds (the
+/// values are epoch milliseconds, or nanoseconds with `format: epoch_nanos_int`).
+fn search_after_key(
     after: &[Value],
     sort: &[EsSort],
     doc_mapper: &DocMapper,
-) -> Result<Option<String>, String> {
-    let Some(value) = after.first() else {
+) -> Result<Option<crate::leaf::SortKey>, String> {
+    use crate::leaf::{SortKey, SortValue};
+    if after.is_empty() {
         return Ok(None);
-    };
-    let (field, ascending) = match sort.first() {
-        Some(s) if s.field == "_score" => {
-            return Err("search_after with a sort by _score is not supported".to_string())
-        }
-        Some(s) => (s.field.clone(), s.ascending),
-        None => match doc_mapper.timestamp_field_name() {
-            Some(ts) => (ts.to_string(), false),
-            None => {
-                return Err("search_after needs a sort on a field".to_string());
-            }
-        },
-    };
-    let bound = range_value(doc_mapper, &field, value, None)?;
-    let field = escape_field(&field);
-    Ok(Some(if ascending {
-        format!("{field}:{{{bound} TO *}}")
+    }
+    let default_sort;
+    let sort = if sort.is_empty() {
+        default_sort = match doc_mapper.timestamp_field_name() {
+            Some(ts) => vec![EsSort {
+                field: ts.to_string(),
+                ascending: false,
+                format: None,
+            }],
+            None => vec![EsSort {
+                field: "_score".to_string(),
+                ascending: false,
+                format: None,
+            }],
+        };
+        &default_sort
     } else {
-        format!("{field}:{{* TO {bound}}}")
-    }))
+        sort
+    };
+    if after.len() != sort.len() {
+        return Err(format!(
+            "search_after has {} value(s) but sort has {}",
+            after.len(),
+            sort.len()
+        ));
+    }
+    let number = |value: &Value, field: &str| -> Result<SortValue, String> {
+        let parsed;
+        let n = match value {
+            Value::Number(n) => n,
+            Value::String(s) => {
+                parsed = serde_json::from_str::<serde_json::Number>(s.trim()).map_err(|_| {
+                    format!("search_after value `{s}` for `{field}` is not a number")
+                })?;
+                &parsed
+            }
+            Value::Bool(b) => return Ok(SortValue::U64(u64::from(*b))),
+            other => {
+                return Err(format!(
+                    "search_after value {other} for `{field}` is not a number"
+                ))
+            }
+        };
+        Ok(if let Some(v) = n.as_u64() {
+            SortValue::U64(v)
+        } else if let Some(v) = n.as_i64() {
+            SortValue::I64(v)
+        } else {
+            SortValue::F64(n.as_f64().unwrap_or(f64::NAN))
+        })
+    };
+    let mut key = Vec::with_capacity(after.len());
+    for (value, criterion) in after.iter().zip(sort) {
+        let field = criterion.field.as_str();
+        let sort_value = if value.is_null() {
+            SortValue::Null
+        } else if field == "_score" || field == "_doc" {
+            number(value, field)?
+        } else if is_date(doc_mapper, field) {
+            let nanos = criterion.format.as_deref() == Some("epoch_nanos_int");
+            let micros = match number(value, field)? {
+                SortValue::U64(v) => i128::from(v),
+                SortValue::I64(v) => i128::from(v),
+                SortValue::F64(v) => v as i128,
+                _ => 0,
+            };
+            let micros = if nanos { micros / 1000 } else { micros * 1000 };
+            SortValue::I64(micros.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+        } else {
+            match (field_type(doc_mapper, field), value) {
+                (Some(FieldType::Str(_)), Value::String(s)) => SortValue::Str(s.clone()),
+                (Some(FieldType::Str(_)), other) => SortValue::Str(other.to_string()),
+                (_, Value::String(s)) => {
+                    number(value, field).unwrap_or_else(|_| SortValue::Str(s.clone()))
+                }
+                _ => number(value, field)?,
+            }
+        };
+        key.push(sort_value);
+    }
+    Ok(Some(SortKey(key)))
 }
 
 struct Translator<'a> {
@@ -341,6 +417,22 @@ fn is_date(doc_mapper: &DocMapper, field: &str) -> bool {
 /// milliseconds).
 pub fn is_date_field(doc_mapper: &DocMapper, field: &str) -> bool {
     is_date(doc_mapper, field)
+}
+
+/// Elasticsearch's type names for a column type (text is both `keyword` and `text`, as
+/// Quickwit lists it).
+pub fn es_types(typ: tantivy::schema::Type) -> &'static [&'static str] {
+    use tantivy::schema::Type;
+    match typ {
+        Type::Str => &["keyword", "text"],
+        Type::U64 | Type::I64 => &["long"],
+        Type::F64 => &["double"],
+        Type::Bool => &["boolean"],
+        Type::Date => &["date_nanos"],
+        Type::Bytes => &["binary"],
+        Type::IpAddr => &["ip"],
+        _ => &[],
+    }
 }
 
 /// Elasticsearch's type name, searchability and aggregatability of every user field of
@@ -582,7 +674,13 @@ impl Translator<'_> {
                 // escaped value checks without tokenizing it.
                 if let Value::String(text) = value {
                     let plain = text.parse::<f64>().is_err() && text.parse::<bool>().is_err();
-                    if plain && !text.is_empty() && self.doc_mapper.tokens(field, text).is_some() {
+                    let tokens = self.doc_mapper.tokens(field, text);
+                    // Tokenized as itself (raw text): a plain term, which tag pruning sees.
+                    let as_is = tokens
+                        .as_deref()
+                        .is_some_and(|t| t.len() == 1 && t[0] == *text);
+                    let exact = as_is && case_flag(spec).is_empty();
+                    if plain && !text.is_empty() && tokens.is_some() && !exact {
                         return Ok(format!(
                             "{}:/{}{}/",
                             escape_field(field),
@@ -1219,29 +1317,29 @@ doc_mapping:
     #[test]
     fn sorts() {
         let s = |v: Value| parse_sort(Some(&v)).unwrap();
+        let sort = |field: &str, ascending: bool| EsSort {
+            field: field.into(),
+            ascending,
+            format: None,
+        };
         assert_eq!(
             s(json!(["status", {"ts": "desc"}, "_doc"])),
-            vec![
-                EsSort {
-                    field: "status".into(),
-                    ascending: true
-                },
-                EsSort {
-                    field: "ts".into(),
-                    ascending: false
-                }
-            ]
+            vec![sort("status", true), sort("ts", false)]
         );
+        assert_eq!(s(json!("_score")), vec![sort("_score", false)]);
+        assert_eq!(s(json!({"_doc": {}})), vec![sort("_doc", true)]);
+        assert_eq!(s(json!([{"_doc": "desc"}])), vec![sort("_doc", false)]);
         assert_eq!(
-            s(json!("_score")),
-            vec![EsSort {
-                field: "_score".into(),
-                ascending: false
-            }]
+            s(json!([{"ts": {"order": "asc", "format": "epoch_nanos_int"}}]))[0].format,
+            Some("epoch_nanos_int".to_string())
         );
         assert_eq!(
             sort_by_string(&s(json!(["status", {"ts": "desc"}]))).unwrap(),
             "-status,ts"
+        );
+        assert_eq!(
+            sort_by_string(&s(json!({"_doc": "desc"}))).unwrap(),
+            "_doc:desc"
         );
     }
 }

@@ -16,7 +16,9 @@ use shale_types::{DeleteTask, SplitMetadata};
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
 use tantivy::aggregation::DistributedAggregationCollector;
-use tantivy::collector::{Count, TopDocs};
+use tantivy::collector::{
+    Collector, Count, SegmentCollector, SegmentSortKeyComputer, SortKeyComputer, TopDocs,
+};
 use tantivy::query::{BooleanQuery, Occur, Query};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
 use tokio::sync::Semaphore;
@@ -227,7 +229,26 @@ pub struct Leaf {
     agg_validation: Mutex<HashMap<String, Searcher>>,
     open_splits: Arc<OpenSplits>,
     permits: Arc<Semaphore>,
+    /// The fields found in each split (immutable, so cached by split id).
+    split_fields: Mutex<HashMap<String, Arc<Vec<SplitField>>>>,
 }
+
+/// A field found in a split — a schema field or a path inside a json field (undeclared fields
+/// of a dynamic index included, without the `_dynamic.` prefix) — with one of its value types.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SplitField {
+    /// The name queries use.
+    pub name: String,
+    /// The type of its values (a json path may have several, one entry each).
+    pub typ: tantivy::schema::Type,
+    /// Has an inverted index (searchable).
+    pub indexed: bool,
+    /// Has a column (aggregatable, sortable).
+    pub fast: bool,
+}
+
+/// Most splits whose field lists are kept.
+const MAX_SPLIT_FIELD_LISTS: usize = 8192;
 
 impl Leaf {
     /// A leaf fetching splits through `cache`, searching at most `max_concurrent` splits (and
@@ -250,6 +271,7 @@ impl Leaf {
             agg_validation: Mutex::new(HashMap::new()),
             open_splits,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            split_fields: Mutex::new(HashMap::new()),
         }
     }
 
@@ -330,6 +352,20 @@ impl Leaf {
             },
         };
         let mut sort_by = sort_by;
+        // A trailing ascending `_doc` is the tie-break every search already has, and
+        // nothing after `_doc` can matter (addresses are unique).
+        if sort_by.fields.len() > 1
+            && sort_by.fields.last() == Some(&SortField::Doc(SortOrder::Asc))
+        {
+            sort_by.fields.pop();
+        }
+        if let Some(pos) = sort_by
+            .fields
+            .iter()
+            .position(|c| matches!(c, SortField::Doc(_)))
+        {
+            sort_by.fields.truncate(pos + 1);
+        }
         for criterion in &mut sort_by.fields {
             let SortField::Field { field, .. } = criterion else {
                 continue;
@@ -415,6 +451,7 @@ impl Leaf {
                 }
             };
             let sort_by = prepared.sort_by.clone();
+            let after = request.request.search_after.clone();
             let timestamp_field = prepared
                 .doc_mapper
                 .timestamp_field_name()
@@ -438,6 +475,7 @@ impl Leaf {
                         query,
                         older,
                         sort_by,
+                        after,
                         timestamp_field,
                         k,
                         aggs,
@@ -621,6 +659,7 @@ impl Leaf {
         query: Arc<dyn Query>,
         older: Option<OlderMapping>,
         sort_by: SortBy,
+        after: Option<SortKey>,
         timestamp_field: Option<String>,
         k: usize,
         aggs: Option<Aggregations>,
@@ -645,6 +684,7 @@ impl Leaf {
                 &open.searcher,
                 query.as_ref(),
                 &sort_by,
+                after.as_ref(),
                 timestamp_field.as_deref(),
                 k,
                 aggs,
@@ -653,6 +693,106 @@ impl Leaf {
         .await
         .map_err(|err| (err.to_string(), false))?
         .map_err(|err| (err, false))
+    }
+
+    /// The fields of `splits` of `index` (json paths included), merged: one entry per name and
+    /// type, searchable or aggregatable if it is in any split. Internal fields are left out.
+    pub async fn list_fields(
+        &self,
+        index: &IndexMetadata,
+        splits: &[SplitMetadata],
+    ) -> Result<Vec<SplitField>, LeafError> {
+        let storage = self
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+            .map_err(|err| LeafError::Internal(err.to_string()))?;
+        let mut futures = FuturesUnordered::new();
+        for split in splits {
+            let storage = storage.clone();
+            futures.push(async move { self.split_fields(storage.as_ref(), split).await });
+        }
+        let mut merged: std::collections::BTreeMap<(String, tantivy::schema::Type), (bool, bool)> =
+            std::collections::BTreeMap::new();
+        while let Some(fields) = futures.next().await {
+            for field in fields?.iter() {
+                let entry = merged
+                    .entry((field.name.clone(), field.typ))
+                    .or_insert((false, false));
+                entry.0 |= field.indexed;
+                entry.1 |= field.fast;
+            }
+        }
+        Ok(merged
+            .into_iter()
+            .map(|((name, typ), (indexed, fast))| SplitField {
+                name,
+                typ,
+                indexed,
+                fast,
+            })
+            .collect())
+    }
+
+    /// The fields of one split (cached).
+    async fn split_fields(
+        &self,
+        storage: &dyn Storage,
+        split: &SplitMetadata,
+    ) -> Result<Arc<Vec<SplitField>>, LeafError> {
+        if let Some(fields) = self
+            .split_fields
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&split.split_id)
+        {
+            return Ok(fields.clone());
+        }
+        let _permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|err| LeafError::Internal(err.to_string()))?;
+        let open = self
+            .open_split(storage, split)
+            .await
+            .map_err(|(message, _)| LeafError::Internal(message))?;
+        let fields = tokio::task::spawn_blocking(move || -> tantivy::Result<Vec<SplitField>> {
+            let mut out = Vec::new();
+            for segment in open.searcher.segment_readers() {
+                for field in segment.fields_metadata()? {
+                    let name = match field
+                        .field_name
+                        .strip_prefix(shale_index::DYNAMIC_FIELD_NAME)
+                        .and_then(|rest| rest.strip_prefix('.'))
+                    {
+                        Some(path) => path.to_string(),
+                        None if field.field_name.starts_with('_') => continue,
+                        None => field.field_name.clone(),
+                    };
+                    if field.typ == tantivy::schema::Type::Json {
+                        continue;
+                    }
+                    out.push(SplitField {
+                        name,
+                        typ: field.typ,
+                        indexed: field.is_indexed(),
+                        fast: field.is_fast(),
+                    });
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|err| LeafError::Internal(err.to_string()))?
+        .map_err(|err| LeafError::Internal(err.to_string()))?;
+        let fields = Arc::new(fields);
+        let mut table = self.split_fields.lock().unwrap_or_else(|p| p.into_inner());
+        if table.len() >= MAX_SPLIT_FIELD_LISTS {
+            table.clear();
+        }
+        table.insert(split.split_id.clone(), fields.clone());
+        Ok(fields)
     }
 
     /// Number of splits kept open between searches.
@@ -733,6 +873,7 @@ fn run_leaf(
     searcher: &Searcher,
     query: &dyn Query,
     sort_by: &SortBy,
+    after: Option<&SortKey>,
     timestamp_field: Option<&str>,
     k: usize,
     aggs: Option<DistributedAggregationCollector>,
@@ -748,22 +889,51 @@ fn run_leaf(
         let (count, aggs) = searcher.search(query, &(Count, aggs)).map_err(err)?;
         return Ok(result(count, Vec::new(), aggs));
     }
+    // The count and the aggregations cover every match; only the top-k skips the documents
+    // at or before the cursor.
+    fn collect<C: Collector>(
+        searcher: &Searcher,
+        query: &dyn Query,
+        top: C,
+        after: Option<(&SortKey, &SortBy)>,
+        aggs: Option<DistributedAggregationCollector>,
+    ) -> tantivy::Result<(usize, C::Fruit, Option<IntermediateAggregationResults>)> {
+        match after {
+            Some((key, sort_by)) => {
+                let top = AfterKey {
+                    inner: top,
+                    sort_by: sort_by.clone(),
+                    after: key.clone(),
+                };
+                searcher.search(query, &(Count, top, aggs))
+            }
+            None => searcher.search(query, &(Count, top, aggs)),
+        }
+    }
+    let after = after.map(|key| (key, sort_by));
     let order_of = |order: &SortOrder| match order {
         SortOrder::Asc => Order::Asc,
         SortOrder::Desc => Order::Desc,
     };
     let erased = |criterion: &SortField| match criterion {
-        SortField::Score => (SortByErasedType::for_score(), Order::Desc),
+        SortField::Score | SortField::Doc(_) => (SortByErasedType::for_score(), Order::Desc),
         SortField::Field { field, order } => (SortByErasedType::for_field(field), order_of(order)),
     };
     match sort_by.fields.as_slice() {
+        [SortField::Doc(order)] => {
+            let collector = DocOrderTop { k, order: *order };
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
+            let hits = top
+                .into_iter()
+                .map(|doc| (SortKey(vec![SortValue::U64(doc_position(doc))]), doc))
+                .collect();
+            Ok(result(count, hits, aggs))
+        }
         [SortField::Score] => {
-            let (count, top, aggs) = searcher
-                .search(
-                    query,
-                    &(Count, TopDocs::with_limit(k).order_by_score(), aggs),
-                )
-                .map_err(err)?;
+            let collector = TopDocs::with_limit(k).order_by_score();
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
             let hits = top
                 .into_iter()
                 .map(|(score, doc)| (SortKey(vec![SortValue::F64(f64::from(score))]), doc))
@@ -774,9 +944,8 @@ fn run_leaf(
         [SortField::Field { field, order }] if Some(field.as_str()) == timestamp_field => {
             let collector = TopDocs::with_limit(k)
                 .order_by_fast_field::<tantivy::DateTime>(field, order_of(order));
-            let (count, top, aggs) = searcher
-                .search(query, &(Count, collector, aggs))
-                .map_err(err)?;
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
             let hits = top
                 .into_iter()
                 .map(|(value, doc)| {
@@ -790,20 +959,32 @@ fn run_leaf(
         }
         [first] => {
             let collector = TopDocs::with_limit(k).order_by(erased(first));
-            let (count, top, aggs) = searcher
-                .search(query, &(Count, collector, aggs))
-                .map_err(err)?;
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
             let hits = top
                 .into_iter()
                 .map(|(value, doc)| (SortKey(vec![SortValue::from_owned(value)]), doc))
                 .collect();
             Ok(result(count, hits, aggs))
         }
+        [first, SortField::Doc(order)] => {
+            let collector =
+                TopDocs::with_limit(k).order_by((erased(first), (SortByDoc, order_of(order))));
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
+            let hits = top
+                .into_iter()
+                .map(|((a, _), doc)| {
+                    let position = SortValue::U64(doc_position(doc));
+                    (SortKey(vec![SortValue::from_owned(a), position]), doc)
+                })
+                .collect();
+            Ok(result(count, hits, aggs))
+        }
         [first, second] => {
             let collector = TopDocs::with_limit(k).order_by((erased(first), erased(second)));
-            let (count, top, aggs) = searcher
-                .search(query, &(Count, collector, aggs))
-                .map_err(err)?;
+            let (count, top, aggs) =
+                collect(searcher, query, collector, after, aggs).map_err(err)?;
             let hits = top
                 .into_iter()
                 .map(|((a, b), doc)| {
@@ -816,6 +997,223 @@ fn run_leaf(
             Ok(result(count, hits, aggs))
         }
         other => Err(format!("cannot sort by {} criteria", other.len())),
+    }
+}
+
+/// Sorts by document id within a segment (`_doc` as a second criterion; the leaf orders the
+/// hits of different segments by their full address).
+#[derive(Clone, Copy, Debug)]
+struct SortByDoc;
+
+impl SortKeyComputer for SortByDoc {
+    type SortKey = u64;
+    type Child = SortByDoc;
+    type Comparator = tantivy::collector::sort_key::NaturalComparator;
+
+    fn segment_sort_key_computer(
+        &self,
+        _segment_reader: &tantivy::SegmentReader,
+    ) -> tantivy::Result<SortByDoc> {
+        Ok(SortByDoc)
+    }
+}
+
+impl SegmentSortKeyComputer for SortByDoc {
+    type SortKey = u64;
+    type SegmentSortKey = u64;
+    type SegmentComparator = tantivy::collector::sort_key::NaturalComparator;
+
+    fn segment_sort_key(&mut self, doc: tantivy::DocId, _score: tantivy::Score) -> u64 {
+        u64::from(doc)
+    }
+
+    fn convert_segment_sort_key(&self, sort_key: u64) -> u64 {
+        sort_key
+    }
+}
+
+/// A document's position in its split (segment, then document), as a `_doc` sort value.
+fn doc_position(doc: DocAddress) -> u64 {
+    (u64::from(doc.segment_ord) << 32) | u64::from(doc.doc_id)
+}
+
+/// The first (ascending) or last (descending) `k` matches in index order, best first.
+struct DocOrderTop {
+    k: usize,
+    order: SortOrder,
+}
+
+/// [`DocOrderTop`] on one segment: documents arrive in increasing order.
+struct DocOrderTopSegment {
+    segment: tantivy::SegmentOrdinal,
+    k: usize,
+    order: SortOrder,
+    docs: std::collections::VecDeque<tantivy::DocId>,
+}
+
+impl Collector for DocOrderTop {
+    type Fruit = Vec<DocAddress>;
+    type Child = DocOrderTopSegment;
+
+    fn for_segment(
+        &self,
+        segment_local_id: tantivy::SegmentOrdinal,
+        _segment: &tantivy::SegmentReader,
+    ) -> tantivy::Result<Self::Child> {
+        Ok(DocOrderTopSegment {
+            segment: segment_local_id,
+            k: self.k,
+            order: self.order,
+            docs: std::collections::VecDeque::new(),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, segment_fruits: Vec<Vec<DocAddress>>) -> tantivy::Result<Self::Fruit> {
+        let mut all: Vec<DocAddress> = segment_fruits.into_iter().flatten().collect();
+        all.sort_by_key(|doc| doc_position(*doc));
+        if self.order == SortOrder::Desc {
+            all.reverse();
+        }
+        all.truncate(self.k);
+        Ok(all)
+    }
+}
+
+impl SegmentCollector for DocOrderTopSegment {
+    type Fruit = Vec<DocAddress>;
+
+    fn collect(&mut self, doc: tantivy::DocId, _score: tantivy::Score) {
+        match self.order {
+            SortOrder::Asc if self.docs.len() < self.k => self.docs.push_back(doc),
+            SortOrder::Asc => {}
+            SortOrder::Desc => {
+                if self.docs.len() == self.k {
+                    self.docs.pop_front();
+                }
+                self.docs.push_back(doc);
+            }
+        }
+    }
+
+    fn harvest(self) -> Vec<DocAddress> {
+        let segment = self.segment;
+        self.docs
+            .into_iter()
+            .map(|doc| DocAddress::new(segment, doc))
+            .collect()
+    }
+}
+
+/// Wraps a top-k collector so that it only sees the documents whose sort key comes strictly
+/// after a cursor (`search_after`), in the request's order.
+struct AfterKey<C> {
+    inner: C,
+    sort_by: SortBy,
+    after: SortKey,
+}
+
+type ErasedChild = <tantivy::collector::sort_key::SortByErasedType as SortKeyComputer>::Child;
+
+/// [`AfterKey`] on one segment: the sort values of each document are computed from the
+/// fast fields (or its score) and compared with the cursor.
+struct AfterKeySegment<S> {
+    inner: S,
+    criteria: Vec<(CriterionValue, SortOrder)>,
+    after: SortKey,
+}
+
+/// How a segment computes one criterion's sort value of a document.
+enum CriterionValue {
+    Score,
+    Doc(tantivy::SegmentOrdinal),
+    Field(ErasedChild),
+}
+
+impl<C: Collector> Collector for AfterKey<C> {
+    type Fruit = C::Fruit;
+    type Child = AfterKeySegment<C::Child>;
+
+    fn for_segment(
+        &self,
+        segment_local_id: tantivy::SegmentOrdinal,
+        segment: &tantivy::SegmentReader,
+    ) -> tantivy::Result<Self::Child> {
+        let inner = self.inner.for_segment(segment_local_id, segment)?;
+        let mut criteria = Vec::with_capacity(self.sort_by.fields.len());
+        for criterion in &self.sort_by.fields {
+            criteria.push(match criterion {
+                SortField::Score => (CriterionValue::Score, SortOrder::Desc),
+                SortField::Doc(order) => (CriterionValue::Doc(segment_local_id), *order),
+                SortField::Field { field, order } => (
+                    CriterionValue::Field(
+                        tantivy::collector::sort_key::SortByErasedType::for_field(field)
+                            .segment_sort_key_computer(segment)?,
+                    ),
+                    *order,
+                ),
+            });
+        }
+        Ok(AfterKeySegment {
+            inner,
+            criteria,
+            after: self.after.clone(),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        self.inner.requires_scoring()
+            || self
+                .sort_by
+                .fields
+                .iter()
+                .any(|c| matches!(c, SortField::Score))
+    }
+
+    fn merge_fruits(
+        &self,
+        segment_fruits: Vec<<Self::Child as SegmentCollector>::Fruit>,
+    ) -> tantivy::Result<Self::Fruit> {
+        self.inner.merge_fruits(segment_fruits)
+    }
+}
+
+impl<S: SegmentCollector> SegmentCollector for AfterKeySegment<S> {
+    type Fruit = S::Fruit;
+
+    fn collect(&mut self, doc: tantivy::DocId, score: tantivy::Score) {
+        use std::cmp::Ordering;
+        for (i, (computer, order)) in self.criteria.iter_mut().enumerate() {
+            let value = match computer {
+                CriterionValue::Score => SortValue::F64(f64::from(score)),
+                CriterionValue::Doc(segment) => {
+                    SortValue::U64(doc_position(DocAddress::new(*segment, doc)))
+                }
+                CriterionValue::Field(computer) => {
+                    let key = computer.segment_sort_key(doc, score);
+                    SortValue::from_owned(computer.convert_segment_sort_key(key))
+                }
+            };
+            let Some(cursor) = self.after.0.get(i) else {
+                return;
+            };
+            match value.compare(cursor, *order) {
+                Ordering::Less => return,
+                Ordering::Greater => {
+                    self.inner.collect(doc, score);
+                    return;
+                }
+                Ordering::Equal => {}
+            }
+        }
+        // Tied with the cursor on every criterion: already returned.
+    }
+
+    fn harvest(self) -> Self::Fruit {
+        self.inner.harvest()
     }
 }
 
@@ -851,10 +1249,20 @@ pub(crate) fn merge_hits(
 /// Best first, criterion by criterion, then by split id, segment and doc.
 pub(crate) fn compare_hits(a: &PartialHit, b: &PartialHit, sort_by: &SortBy) -> std::cmp::Ordering {
     let mut ordering = std::cmp::Ordering::Equal;
+    fn address(hit: &PartialHit) -> (&str, u32, u32) {
+        (&hit.doc.split_id, hit.doc.segment_ord, hit.doc.doc_id)
+    }
     for (i, criterion) in sort_by.fields.iter().enumerate() {
         let order = match criterion {
             SortField::Score => SortOrder::Desc,
             SortField::Field { order, .. } => *order,
+            SortField::Doc(order) => {
+                let natural = address(a).cmp(&address(b));
+                return match order {
+                    SortOrder::Asc => natural,
+                    SortOrder::Desc => natural.reverse(),
+                };
+            }
         };
         let (Some(x), Some(y)) = (a.key.0.get(i), b.key.0.get(i)) else {
             break;

@@ -40,6 +40,10 @@ pub struct SearchRequest {
     /// Aggregations (Elasticsearch's aggregation JSON, as Quickwit's `aggs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggs: Option<serde_json::Value>,
+    /// A cursor (Elasticsearch's `search_after`): only hits sorting strictly after this key
+    /// are returned; the count and aggregations still cover every match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_after: Option<crate::leaf::SortKey>,
 }
 
 /// Sort direction.
@@ -56,6 +60,8 @@ pub enum SortOrder {
 pub enum SortField {
     /// By BM25 score, best first.
     Score,
+    /// By address in the index (split, segment, document): Elasticsearch's `_doc`.
+    Doc(SortOrder),
     /// By a fast field.
     Field {
         /// Field name.
@@ -115,6 +121,11 @@ fn parse_sort_field(s: &str) -> Result<SortField, String> {
     let s = s.trim();
     if s == "_score" || s == "+_score" || s == "-_score" {
         return Ok(SortField::Score);
+    }
+    match s {
+        "_doc" | "+_doc" | "_doc:desc" => return Ok(SortField::Doc(SortOrder::Desc)),
+        "-_doc" | "_doc:asc" => return Ok(SortField::Doc(SortOrder::Asc)),
+        _ => {}
     }
     let (field, order) = if let Some((field, order)) = s.split_once(':') {
         let order = match order {

@@ -481,6 +481,38 @@ impl SearchService {
         doc_mapper.sort_key_filter(&request.query)
     }
 
+    /// The fields found in the splits of `index_id` that `request` would search (its time
+    /// range, tags and key ranges prune them as for a search; its query is validated but
+    /// not run): Elasticsearch's `_field_caps`.
+    pub async fn list_fields(
+        &self,
+        index_id: &str,
+        request: &SearchRequest,
+    ) -> Result<Vec<crate::leaf::SplitField>, SearchError> {
+        let (index, doc_mapper, _, _) = self.prepare(index_id, request).await?;
+        let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
+            .with_states(&[SplitState::Published]);
+        query.time_range_start = request.start_timestamp;
+        query.time_range_end = request.end_timestamp;
+        let candidates: Vec<SplitMetadata> = self
+            .metastore
+            .list_splits(query)
+            .await
+            .map_err(SearchError::Metastore)?
+            .into_iter()
+            .map(|s: Split| s.split_metadata)
+            .collect();
+        let key_filter = self.key_filter(request, &doc_mapper);
+        let (splits, _) = prune(candidates, request, &doc_mapper, key_filter.as_ref());
+        self.leaf
+            .list_fields(&index, &splits)
+            .await
+            .map_err(|err| match err {
+                LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
+                LeafError::Internal(message) => SearchError::Internal(message),
+            })
+    }
+
     /// Runs `request` on `splits` (listed earlier by the caller, e.g. before a merge replaced
     /// them) instead of the currently published ones; they are pruned as usual.
     pub async fn search_splits(

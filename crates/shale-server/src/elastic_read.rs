@@ -21,7 +21,7 @@ use shale_config::glob_match;
 use shale_index::DocMapper;
 use shale_metastore::{IndexMetadata, ListSplitsQuery};
 use shale_search::elastic::{
-    field_types, is_date_field, translate_search, EsSearchBody, EsSort, EsTranslated,
+    es_types, field_types, is_date_field, translate_search, EsSearchBody, EsSort, EsTranslated,
 };
 use shale_search::leaf::SortValue;
 use shale_search::{HitMeta, SearchError, SearchResponse};
@@ -275,11 +275,15 @@ async fn run_search(
     ))
 }
 
-/// A sort value as Elasticsearch renders it: dates in epoch milliseconds.
-fn sort_value_json(value: &SortValue, is_date: bool) -> Value {
+/// A sort value as Elasticsearch renders it: dates in epoch milliseconds, or nanoseconds
+/// with Quickwit's `format: epoch_nanos_int`.
+fn sort_value_json(value: &SortValue, is_date: bool, format: Option<&str>) -> Value {
     match value {
         SortValue::Null => Value::Null,
         SortValue::U64(v) => json!(v),
+        SortValue::I64(v) if is_date && format == Some("epoch_nanos_int") => {
+            json!(i128::from(*v) * 1000)
+        }
         SortValue::I64(v) if is_date => json!(v.div_euclid(1000)),
         SortValue::I64(v) => json!(v),
         SortValue::F64(v) => json!(v),
@@ -420,7 +424,7 @@ fn render_search(
                 )),
             );
             let score = if by_score && !sort.is_empty() {
-                key.0.first().map(|v| sort_value_json(v, false))
+                key.0.first().map(|v| sort_value_json(v, false, None))
             } else {
                 None
             };
@@ -453,7 +457,8 @@ fn render_search(
                     .iter()
                     .zip(&key.0)
                     .map(|(s, v)| {
-                        sort_value_json(v, mapper.is_some_and(|m| is_date_field(m, &s.field)))
+                        let is_date = mapper.is_some_and(|m| is_date_field(m, &s.field));
+                        sort_value_json(v, is_date, s.format.as_deref())
                     })
                     .collect();
                 hit.insert("sort".into(), Value::Array(values));
@@ -821,31 +826,99 @@ async fn msearch_inner(
     })))
 }
 
-/// `GET|POST /api/v1/_elastic/{index}/_field_caps` (and `_field_caps` for every index).
+/// `GET|POST /api/v1/_elastic/{index}/_field_caps`: the fields found in the index's splits
+/// (json paths and undeclared fields included, one entry per value type), narrowed by
+/// `fields` patterns, Quickwit's `start_timestamp`/`end_timestamp` and a body's
+/// `index_filter` (a query: it prunes splits by time range and tags as a search would).
 pub async fn field_caps_index(
     State(state): State<AppState>,
     Path(index): Path<String>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
 ) -> EsResult<Json<Value>> {
-    field_caps_inner(state, Some(index), params).await
+    let bytes = read_body(&state, &headers, body).await?;
+    field_caps_inner(state, Some(index), params, &bytes).await
 }
 
 /// `GET|POST /api/v1/_elastic/_field_caps`.
 pub async fn field_caps_all(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
 ) -> EsResult<Json<Value>> {
-    field_caps_inner(state, None, params).await
+    let bytes = read_body(&state, &headers, body).await?;
+    field_caps_inner(state, None, params, &bytes).await
 }
 
 /// A field's capabilities for one type: searchable, aggregatable, in which indexes.
 type Caps = (bool, bool, Vec<String>);
 
+/// The search request whose splits `_field_caps` lists: the body's `index_filter` (if any)
+/// and the URL's time bounds.
+fn field_caps_request(
+    mapper: &DocMapper,
+    params: &HashMap<String, String>,
+    filter: Option<&Value>,
+) -> EsResult<shale_search::SearchRequest> {
+    let mut request = match filter {
+        Some(filter) => {
+            let body = EsSearchBody {
+                query: Some(filter.clone()),
+                size: Some(json!(0)),
+                ..EsSearchBody::default()
+            };
+            translate_search(&body, Some(0), Some(0), None, mapper)
+                .map_err(bad_request)?
+                .request
+        }
+        None => shale_search::SearchRequest {
+            query: "*".to_string(),
+            ..shale_search::SearchRequest::default()
+        },
+    };
+    request.max_hits = 0;
+    let bound = |name: &str| -> EsResult<Option<i64>> {
+        params
+            .get(name)
+            .map(|v| {
+                v.trim().parse::<i64>().map_err(|_| {
+                    bad_request(format!("`{name}` must be a Unix timestamp, got `{v}`"))
+                })
+            })
+            .transpose()
+    };
+    if let Some(start) = bound("start_timestamp")? {
+        request.start_timestamp = Some(request.start_timestamp.map_or(start, |s| s.max(start)));
+    }
+    if let Some(end) = bound("end_timestamp")? {
+        request.end_timestamp = Some(request.end_timestamp.map_or(end, |e| e.min(end)));
+    }
+    Ok(request)
+}
+
 async fn field_caps_inner(
     state: AppState,
     index: Option<String>,
     params: HashMap<String, String>,
+    body: &[u8],
 ) -> EsResult<Json<Value>> {
+    let filter = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let body: Value = serde_json::from_slice(body)
+            .map_err(|err| bad_request(format!("invalid JSON body: {err}")))?;
+        match body.get("index_filter") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) if map.is_empty() => {
+                return Err(bad_request(
+                    "`index_filter` must hold a query, got an empty object",
+                ))
+            }
+            Some(filter) => Some(filter.clone()),
+        }
+    };
     let indexes = resolve_indexes(
         &state,
         index.as_deref(),
@@ -865,9 +938,16 @@ async fn field_caps_inner(
             .leaf()
             .doc_mapper(index)
             .map_err(|err| EsError::from(ApiError::internal(err.to_string())))?;
-        for (name, ty, searchable, aggregatable) in field_types(&mapper) {
+        let request = field_caps_request(&mapper, &params, filter.as_ref())?;
+        let found = state
+            .node
+            .search
+            .list_fields(index.index_id(), &request)
+            .await
+            .map_err(EsError::from)?;
+        let mut add = |name: String, ty: &'static str, searchable: bool, aggregatable: bool| {
             if !patterns.iter().any(|p| glob_match(p, &name)) {
-                continue;
+                return;
             }
             let entry =
                 fields
@@ -877,7 +957,22 @@ async fn field_caps_inner(
                     .or_insert((false, false, Vec::new()));
             entry.0 |= searchable;
             entry.1 |= aggregatable;
-            entry.2.push(index.index_id().to_string());
+            if !entry.2.iter().any(|i| i == index.index_id()) {
+                entry.2.push(index.index_id().to_string());
+            }
+        };
+        if found.is_empty() {
+            // No split yet: the fields the doc mapping declares.
+            for (name, ty, searchable, aggregatable) in field_types(&mapper) {
+                if ty != "object" {
+                    add(name, ty, searchable, aggregatable);
+                }
+            }
+        }
+        for field in found {
+            for ty in es_types(field.typ) {
+                add(field.name.clone(), ty, field.indexed, field.fast);
+            }
         }
     }
     let fields: Map<String, Value> = fields
