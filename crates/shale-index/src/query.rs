@@ -261,7 +261,9 @@ impl DocMapper {
         else {
             return None;
         };
-        let mapping = self.doc_mapping().field_mapping(name)?;
+        let Some(mapping) = self.doc_mapping().field_mapping(name) else {
+            return self.json_text_range(name, lower, upper);
+        };
         if !mapping.is_fast() || mapping.is_indexed() {
             return None;
         }
@@ -288,6 +290,72 @@ impl DocMapper {
             })
         };
         Some(RangeQuery::new(bound(lower)?, bound(upper)?))
+    }
+
+    /// A range with text bounds on a path of a fast json field (undeclared fields of a dynamic
+    /// index included), as a range on its column — Quickwit's semantics: values compare as
+    /// whole strings, the bounds normalized as the column is (`H` is `h` under a lowercase
+    /// normalizer). Numeric, boolean and date bounds are left to the query parser.
+    fn json_text_range(
+        &self,
+        name: &str,
+        lower: &tantivy::query_grammar::UserInputBound,
+        upper: &tantivy::query_grammar::UserInputBound,
+    ) -> Option<RangeQuery> {
+        use tantivy::query_grammar::UserInputBound;
+        let (field, path) = self.schema().find_field(name)?;
+        if path.is_empty() {
+            return None;
+        }
+        let tantivy::schema::FieldType::JsonObject(options) =
+            self.schema().get_field_entry(field).field_type()
+        else {
+            return None;
+        };
+        let normalizer = options.get_fast_field_tokenizer_name()?;
+        let is_text = |text: &str| {
+            let text = text.trim();
+            text != "*"
+                && text.parse::<f64>().is_err()
+                && text.parse::<bool>().is_err()
+                && crate::date::parse_datetime(
+                    &serde_json::Value::String(text.to_string()),
+                    &[shale_config::DateInputFormat::Rfc3339],
+                )
+                .is_err()
+        };
+        let texts: Vec<&str> = [lower, upper]
+            .into_iter()
+            .filter_map(|bound| match bound {
+                UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text) => {
+                    Some(text.as_str())
+                }
+                UserInputBound::Unbounded => None,
+            })
+            .filter(|text| text.trim() != "*")
+            .collect();
+        if texts.is_empty() || !texts.iter().all(|text| is_text(text)) {
+            return None;
+        }
+        let expand_dots = options.is_expand_dots_enabled();
+        let term = |text: &str| {
+            let text = if normalizer == "lowercase" {
+                text.to_lowercase()
+            } else {
+                text.to_string()
+            };
+            let mut term = Term::from_field_json_path(field, path, expand_dots);
+            term.append_type_and_str(&text);
+            term
+        };
+        let bound = |bound: &UserInputBound| match bound {
+            UserInputBound::Inclusive(text) if text.trim() == "*" => Bound::Unbounded,
+            UserInputBound::Exclusive(text) if text.trim() == "*" => Bound::Unbounded,
+            UserInputBound::Inclusive(text) => Bound::Included(term(text)),
+            UserInputBound::Exclusive(text) => Bound::Excluded(term(text)),
+            UserInputBound::Unbounded => Bound::Unbounded,
+        };
+        Some(RangeQuery::new(bound(lower), bound(upper)))
     }
 
     /// Builds `ast` clause by clause: regexes on json paths become regex queries over the
@@ -518,6 +586,77 @@ impl DocMapper {
         }
     }
 
+    /// An unquoted term with `*` or `?` inside (`jou*al`, `jour?al`) is a wildcard: a regex on
+    /// the field's terms, each literal part normalized by the field's tokenizer (so `Jou*al`
+    /// matches `journal` under a lowercasing tokenizer). Escaped (`\?`) they are literal.
+    fn wildcards(&self, ast: &mut UserInputAst) {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.wildcards(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.wildcards(sub),
+            UserInputAst::Leaf(leaf) => {
+                let UserInputLeaf::Literal(literal) = leaf.as_ref() else {
+                    return;
+                };
+                if literal.delimiter != Delimiter::None {
+                    return;
+                }
+                let Some(field) = literal.field_name.as_deref() else {
+                    return;
+                };
+                // Literal parts and wildcards, escapes resolved.
+                let mut parts: Vec<(String, Option<&str>)> = vec![(String::new(), None)];
+                let mut has_wildcard = false;
+                let mut chars = literal.phrase.chars();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => {
+                            if let Some(next) = chars.next() {
+                                if let Some(last) = parts.last_mut() {
+                                    last.0.push(next);
+                                }
+                            }
+                        }
+                        '*' | '?' => {
+                            has_wildcard = true;
+                            if let Some(last) = parts.last_mut() {
+                                last.1 = Some(if c == '*' { ".*" } else { "." });
+                            }
+                            parts.push((String::new(), None));
+                        }
+                        c => {
+                            if let Some(last) = parts.last_mut() {
+                                last.0.push(c);
+                            }
+                        }
+                    }
+                }
+                if !has_wildcard {
+                    return;
+                }
+                let mut pattern = String::new();
+                for (text, wildcard) in &parts {
+                    let normalized = match self.tokens(field, text).as_deref() {
+                        Some([token]) => token.clone(),
+                        _ => text.clone(),
+                    };
+                    pattern.extend(normalized.chars().map(regex_escape));
+                    pattern.push_str(wildcard.unwrap_or(""));
+                }
+                if literal.prefix {
+                    pattern.push_str(".*");
+                }
+                **leaf = UserInputLeaf::Regex {
+                    field: Some(field.to_string()),
+                    pattern,
+                };
+            }
+        }
+    }
+
     /// Whether `name` names something a query can search: a field of the schema (or a path
     /// inside a json field), or any field in dynamic mode.
     fn resolves_field(&self, name: &str) -> bool {
@@ -545,6 +684,7 @@ impl DocMapper {
             exists_to_presence(ast);
         }
         self.normalize_dates(ast);
+        self.wildcards(ast);
         self.single_term_prefixes(ast);
         self.fast_only_terms(ast);
         if self.dynamic_field().is_some() {

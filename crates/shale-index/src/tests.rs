@@ -1960,3 +1960,52 @@ fn sets_on_fast_only_fields_and_empty_strings_in_presence() {
     assert_eq!(q("tag:IN [abc-123 x]"), 2);
     assert_eq!(q("tag:*"), 2, "an empty string is no value");
 }
+
+#[test]
+fn wildcards_inside_terms() {
+    let yaml = "index_id: wild\ndoc_mapping:\n  field_mappings:\n    - name: body\n      type: text\n    - name: code\n      type: text\n      tokenizer: raw\n";
+    let docs = vec![
+        json!({"body": "The Journal of unix", "code": "AB-12"}),
+        json!({"body": "a journey", "code": "AB-123"}),
+        json!({"body": "jour? maybe", "extra": "Sea Shell"}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(q("body:Jou*al"), 1, "normalized by the tokenizer");
+    assert_eq!(q("body:jour?al"), 1);
+    assert_eq!(q("body:jou*"), 3);
+    assert_eq!(q("body:j*r*"), 3, "a wildcard and a trailing prefix");
+    assert_eq!(
+        q("body:jour\\?"),
+        1,
+        "escaped: a literal `?`, dropped by the tokenizer"
+    );
+    assert_eq!(q("code:AB-1?"), 1, "raw: case kept");
+    assert_eq!(q("code:ab-1?"), 0);
+    assert_eq!(q("code:AB*3"), 1);
+    assert_eq!(q("extra:s*ll"), 1, "undeclared fields too");
+    assert_eq!(q("body:*nal"), 1, "a leading wildcard");
+}
+
+#[test]
+fn text_ranges_on_json_paths_use_the_normalized_column() {
+    let yaml = "index_id: textrange\ndoc_mapping:\n  mode: dynamic\n  dynamic_mapping:\n    tokenizer: default\n    fast:\n      normalizer: lowercase\n  field_mappings:\n    - name: n\n      type: u64\n";
+    let docs = vec![
+        json!({"actor": {"login": "Alice-1"}, "n": 1}),
+        json!({"actor": {"login": "hector"}, "n": 2}),
+        json!({"actor": {"login": "Mallory x"}, "n": 3}),
+        json!({"actor": {"login": "zed"}, "n": 4}),
+        json!({"actor": {"login": 12}, "n": 5}),
+    ];
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    assert_eq!(
+        q("actor.login:[H TO Z]"),
+        2,
+        "whole values, lowercased bounds"
+    );
+    assert_eq!(q("actor.login:[h TO zz]"), 3);
+    assert_eq!(q("actor.login:[Hector TO Zed}"), 2, "zed is excluded");
+    assert_eq!(q("actor.login:{hector TO *]"), 2);
+    assert_eq!(q("actor.login:[10 TO 20]"), 1, "numbers stay numbers");
+}

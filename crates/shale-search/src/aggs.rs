@@ -13,7 +13,7 @@
 //! `_dynamic`) and must be fast; anything else is an error naming what is wrong.
 
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use shale_index::DocMapper;
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -75,6 +75,9 @@ fn normalize_aggs(
         agg.remove("meta");
         if let Some(sub) = agg.remove("aggregations") {
             agg.insert("aggs".to_string(), sub);
+        }
+        if agg.contains_key("multi_terms") {
+            multi_terms_as_nested_terms(agg, &here)?;
         }
         if let Some(sub) = agg.get_mut("aggs") {
             let Value::Object(sub) = sub else {
@@ -397,6 +400,254 @@ fn named_zone_offset_ms(name: &str, at_ms: Option<i64>) -> Option<i64> {
     Some(i64::from(zone.to_offset(at).seconds()) * 1000)
 }
 
+/// Names the nested `terms` level a `multi_terms` aggregation became; what follows the prefix
+/// is its options (size, order, min_doc_count) as JSON, read back when the result is
+/// flattened.
+const MULTI_TERMS_LEVEL: &str = "__shale_multi_terms__";
+
+/// Buckets created per level of a `multi_terms` rewritten as nested `terms`, by number of
+/// fields (the product stays under Tantivy's bucket limit).
+fn multi_terms_level_size(fields: usize) -> u64 {
+    match fields {
+        0..=2 => 200,
+        3 => 34,
+        _ => 12,
+    }
+}
+
+/// Rewrites a `multi_terms` aggregation (not in Tantivy) as nested `terms` aggregations, one
+/// level per field, the innermost holding the sub-aggregations; [`finalize`] flattens the
+/// result back into buckets keyed by the list of values. Each field contributes its top
+/// [`multi_terms_level_size`] values.
+fn multi_terms_as_nested_terms(agg: &mut Map<String, Value>, here: &str) -> Result<(), String> {
+    let invalid =
+        |what: &str| format!("invalid aggregation request: `multi_terms` of `{here}` {what}");
+    let Some(Value::Object(body)) = agg.remove("multi_terms") else {
+        return Err(invalid("must be an object"));
+    };
+    let Some(Value::Array(terms)) = body.get("terms") else {
+        return Err(invalid("needs `terms`, a list of `{\"field\": …}`"));
+    };
+    if terms.len() < 2 {
+        return Err(invalid("needs at least two `terms`"));
+    }
+    let size = match body.get("size") {
+        None => 10,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| invalid("`size` must be a positive integer"))?,
+    };
+    let min_doc_count = match body.get("min_doc_count") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| invalid("`min_doc_count` must be a non-negative integer"))?,
+    };
+    let (order_key, ascending) = match body.get("order") {
+        None => ("_count".to_string(), false),
+        Some(Value::Object(order)) if order.len() == 1 => {
+            let (key, direction) = order.iter().next().ok_or_else(|| invalid("bad order"))?;
+            if key != "_key" && key != "_count" {
+                return Err(invalid("can only be ordered by `_key` or `_count`"));
+            }
+            let ascending = match direction.as_str() {
+                Some("asc") => true,
+                Some("desc") => false,
+                _ => return Err(invalid("order must be `asc` or `desc`")),
+            };
+            (key.clone(), ascending)
+        }
+        Some(_) => {
+            return Err(invalid(
+                "`order` must be one `{\"_key\"|\"_count\": \"asc\"|\"desc\"}`",
+            ))
+        }
+    };
+    let options = json!({
+        "size": size,
+        "min_doc_count": min_doc_count,
+        "order": order_key,
+        "asc": ascending,
+    });
+    let level_size = multi_terms_level_size(terms.len());
+    let sub_aggs = agg.remove("aggs");
+    // Innermost first.
+    let mut nested: Option<Value> = None;
+    for term in terms.iter().rev() {
+        let Some(field) = term.get("field").and_then(Value::as_str) else {
+            return Err(invalid("needs a `field` in each of its `terms`"));
+        };
+        let mut terms_body = json!({"field": field, "size": level_size});
+        if let Some(missing) = term.get("missing") {
+            terms_body["missing"] = missing.clone();
+        }
+        let mut level = Map::new();
+        level.insert("terms".to_string(), terms_body);
+        match nested.take() {
+            Some(inner) => {
+                level.insert(
+                    "aggs".to_string(),
+                    json!({ format!("{MULTI_TERMS_LEVEL}{options}"): inner }),
+                );
+            }
+            None => {
+                if let Some(sub) = &sub_aggs {
+                    level.insert("aggs".to_string(), sub.clone());
+                }
+            }
+        }
+        nested = Some(Value::Object(level));
+    }
+    if let Some(Value::Object(outer)) = nested {
+        agg.extend(outer);
+    }
+    Ok(())
+}
+
+/// Flattens, in a final aggregation result, the nested `terms` a `multi_terms` became.
+fn flatten_multi_terms(value: &mut Value) {
+    let Value::Object(map) = value else {
+        return;
+    };
+    for (_, result) in map.iter_mut() {
+        let Some(Value::Array(buckets)) = result.get_mut("buckets") else {
+            continue;
+        };
+        let options = buckets.iter().find_map(|bucket| {
+            bucket.as_object()?.keys().find_map(|key| {
+                key.strip_prefix(MULTI_TERMS_LEVEL)
+                    .and_then(|o| serde_json::from_str::<Value>(o).ok())
+                    .map(|o| (key.clone(), o))
+            })
+        });
+        for bucket in buckets.iter_mut() {
+            flatten_multi_terms(bucket);
+        }
+        let Some((_, options)) = options else {
+            continue;
+        };
+        let mut combos = Vec::new();
+        let mut other = result
+            .get("sum_other_doc_count")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if let Some(Value::Array(buckets)) = result.get("buckets") {
+            collect_combos(buckets, &mut Vec::new(), &mut combos, &mut other);
+        }
+        let size = options["size"].as_u64().unwrap_or(10) as usize;
+        let min_doc_count = options["min_doc_count"].as_u64().unwrap_or(1);
+        let by_key = options["order"] == "_key";
+        let ascending = options["asc"].as_bool().unwrap_or(false);
+        combos.retain(|(_, count, _)| *count >= min_doc_count);
+        combos.sort_by(|(ka, ca, _), (kb, cb, _)| {
+            let keys = compare_keys(ka, kb);
+            let ordering = if by_key {
+                keys
+            } else {
+                ca.cmp(cb).then(keys.reverse())
+            };
+            if ascending {
+                ordering
+            } else {
+                ordering.reverse()
+            }
+        });
+        for (_, count, _) in combos.iter().skip(size) {
+            other += count;
+        }
+        combos.truncate(size);
+        let buckets: Vec<Value> = combos
+            .into_iter()
+            .map(|(key, count, sub)| {
+                let mut bucket = sub;
+                let joined = key
+                    .iter()
+                    .map(|k| match k {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|");
+                bucket.insert("key".to_string(), Value::Array(key));
+                bucket.insert("key_as_string".to_string(), Value::String(joined));
+                bucket.insert("doc_count".to_string(), json!(count));
+                Value::Object(bucket)
+            })
+            .collect();
+        *result = json!({
+            "buckets": buckets,
+            "doc_count_error_upper_bound": 0,
+            "sum_other_doc_count": other,
+        });
+    }
+}
+
+/// One flattened `multi_terms` bucket: its key values, its count, its sub-aggregations.
+type Combo = (Vec<Value>, u64, Map<String, Value>);
+
+/// Walks nested `terms` buckets down to the innermost level, collecting one combination per
+/// innermost bucket; the documents cut off at every level count as `other`.
+fn collect_combos(
+    buckets: &[Value],
+    prefix: &mut Vec<Value>,
+    out: &mut Vec<Combo>,
+    other: &mut u64,
+) {
+    for bucket in buckets {
+        let Some(map) = bucket.as_object() else {
+            continue;
+        };
+        let key = map.get("key").cloned().unwrap_or(Value::Null);
+        let inner = map
+            .iter()
+            .find(|(name, _)| name.starts_with(MULTI_TERMS_LEVEL))
+            .map(|(_, v)| v);
+        prefix.push(key);
+        match inner {
+            Some(inner) => {
+                *other += inner
+                    .get("sum_other_doc_count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                if let Some(Value::Array(children)) = inner.get("buckets") {
+                    collect_combos(children, prefix, out, other);
+                }
+            }
+            None => {
+                let count = map.get("doc_count").and_then(Value::as_u64).unwrap_or(0);
+                let sub: Map<String, Value> = map
+                    .iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "key" | "key_as_string" | "doc_count"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                out.push((prefix.clone(), count, sub));
+            }
+        }
+        prefix.pop();
+    }
+}
+
+/// Key lists in order: numbers by value, strings by bytes, numbers before strings.
+fn compare_keys(a: &[Value], b: &[Value]) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    for (x, y) in a.iter().zip(b) {
+        let ordering = match (x, y) {
+            (Value::Number(x), Value::Number(y)) => x
+                .as_f64()
+                .partial_cmp(&y.as_f64())
+                .unwrap_or(Ordering::Equal),
+            (Value::Number(_), _) => Ordering::Less,
+            (_, Value::Number(_)) => Ordering::Greater,
+            (Value::String(x), Value::String(y)) => x.cmp(y),
+            _ => Ordering::Equal,
+        };
+        if ordering != Ordering::Equal {
+            return ordering;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
 /// Intermediate results as sent between nodes.
 pub fn encode(results: &IntermediateAggregationResults) -> Result<String, String> {
     let bytes = postcard::to_stdvec(results).map_err(|err| err.to_string())?;
@@ -419,7 +670,9 @@ pub fn finalize(
     let results = merged
         .into_final_result(aggs, limits())
         .map_err(|err| format!("aggregation failed: {err}"))?;
-    serde_json::to_value(results).map_err(|err| err.to_string())
+    let mut value = serde_json::to_value(results).map_err(|err| err.to_string())?;
+    flatten_multi_terms(&mut value);
+    Ok(value)
 }
 
 #[cfg(test)]

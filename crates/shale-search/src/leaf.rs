@@ -31,8 +31,10 @@ use crate::request::{SearchRequest, SortBy, SortField, SortOrder};
 pub enum SortValue {
     /// No value.
     Null,
-    /// Unsigned integers and booleans.
+    /// Unsigned integers.
     U64(u64),
+    /// Booleans (they order as 0 and 1 among numbers).
+    Bool(bool),
     /// Signed integers and datetimes (microseconds).
     I64(i64),
     /// Floats and scores.
@@ -50,7 +52,7 @@ impl SortValue {
             V::U64(v) => SortValue::U64(v),
             V::I64(v) => SortValue::I64(v),
             V::F64(v) => SortValue::F64(v),
-            V::Bool(v) => SortValue::U64(u64::from(v)),
+            V::Bool(v) => SortValue::Bool(v),
             V::Date(v) => SortValue::I64(v.into_timestamp_micros()),
             V::Str(v) => SortValue::Str(v),
             V::Bytes(v) => SortValue::Bytes(v),
@@ -64,11 +66,13 @@ impl SortValue {
         let int = |v: &SortValue| match v {
             SortValue::U64(v) => Some(i128::from(*v)),
             SortValue::I64(v) => Some(i128::from(*v)),
+            SortValue::Bool(v) => Some(i128::from(*v)),
             _ => None,
         };
         let float = |v: &SortValue| match v {
             SortValue::U64(v) => Some(*v as f64),
             SortValue::I64(v) => Some(*v as f64),
+            SortValue::Bool(v) => Some(f64::from(u8::from(*v))),
             SortValue::F64(v) => Some(*v),
             _ => None,
         };
@@ -916,8 +920,13 @@ fn run_leaf(
         SortOrder::Desc => Order::Desc,
     };
     let erased = |criterion: &SortField| match criterion {
-        SortField::Score | SortField::Doc(_) => (SortByErasedType::for_score(), Order::Desc),
-        SortField::Field { field, order } => (SortByErasedType::for_field(field), order_of(order)),
+        SortField::Score | SortField::Doc(_) => {
+            (LenientSort(SortByErasedType::for_score()), Order::Desc)
+        }
+        SortField::Field { field, order } => (
+            LenientSort(SortByErasedType::for_field(field)),
+            order_of(order),
+        ),
     };
     match sort_by.fields.as_slice() {
         [SortField::Doc(order)] => {
@@ -997,6 +1006,61 @@ fn run_leaf(
             Ok(result(count, hits, aggs))
         }
         other => Err(format!("cannot sort by {} criteria", other.len())),
+    }
+}
+
+/// Tantivy's type-erased sort, except that a segment without the column (no document of the
+/// split has the field) sorts as if every value were missing instead of failing the split.
+struct LenientSort(tantivy::collector::sort_key::SortByErasedType);
+
+/// [`LenientSort`] on one segment.
+struct LenientChild(Option<ErasedChild>);
+
+impl LenientSort {
+    fn child(&self, segment: &tantivy::SegmentReader) -> tantivy::Result<LenientChild> {
+        if let tantivy::collector::sort_key::SortByErasedType::Field(name) = &self.0 {
+            if segment.fast_fields().u64_lenient(name)?.is_none() {
+                return Ok(LenientChild(None));
+            }
+        }
+        Ok(LenientChild(Some(self.0.segment_sort_key_computer(segment)?)))
+    }
+}
+
+impl SortKeyComputer for LenientSort {
+    type SortKey = tantivy::schema::OwnedValue;
+    type Child = LenientChild;
+    type Comparator = tantivy::collector::sort_key::NaturalComparator;
+
+    fn requires_scoring(&self) -> bool {
+        self.0.requires_scoring()
+    }
+
+    fn segment_sort_key_computer(
+        &self,
+        segment_reader: &tantivy::SegmentReader,
+    ) -> tantivy::Result<LenientChild> {
+        self.child(segment_reader)
+    }
+}
+
+impl SegmentSortKeyComputer for LenientChild {
+    type SortKey = tantivy::schema::OwnedValue;
+    type SegmentSortKey = Option<u64>;
+    type SegmentComparator = tantivy::collector::sort_key::NaturalComparator;
+
+    fn segment_sort_key(&mut self, doc: tantivy::DocId, score: tantivy::Score) -> Option<u64> {
+        match &mut self.0 {
+            Some(child) => child.segment_sort_key(doc, score),
+            None => None,
+        }
+    }
+
+    fn convert_segment_sort_key(&self, sort_key: Option<u64>) -> tantivy::schema::OwnedValue {
+        match &self.0 {
+            Some(child) => child.convert_segment_sort_key(sort_key),
+            None => tantivy::schema::OwnedValue::Null,
+        }
     }
 }
 
@@ -1130,7 +1194,7 @@ struct AfterKeySegment<S> {
 enum CriterionValue {
     Score,
     Doc(tantivy::SegmentOrdinal),
-    Field(ErasedChild),
+    Field(LenientChild),
 }
 
 impl<C: Collector> Collector for AfterKey<C> {
@@ -1150,8 +1214,10 @@ impl<C: Collector> Collector for AfterKey<C> {
                 SortField::Doc(order) => (CriterionValue::Doc(segment_local_id), *order),
                 SortField::Field { field, order } => (
                     CriterionValue::Field(
-                        tantivy::collector::sort_key::SortByErasedType::for_field(field)
-                            .segment_sort_key_computer(segment)?,
+                        LenientSort(tantivy::collector::sort_key::SortByErasedType::for_field(
+                            field,
+                        ))
+                        .child(segment)?,
                     ),
                     *order,
                 ),

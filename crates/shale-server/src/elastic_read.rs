@@ -281,6 +281,7 @@ fn sort_value_json(value: &SortValue, is_date: bool, format: Option<&str>) -> Va
     match value {
         SortValue::Null => Value::Null,
         SortValue::U64(v) => json!(v),
+        SortValue::Bool(v) => json!(v),
         SortValue::I64(v) if is_date && format == Some("epoch_nanos_int") => {
             json!(i128::from(*v) * 1000)
         }

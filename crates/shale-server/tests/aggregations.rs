@@ -361,3 +361,96 @@ async fn bad_aggregations_are_400_naming_the_problem() {
         );
     }
 }
+
+/// `multi_terms`: one bucket per combination of values, counted exactly (checked against
+/// the documents), ordered by count or key, with sub-aggregations and `sum_other_doc_count`.
+#[tokio::test]
+async fn multi_terms_buckets_are_combinations() {
+    let node = TestNode::start().await;
+    node.create_index(INDEX).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        let batch = docs(&mut rng, 200);
+        let ndjson: String = batch.iter().map(|d| format!("{d}\n")).collect();
+        node.ingest("web", &ndjson, "force").await;
+        all.extend(batch);
+    }
+    let mut expected: std::collections::BTreeMap<(String, u64), (u64, i64)> =
+        std::collections::BTreeMap::new();
+    for doc in &all {
+        let key = (
+            doc["service"].as_str().unwrap().to_string(),
+            doc["status"].as_u64().unwrap(),
+        );
+        let entry = expected.entry(key).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(doc["latency"].as_i64().unwrap());
+    }
+    let response = node
+        .search(
+            "web",
+            json!({"query": "*", "max_hits": 0, "aggs": {"combo": {"multi_terms": {
+                "terms": [{"field": "service"}, {"field": "status"}],
+                "order": {"_key": "asc"}, "size": 100},
+                "aggs": {"slowest": {"max": {"field": "latency"}}}}}}),
+        )
+        .await;
+    let buckets = response["aggregations"]["combo"]["buckets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{response}"));
+    let got: Vec<((String, u64), (u64, i64))> = buckets
+        .iter()
+        .map(|b| {
+            (
+                (
+                    b["key"][0].as_str().unwrap().to_string(),
+                    b["key"][1].as_f64().unwrap() as u64,
+                ),
+                (
+                    b["doc_count"].as_u64().unwrap(),
+                    b["slowest"]["value"].as_f64().unwrap() as i64,
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected.clone().into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        buckets[0]["key_as_string"],
+        format!("{}|{}", got[0].0 .0, got[0].0 .1)
+    );
+    assert_eq!(response["aggregations"]["combo"]["sum_other_doc_count"], 0);
+
+    // By count (the default), top 3: the largest combinations, the rest counted as other.
+    let response = node
+        .search(
+            "web",
+            json!({"query": "*", "max_hits": 0, "aggs": {"combo": {"multi_terms": {
+                "terms": [{"field": "service"}, {"field": "status"}], "size": 3}}}}),
+        )
+        .await;
+    let counts: Vec<u64> = response["aggregations"]["combo"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["doc_count"].as_u64().unwrap())
+        .collect();
+    let mut all_counts: Vec<u64> = expected.values().map(|v| v.0).collect();
+    all_counts.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(counts, all_counts[..3]);
+    assert_eq!(
+        response["aggregations"]["combo"]["sum_other_doc_count"],
+        600 - counts.iter().sum::<u64>()
+    );
+
+    // One field is not a combination.
+    let status = node
+        .client
+        .post(node.url("/api/v1/web/search"))
+        .json(&json!({"query": "*", "aggs": {"c": {"multi_terms": {"terms": [{"field": "service"}]}}}}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 400);
+}

@@ -425,7 +425,10 @@ async fn field_caps_from_the_splits() {
     let (status, caps) = es(&node, get.clone(), "caps/_field_caps", Value::Null).await;
     assert_eq!(status, 200, "{caps}");
     let fields = &caps["fields"];
-    assert_eq!(fields["nested.code"]["long"]["aggregatable"], true, "{caps}");
+    assert_eq!(
+        fields["nested.code"]["long"]["aggregatable"], true,
+        "{caps}"
+    );
     assert_eq!(fields["nested.label"]["keyword"]["searchable"], true);
     assert_eq!(fields["nested.label"]["text"]["type"], "text");
     assert_eq!(fields["attrs.k"]["keyword"]["type"], "keyword");
@@ -458,7 +461,10 @@ async fn field_caps_from_the_splits() {
     assert_eq!(status, 200, "{caps}");
     assert!(caps["fields"].get("nested.code").is_none(), "{caps}");
     assert_eq!(caps["fields"]["late"]["boolean"]["searchable"], true);
-    for bad in [json!({"index_filter": {}}), json!({"index_filter": {"nope": {"a": 1}}})] {
+    for bad in [
+        json!({"index_filter": {}}),
+        json!({"index_filter": {"nope": {"a": 1}}}),
+    ] {
         let (status, body) = es(&node, post.clone(), "caps/_field_caps", bad).await;
         assert_eq!(status, 400, "{body}");
     }

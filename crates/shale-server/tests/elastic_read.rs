@@ -526,7 +526,10 @@ async fn index_patterns_and_errors() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(caps["indices"], json!(["logs-a", "logs-b"]));
-    assert_eq!(caps["fields"]["timestamp"]["date_nanos"]["aggregatable"], true);
+    assert_eq!(
+        caps["fields"]["timestamp"]["date_nanos"]["aggregatable"],
+        true
+    );
     assert_eq!(caps["fields"]["status"]["long"]["searchable"], true);
     assert_eq!(caps["fields"]["message"]["text"]["aggregatable"], false);
     assert_eq!(caps["fields"]["service"]["keyword"]["type"], "keyword");

@@ -113,3 +113,60 @@ async fn sort_by_fast_fields_in_either_direction_across_splits() {
     }
     node.stop().await;
 }
+
+/// A dynamic field some splits never saw sorts as missing there (the split is not a failure);
+/// values of mixed types in one column order by value, booleans as 0 and 1.
+#[tokio::test]
+async fn sort_by_a_field_absent_from_some_splits() {
+    let node = TestNode::start().await;
+    node.create_index(
+        "index_id: sparse\ndoc_mapping:\n  mode: dynamic\n  dynamic_mapping:\n    fast: true\nindexing_settings:\n  merge_policy:\n    type: no_merge\n",
+    )
+    .await;
+    node.ingest("sparse", &json!({"id": 1, "count": 10}).to_string(), "force")
+        .await;
+    node.ingest("sparse", &json!({"id": 2}).to_string(), "force")
+        .await;
+    node.ingest(
+        "sparse",
+        &[json!({"id": 3, "count": -2.5}), json!({"id": 5, "count": 7})]
+            .map(|d| d.to_string())
+            .join("\n"),
+        "force",
+    )
+    .await;
+    node.ingest("sparse", &json!({"id": 4, "count": true}).to_string(), "force")
+        .await;
+    let resp = node
+        .search(
+            "sparse",
+            json!({"query": "*", "max_hits": 10, "sort_by": "count:asc,id:asc"}),
+        )
+        .await;
+    assert_eq!(resp["num_hits"], 5, "{resp}");
+    assert!(resp["errors"].as_array().is_none_or(|e| e.is_empty()), "{resp}");
+    let ids: Vec<i64> = resp["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![3, 4, 5, 1, 2], "{resp}");
+    let (status, es) = node
+        .post(
+            "/api/v1/_elastic/sparse/_search",
+            json!({"sort": [{"count": "asc"}, {"id": "asc"}]}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{es}");
+    let sorts: Vec<Value> = es["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["sort"][0].clone())
+        .collect();
+    assert_eq!(
+        sorts,
+        vec![json!(-2.5), json!(true), json!(7.0), json!(10), Value::Null]
+    );
+}
