@@ -931,7 +931,6 @@ async fn field_caps_inner(
         .map(|f| f.split(',').map(|s| s.trim().to_string()).collect())
         .unwrap_or_else(|| vec!["*".to_string()]);
     let mut fields: BTreeMap<String, BTreeMap<&'static str, Caps>> = BTreeMap::new();
-    let index_ids: Vec<String> = indexes.iter().map(|i| i.index_id().to_string()).collect();
     for index in &indexes {
         let mapper = state
             .node
@@ -976,6 +975,13 @@ async fn field_caps_inner(
             }
         }
     }
+    // As Quickwit: the indexes listed are those holding one of the fields returned.
+    let index_ids: Vec<String> = fields
+        .values()
+        .flat_map(|types| types.values().flat_map(|caps| caps.2.iter().cloned()))
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect();
     let fields: Map<String, Value> = fields
         .into_iter()
         .map(|(name, types)| {

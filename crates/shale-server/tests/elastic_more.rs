@@ -461,6 +461,16 @@ async fn field_caps_from_the_splits() {
     assert_eq!(status, 200, "{caps}");
     assert!(caps["fields"].get("nested.code").is_none(), "{caps}");
     assert_eq!(caps["fields"]["late"]["boolean"]["searchable"], true);
+    // Across indexes, `indices` lists those holding a field returned.
+    node.create_index("index_id: other\ndoc_mapping:\n  mode: dynamic\n")
+        .await;
+    node.ingest("other", &json!({"x": 1}).to_string(), "force")
+        .await;
+    let (_, caps) = es(&node, get.clone(), "_field_caps?fields=nested.*", Value::Null).await;
+    assert_eq!(caps["indices"], json!(["caps"]), "{caps}");
+    let (_, caps) = es(&node, get.clone(), "_field_caps?fields=x,late", Value::Null).await;
+    assert_eq!(caps["indices"], json!(["caps", "other"]), "{caps}");
+    assert_eq!(caps["fields"]["x"]["long"]["indices"], json!(["other"]), "{caps}");
     for bad in [
         json!({"index_filter": {}}),
         json!({"index_filter": {"nope": {"a": 1}}}),
