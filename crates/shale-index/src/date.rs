@@ -110,6 +110,74 @@ fn read_name(text: &str, pos: &mut usize, names: &[&str]) -> Option<usize> {
     None
 }
 
+/// Elasticsearch's (Java) date pattern as a strptime format: `yyyy`, `MM`, `dd`, `HH`, `mm`,
+/// `ss`, `S…` (fraction), `Z`/`XXX` (offset), `'quoted'` literals; `None` for letters it does
+/// not know.
+pub fn java_date_format_to_strptime(pattern: &str) -> Option<String> {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' {
+            // A quoted literal ('' is a quote).
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '\'' {
+                out.push(if chars[j] == '%' { '%' } else { chars[j] });
+                if chars[j] == '%' {
+                    out.push('%');
+                }
+                j += 1;
+            }
+            if j == i + 1 && j < chars.len() {
+                out.push('\'');
+            }
+            i = j + 1;
+            continue;
+        }
+        let mut run = 1;
+        while i + run < chars.len() && chars[i + run] == c {
+            run += 1;
+        }
+        let directive = match (c, run) {
+            ('y' | 'u', 2) => "%y",
+            ('y' | 'u', _) => "%Y",
+            ('M', 1 | 2) => "%m",
+            ('M', 3) => "%b",
+            ('M', _) => "%B",
+            ('d', _) => "%d",
+            ('H', _) => "%H",
+            ('m', _) => "%M",
+            ('s', _) => "%S",
+            ('S', _) => "%f",
+            ('Z' | 'X' | 'x', _) => "%z",
+            ('E', 1..=3) => "%a",
+            ('E', _) => "%A",
+            ('a', _) => "%p",
+            ('h', _) => "%I",
+            (c, _) if c.is_ascii_alphabetic() => return None,
+            ('%', _) => "%%",
+            _ => {
+                for _ in 0..run {
+                    out.push(c);
+                }
+                i += run;
+                continue;
+            }
+        };
+        out.push_str(directive);
+        i += run;
+    }
+    Some(out)
+}
+
+/// Parses `text` with an Elasticsearch (Java) date pattern, as Unix nanoseconds; `None` when
+/// the pattern is unknown or the text does not match it.
+pub fn parse_with_java_format(text: &str, pattern: &str) -> Option<i128> {
+    let format = java_date_format_to_strptime(pattern)?;
+    parse_strptime(text, &format).map(OffsetDateTime::unix_timestamp_nanos)
+}
+
 /// Parses `text` with a strptime `format` (its directives checked by the config); UTC unless
 /// the format has `%z`. The whole text must match.
 pub(crate) fn parse_strptime(text: &str, format: &str) -> Option<OffsetDateTime> {

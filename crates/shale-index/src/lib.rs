@@ -45,6 +45,7 @@ mod split;
 mod tokenizers;
 
 pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter};
+pub use date::{java_date_format_to_strptime, parse_with_java_format};
 pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};
 pub use doc_mapper::{
     field_presence_hash, DocMapper, ParsedDoc, DOC_LENGTH_FIELD_NAME, DYNAMIC_FIELD_NAME,

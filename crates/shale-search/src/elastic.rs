@@ -477,6 +477,22 @@ pub fn field_types(mapper: &DocMapper) -> Vec<(String, &'static str, bool, bool)
 /// A date given as epoch milliseconds (number or numeric string, or seconds with `format:
 /// epoch_second`) or as an RFC 3339 date, rendered as RFC 3339.
 fn date_value(value: &Value, format: Option<&str>) -> Result<String, String> {
+    // A custom (Java) pattern among the formats: `yyyy/MM/dd HH:mm:ss`.
+    if let (Some(formats), Value::String(text)) = (format, value) {
+        for pattern in formats.split("||").map(str::trim) {
+            let named = pattern.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+            if named {
+                continue;
+            }
+            if let Some(nanos) = shale_index::parse_with_java_format(text.trim(), pattern) {
+                let dt = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+                    .map_err(|err| format!("date {value} out of range: {err}"))?;
+                return dt
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .map_err(|err| err.to_string());
+            }
+        }
+    }
     let seconds = matches!(format, Some(f) if f.split("||").any(|f| f == "epoch_second"));
     let unit: i128 = if seconds { 1_000_000_000 } else { 1_000_000 };
     let nanos = match value {
@@ -1020,6 +1036,19 @@ impl Translator<'_> {
                 fields.push(field.split('^').next().unwrap_or(field).to_string());
             }
         }
+        // Lenient: fields that cannot hold values (a path under a field that is not an
+        // object) are skipped instead of failing the query.
+        if map.get("lenient").and_then(Value::as_bool) == Some(true) && fields.len() > 1 {
+            let schema = self.doc_mapper.schema();
+            fields.retain(|field| match schema.find_field(field) {
+                Some((_, "")) => true,
+                Some((f, _)) => matches!(
+                    schema.get_field_entry(f).field_type(),
+                    FieldType::JsonObject(_)
+                ),
+                None => self.doc_mapper.dynamic_field().is_some(),
+            });
+        }
         if !fields.is_empty() {
             match &self.search_fields {
                 Some(existing) if *existing != fields => {
@@ -1229,7 +1258,7 @@ doc_mapping:
         }))
         .unwrap();
         assert_eq!(t.request.max_hits, 500);
-        assert_eq!(t.request.sort_by.as_deref(), Some("ts"));
+        assert_eq!(t.request.sort_by.as_deref(), Some("ts,_doc:desc"));
         assert_eq!(t.request.start_timestamp, Some(1668422437));
         assert_eq!(t.request.end_timestamp, Some(1668422626));
         assert_eq!(
@@ -1238,6 +1267,36 @@ doc_mapping:
         );
         // It parses for the index.
         mapper().parse_query(&t.request.query, None).unwrap();
+    }
+
+    #[test]
+    fn custom_date_formats_and_lenient_fields() {
+        let t = translate(json!({"query": {"range": {"ts": {
+            "gte": "2015|02|01 T00:00:00.001999Z",
+            "format": "yyyy|MM|dd 'T'HH:mm:ss.SSSSSS'Z'"}}}}))
+        .unwrap();
+        assert!(
+            t.request.query.contains("2015-02-01T00:00:00.001999Z"),
+            "{}",
+            t.request.query
+        );
+        let t = translate(json!({"query": {"range": {"ts": {
+            "lte": "01/02/2015", "format": "strict_date_optional_time||dd/MM/yyyy"}}}}))
+        .unwrap();
+        assert!(
+            t.request.query.contains("2015-02-01T00:00:00Z"),
+            "{}",
+            t.request.query
+        );
+        // Lenient: a path under a field that is not an object is skipped.
+        let t = translate(json!({"query": {"query_string": {
+            "query": "x", "fields": ["service", "status.nope"], "lenient": true}}}))
+        .unwrap();
+        assert_eq!(t.request.search_field, Some(vec!["service".to_string()]));
+        assert_eq!(
+            shale_index::java_date_format_to_strptime("yyyy-MM-dd'T'HH:mm:ssXXX").as_deref(),
+            Some("%Y-%m-%dT%H:%M:%S%z")
+        );
     }
 
     #[test]
@@ -1265,8 +1324,10 @@ doc_mapping:
     fn clauses() {
         let q = |dsl: Value| translate(json!({"query": dsl})).unwrap().request.query;
         assert_eq!(q(json!({"match_all": {}})), "*");
-        // Terms on text are exact (not analyzed): a regex of the escaped value.
-        assert_eq!(q(json!({"term": {"service": "a\"b"}})), r#"service:/a\"b/"#);
+        // Terms on text are exact (not analyzed): a regex of the escaped value, or a plain
+        // term where the tokenizer keeps the value as it is (raw).
+        assert_eq!(q(json!({"term": {"message": "A\"b"}})), r#"message:/A\"b/"#);
+        assert_eq!(q(json!({"term": {"service": "a\"b"}})), r#"service:"a\"b""#);
         assert_eq!(q(json!({"term": {"status": 200}})), "status:200");
         assert_eq!(
             q(json!({"terms": {"status": [200, 404]}})),
@@ -1290,7 +1351,7 @@ doc_mapping:
                 json!({"bool": {"should": [{"term": {"service": "a"}}, {"term": {"service": "b"}}],
                 "must_not": {"term": {"status": 500}}}})
             ),
-            r#"(((service:/a/ OR service:/b/)) AND NOT (status:500))"#
+            r#"(((service:"a" OR service:"b")) AND NOT (status:500))"#
         );
         for dsl in [
             json!({"match_all": {}}),

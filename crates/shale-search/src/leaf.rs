@@ -1023,7 +1023,9 @@ impl LenientSort {
                 return Ok(LenientChild(None));
             }
         }
-        Ok(LenientChild(Some(self.0.segment_sort_key_computer(segment)?)))
+        Ok(LenientChild(Some(
+            self.0.segment_sort_key_computer(segment)?,
+        )))
     }
 }
 

@@ -466,11 +466,21 @@ async fn field_caps_from_the_splits() {
         .await;
     node.ingest("other", &json!({"x": 1}).to_string(), "force")
         .await;
-    let (_, caps) = es(&node, get.clone(), "_field_caps?fields=nested.*", Value::Null).await;
+    let (_, caps) = es(
+        &node,
+        get.clone(),
+        "_field_caps?fields=nested.*",
+        Value::Null,
+    )
+    .await;
     assert_eq!(caps["indices"], json!(["caps"]), "{caps}");
     let (_, caps) = es(&node, get.clone(), "_field_caps?fields=x,late", Value::Null).await;
     assert_eq!(caps["indices"], json!(["caps", "other"]), "{caps}");
-    assert_eq!(caps["fields"]["x"]["long"]["indices"], json!(["other"]), "{caps}");
+    assert_eq!(
+        caps["fields"]["x"]["long"]["indices"],
+        json!(["other"]),
+        "{caps}"
+    );
     for bad in [
         json!({"index_filter": {}}),
         json!({"index_filter": {"nope": {"a": 1}}}),

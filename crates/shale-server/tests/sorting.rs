@@ -123,20 +123,31 @@ async fn sort_by_a_field_absent_from_some_splits() {
         "index_id: sparse\ndoc_mapping:\n  mode: dynamic\n  dynamic_mapping:\n    fast: true\nindexing_settings:\n  merge_policy:\n    type: no_merge\n",
     )
     .await;
-    node.ingest("sparse", &json!({"id": 1, "count": 10}).to_string(), "force")
-        .await;
+    node.ingest(
+        "sparse",
+        &json!({"id": 1, "count": 10}).to_string(),
+        "force",
+    )
+    .await;
     node.ingest("sparse", &json!({"id": 2}).to_string(), "force")
         .await;
     node.ingest(
         "sparse",
-        &[json!({"id": 3, "count": -2.5}), json!({"id": 5, "count": 7})]
-            .map(|d| d.to_string())
-            .join("\n"),
+        &[
+            json!({"id": 3, "count": -2.5}),
+            json!({"id": 5, "count": 7}),
+        ]
+        .map(|d| d.to_string())
+        .join("\n"),
         "force",
     )
     .await;
-    node.ingest("sparse", &json!({"id": 4, "count": true}).to_string(), "force")
-        .await;
+    node.ingest(
+        "sparse",
+        &json!({"id": 4, "count": true}).to_string(),
+        "force",
+    )
+    .await;
     let resp = node
         .search(
             "sparse",
@@ -144,7 +155,10 @@ async fn sort_by_a_field_absent_from_some_splits() {
         )
         .await;
     assert_eq!(resp["num_hits"], 5, "{resp}");
-    assert!(resp["errors"].as_array().is_none_or(|e| e.is_empty()), "{resp}");
+    assert!(
+        resp["errors"].as_array().is_none_or(|e| e.is_empty()),
+        "{resp}"
+    );
     let ids: Vec<i64> = resp["hits"]
         .as_array()
         .unwrap()
