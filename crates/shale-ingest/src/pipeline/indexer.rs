@@ -142,7 +142,7 @@ impl Indexer {
     }
 
     /// Finishes every builder of the batch into a split bundle.
-    pub(super) async fn finish(&self, batch: Batch) -> Result<FinishedBatch, StepError> {
+    pub(super) async fn finish(batch: Batch) -> Result<FinishedBatch, StepError> {
         let Batch {
             builders,
             last_position,
@@ -219,7 +219,7 @@ doc_mapping:
         }
         let batch = indexer.new_batch().expect("batch");
         let batch = indexer.add(batch, records).await.expect("added");
-        let finished = indexer.finish(batch).await.expect("finished");
+        let finished = Indexer::finish(batch).await.expect("finished");
         assert_eq!(finished.last_position, 1004);
         let mut by_bucket: Vec<(Option<i64>, u64)> = finished
             .splits

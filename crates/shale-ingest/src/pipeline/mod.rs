@@ -9,6 +9,10 @@
 //! 3. [`publisher`]: publish the splits with the checkpoint delta `(checkpoint, last
 //!    position]` in ONE metastore transaction → truncate the WAL.
 //!
+//! A cut batch is finished, uploaded and published in a task of its own while the indexer
+//! goes on with the next batch: indexing does not pause for a commit. One commit is in flight
+//! at a time, so splits are published in WAL order; the next cut waits for it.
+//!
 //! A failure anywhere drops the in-memory batch and rebuilds it from the WAL after the stored
 //! checkpoint, so a document is published exactly once.
 
@@ -24,7 +28,8 @@ use shale_index::{DocMapper, ParsedDoc};
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::StorageRef;
 use shale_types::{IndexUid, INGEST_API_SOURCE_ID};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tracing::{debug, error};
 
@@ -90,6 +95,31 @@ pub struct PreParsed {
 /// Pre-parsed batches buffered per pipeline before the handoff is dropped.
 const PREPARSED_CHANNEL: usize = 16;
 
+/// The commit running beside the indexer, as the pipeline's handle sees it: stopping the
+/// pipeline aborts it and waits until it is gone.
+#[derive(Clone)]
+struct CommitSlot {
+    /// Held by the running commit task; acquiring it means no commit runs.
+    running: Arc<Semaphore>,
+    /// Aborts the running commit.
+    abort: Arc<std::sync::Mutex<Option<AbortHandle>>>,
+}
+
+impl CommitSlot {
+    fn new() -> Self {
+        CommitSlot {
+            running: Arc::new(Semaphore::new(1)),
+            abort: Arc::new(std::sync::Mutex::new(None)),
+        }
+    }
+
+    fn abort(&self) {
+        if let Some(abort) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            abort.abort();
+        }
+    }
+}
+
 /// Handle on a running pipeline.
 pub struct PipelineHandle {
     preparsed: mpsc::Sender<PreParsed>,
@@ -97,6 +127,7 @@ pub struct PipelineHandle {
     force_commit: Arc<Notify>,
     published: watch::Receiver<Option<u64>>,
     task: tokio::task::JoinHandle<()>,
+    commits: CommitSlot,
 }
 
 impl PipelineHandle {
@@ -134,18 +165,23 @@ impl PipelineHandle {
     /// Stops the pipeline (its unpublished batch is rebuilt from the WAL on next start).
     pub fn stop(&self) {
         self.task.abort();
+        self.commits.abort();
     }
 
-    /// Stops the pipeline and waits until its task is gone (nothing of it publishes after).
+    /// Stops the pipeline and waits until its tasks are gone (nothing of it publishes after).
     pub async fn stop_and_wait(mut self) {
         self.task.abort();
         let _ = (&mut self.task).await;
+        // The pipeline task no longer starts commits: abort the running one and wait for it.
+        self.commits.abort();
+        let _ = self.commits.running.acquire().await;
     }
 }
 
 impl Drop for PipelineHandle {
     fn drop(&mut self) {
         self.task.abort();
+        self.commits.abort();
     }
 }
 
@@ -165,7 +201,10 @@ pub fn spawn_pipeline(
     let force_commit = Arc::new(Notify::new());
     let (published_tx, published) = watch::channel(checkpoint);
     let (preparsed, preparsed_rx) = mpsc::channel(PREPARSED_CHANNEL);
+    let commits = CommitSlot::new();
     let pipeline = Pipeline {
+        commits: commits.clone(),
+        in_flight: None,
         preparsed_rx,
         pending_preparsed: None,
         wal: env.wal.clone(),
@@ -180,7 +219,7 @@ pub fn spawn_pipeline(
             writer_heap_bytes: env.writer_heap_bytes,
             writer_threads: env.writer_threads,
         },
-        uploader: Uploader {
+        uploader: Arc::new(Uploader {
             node_id: env.node_id.clone(),
             index_uid: params.index_uid.clone(),
             doc_mapping_uid: params.doc_mapper.doc_mapping().doc_mapping_uid.clone(),
@@ -188,8 +227,8 @@ pub fn spawn_pipeline(
             split_num_docs_target: params.split_num_docs_target,
             metastore: env.metastore.clone(),
             storage: params.storage.clone(),
-        },
-        publisher: Publisher {
+        }),
+        publisher: Arc::new(tokio::sync::Mutex::new(Publisher {
             index_uid: params.index_uid.clone(),
             queue,
             metastore: env.metastore.clone(),
@@ -197,7 +236,7 @@ pub fn spawn_pipeline(
             checkpoint,
             published_tx,
             on_publish: env.on_publish.clone(),
-        },
+        })),
     };
     let task = tokio::spawn(pipeline.run());
     PipelineHandle {
@@ -206,6 +245,7 @@ pub fn spawn_pipeline(
         force_commit,
         published,
         task,
+        commits,
     }
 }
 
@@ -218,8 +258,11 @@ struct Pipeline {
     new_records: Arc<Notify>,
     force_commit: Arc<Notify>,
     indexer: Indexer,
-    uploader: Uploader,
-    publisher: Publisher,
+    uploader: Arc<Uploader>,
+    publisher: Arc<tokio::sync::Mutex<Publisher>>,
+    commits: CommitSlot,
+    /// The commit running beside the indexer.
+    in_flight: Option<JoinHandle<Result<(), StepError>>>,
 }
 
 /// Why a pipeline step failed (the pipeline then rebuilds its batch from the WAL).
@@ -237,6 +280,8 @@ pub(crate) enum StepError {
     Io(#[from] std::io::Error),
     #[error("split building task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error("the pipeline is stopping")]
+    Stopped,
 }
 
 impl Pipeline {
@@ -247,15 +292,18 @@ impl Pipeline {
                 Ok(()) => return,
                 Err(err) => {
                     error!(queue = %self.queue, %err, "indexing pipeline failed; rebuilding from the WAL");
+                    // Let a running commit end (it may publish) before reading where to restart.
+                    let _ = self.settle().await;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                     // Re-read the checkpoint: a publish may have succeeded before the error.
-                    let index_id = &self.publisher.index_uid.index_id;
-                    if let Ok(meta) = self.publisher.metastore.index_metadata(index_id).await {
+                    let mut publisher = self.publisher.lock().await;
+                    let index_id = publisher.index_uid.index_id.clone();
+                    if let Ok(meta) = publisher.metastore.index_metadata(&index_id).await {
                         let checkpoint =
                             meta.checkpoint(INGEST_API_SOURCE_ID).position(&self.queue);
-                        self.publisher.checkpoint = checkpoint;
-                        self.publisher.published_tx.send_replace(checkpoint);
+                        publisher.checkpoint = checkpoint;
+                        publisher.published_tx.send_replace(checkpoint);
                     }
                 }
             }
@@ -263,7 +311,8 @@ impl Pipeline {
     }
 
     async fn run_until_error(&mut self) -> Result<(), StepError> {
-        let mut next_read = self.publisher.checkpoint.map(|c| c + 1).unwrap_or(0);
+        let checkpoint = self.publisher.lock().await.checkpoint;
+        let mut next_read = checkpoint.map(|c| c + 1).unwrap_or(0);
         let mut batch: Option<Batch> = None;
         let mut force = false;
         loop {
@@ -297,7 +346,20 @@ impl Pipeline {
                 _ = sleep_until_opt(deadline) => {
                     self.commit(batch.take()).await?;
                 }
+                // A commit that fails while the pipeline is idle fails it now.
+                done = wait_in_flight(&mut self.in_flight) => {
+                    self.in_flight = None;
+                    done??;
+                }
             }
+        }
+    }
+
+    /// Waits for the running commit, if any; its failure is the pipeline's.
+    async fn settle(&mut self) -> Result<(), StepError> {
+        match self.in_flight.take() {
+            Some(handle) => handle.await?,
+            None => Ok(()),
         }
     }
 
@@ -352,19 +414,50 @@ impl Pipeline {
             .collect())
     }
 
-    /// Cuts the batch: finish → upload → publish.
+    /// Cuts the batch: finish → upload → publish, in a task beside the indexer, once the
+    /// previous commit is done.
     async fn commit(&mut self, batch: Option<Batch>) -> Result<(), StepError> {
         let Some(batch) = batch else { return Ok(()) };
-        let started = std::time::Instant::now();
-        let finished = stage("finish", self.indexer.finish(batch)).await?;
-        let uploaded = stage("upload", self.uploader.upload(finished)).await?;
-        stage("publish", self.publisher.publish(uploaded)).await?;
-        debug!(
-            queue = %self.queue,
-            total_ms = started.elapsed().as_millis() as u64,
-            "batch committed"
-        );
+        self.settle().await?;
+        let permit = self
+            .commits
+            .running
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StepError::Stopped)?;
+        let uploader = self.uploader.clone();
+        let publisher = self.publisher.clone();
+        let queue = self.queue.clone();
+        let handle = tokio::spawn(async move {
+            let _permit = permit;
+            let started = std::time::Instant::now();
+            let finished = stage("finish", Indexer::finish(batch)).await?;
+            let uploaded = stage("upload", uploader.upload(finished)).await?;
+            stage("publish", async {
+                publisher.lock().await.publish(uploaded).await
+            })
+            .await?;
+            debug!(
+                queue = %queue,
+                total_ms = started.elapsed().as_millis() as u64,
+                "batch committed"
+            );
+            Ok(())
+        });
+        *self.commits.abort.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle.abort_handle());
+        self.in_flight = Some(handle);
         Ok(())
+    }
+}
+
+/// The running commit's result (never resolves without one).
+async fn wait_in_flight(
+    in_flight: &mut Option<JoinHandle<Result<(), StepError>>>,
+) -> Result<Result<(), StepError>, tokio::task::JoinError> {
+    match in_flight {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -34,6 +34,28 @@ pub struct Args {
     /// Seed of the corpus generator.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Indexing threads of the second raw Tantivy baseline (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// Peak resident memory of this process since the last [`reset_peak_rss`], in MB (Linux).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Resets the peak resident memory counter (Linux `clear_refs` 5).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -44,15 +66,47 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// Raw Tantivy: same schema, same parse-from-JSON, one indexing thread, 128 MB heap.
-fn raw_tantivy(lines: &[String], schema: tantivy::schema::Schema) -> anyhow::Result<Duration> {
+/// Raw Tantivy: same schema, same parse-from-JSON, `threads` indexing threads (and as many
+/// parsing threads feeding them), 128 MB heap per thread.
+fn raw_tantivy(
+    lines: &[String],
+    schema: tantivy::schema::Schema,
+    threads: usize,
+) -> anyhow::Result<Duration> {
     let dir = tempfile::tempdir()?;
     let index = Index::create_in_dir(dir.path(), schema.clone())?;
     let started = Instant::now();
-    let mut writer: IndexWriter = index.writer_with_num_threads(1, 128 * 1024 * 1024)?;
-    for line in lines {
-        let doc = TantivyDocument::parse_json(&schema, line)?;
-        writer.add_document(doc)?;
+    let mut writer: IndexWriter =
+        index.writer_with_num_threads(threads, threads * 128 * 1024 * 1024)?;
+    if threads <= 1 {
+        for line in lines {
+            let doc = TantivyDocument::parse_json(&schema, line)?;
+            writer.add_document(doc)?;
+        }
+    } else {
+        // Parsing is spread over the threads too: each parses a share and adds it.
+        let chunk = lines.len().div_ceil(threads);
+        std::thread::scope(|scope| -> anyhow::Result<()> {
+            let handles: Vec<_> = lines
+                .chunks(chunk.max(1))
+                .map(|part| {
+                    let (writer, schema) = (&writer, &schema);
+                    scope.spawn(move || -> anyhow::Result<()> {
+                        for line in part {
+                            let doc = TantivyDocument::parse_json(schema, line)?;
+                            writer.add_document(doc)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a parsing thread panicked"))??;
+            }
+            Ok(())
+        })?;
     }
     writer.commit()?;
     writer.wait_merging_threads()?;
@@ -230,15 +284,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = IndexConfig::parse(corpus::INDEX_YAML.as_bytes())?;
     let mapper = shale_index::DocMapper::for_index(&config)?;
 
-    eprintln!("raw tantivy…");
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
     let lines = Arc::new(lines);
-    let raw = {
+    let mut raws = Vec::new();
+    for n in [1, threads] {
+        eprintln!("raw tantivy, {n} thread(s)…");
         let lines = lines.clone();
         let schema = mapper.schema().clone();
-        tokio::task::spawn_blocking(move || raw_tantivy(&lines, schema)).await??
-    };
+        raws.push(tokio::task::spawn_blocking(move || raw_tantivy(&lines, schema, n)).await??);
+    }
+    let (raw, raw_n) = (raws[0], raws[1]);
     let raw_dps = args.docs as f64 / raw.as_secs_f64();
     let raw_mbps = corpus_bytes as f64 / 1e6 / raw.as_secs_f64();
+    let raw_n_dps = args.docs as f64 / raw_n.as_secs_f64();
 
     eprintln!("shale end to end…");
     let data = tempfile::tempdir()?;
@@ -255,9 +315,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
 
     let (batches, last_batch) = ndjson_batches(&lines, args.batch_bytes);
+    let baseline_rss = peak_rss_mb();
+    reset_peak_rss();
     let started = Instant::now();
     ingest_all(&client, &base, batches, last_batch, args.clients, None).await?;
     let e2e = started.elapsed();
+    let ingest_peak_rss = peak_rss_mb();
     let e2e_dps = args.docs as f64 / e2e.as_secs_f64();
     let e2e_mbps = corpus_bytes as f64 / 1e6 / e2e.as_secs_f64();
 
@@ -294,7 +357,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         e2e_mbps,
         e2e.as_secs_f64()
     );
-    println!("ratio end-to-end / raw      {:>10.2}x", e2e_dps / raw_dps);
+    println!(
+        "raw tantivy ({threads} threads)    {:>10.0} {:>10.1} {:>7.1}s",
+        raw_n_dps,
+        corpus_bytes as f64 / 1e6 / raw_n.as_secs_f64(),
+        raw_n.as_secs_f64()
+    );
+    println!(
+        "ratio end-to-end / raw 1 thread   {:>6.2}x",
+        e2e_dps / raw_dps
+    );
+    println!(
+        "ratio end-to-end / raw {threads} threads  {:>6.2}x",
+        e2e_dps / raw_n_dps
+    );
+    println!(
+        "peak RSS during ingest: {ingest_peak_rss:.0} MB (process before ingest, corpus in memory: {baseline_rss:.0} MB)"
+    );
     println!("published: {docs_published} docs in {num_splits} splits");
     anyhow::ensure!(
         docs_published as usize == args.docs,

@@ -23,6 +23,7 @@ mod deletes;
 mod ingest;
 mod locality;
 mod merge;
+mod search;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +47,8 @@ enum Command {
     Locality(locality::Args),
     /// Deletes of 1 %, 10 %, 30 %: search before/after purge, delete compaction vs raw.
     Deletes(deletes::Args),
+    /// Search latency vs raw in-process Tantivy on the same splits.
+    Search(search::Args),
 }
 
 #[tokio::main]
@@ -64,5 +67,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::run(args).await,
         Command::Locality(args) => locality::run(args).await,
         Command::Deletes(args) => deletes::run(args).await,
+        Command::Search(args) => search::run(args).await,
     }
 }

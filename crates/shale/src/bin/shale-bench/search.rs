@@ -1,0 +1,333 @@
+//! `shale-bench search`: Shale's search against raw in-process Tantivy on the same splits.
+//!
+//! The corpus is ingested into a node in this process (embedded defaults); then, for each
+//! query, three timings over the same published splits, already in the split cache:
+//!
+//! 1. raw Tantivy: the splits opened once, each searched on its own thread for the exact
+//!    count and the top 20 by timestamp (or the aggregation), merged — what the machine can
+//!    do;
+//! 2. Shale in process: `SearchService::search` (root + leaf, no HTTP);
+//! 3. Shale over HTTP: `POST /api/v1/bench-logs/search`, the response parsed.
+//!
+//! It prints p50/p99 of each and the ratios, then where a search's time goes at the root
+//! (metastore reads) so that the gap can be read off.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use shale_config::{IndexConfig, NodeConfig};
+use shale_metastore::ListSplitsQuery;
+use shale_search::SearchRequest;
+use shale_types::SplitState;
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::AggregationCollector;
+use tantivy::collector::{Count, TopDocs};
+use tantivy::{Order, Searcher};
+
+use crate::corpus;
+use crate::ingest::{ingest_all, ndjson_batches, percentile, start_node};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Documents in the corpus.
+    #[arg(long, default_value_t = 1_000_000)]
+    docs: usize,
+    /// Iterations per query and engine.
+    #[arg(long, default_value_t = 200)]
+    iterations: usize,
+    /// Seed of the corpus generator.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Cut a split every this many documents (several splits, as a live index has).
+    #[arg(long, default_value_t = 250_000)]
+    split_docs: usize,
+}
+
+fn summary(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    (percentile(samples, 0.5), percentile(samples, 0.99))
+}
+
+/// Raw Tantivy over `searchers`, one thread per split: the count, the top 20 by timestamp
+/// (or the aggregation), merged.
+fn raw_search(
+    searchers: &[Searcher],
+    query: &dyn tantivy::query::Query,
+    aggs: Option<&Aggregations>,
+) -> u64 {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = searchers
+            .iter()
+            .map(|searcher| {
+                scope.spawn(move || -> u64 {
+                    match aggs {
+                        Some(aggs) => {
+                            let collector = AggregationCollector::from_aggs(
+                                aggs.clone(),
+                                shale_search::aggs::context(),
+                            );
+                            let (count, _) = searcher
+                                .search(query, &(Count, collector))
+                                .unwrap_or_default();
+                            count as u64
+                        }
+                        None => {
+                            let top = TopDocs::with_limit(20)
+                                .order_by_fast_field::<tantivy::DateTime>("timestamp", Order::Desc);
+                            let (count, hits) =
+                                searcher.search(query, &(Count, top)).unwrap_or_default();
+                            // The page's documents are fetched, as a search returns them.
+                            for (_, address) in hits.iter().take(20) {
+                                let _ = searcher.doc::<tantivy::TantivyDocument>(*address);
+                            }
+                            count as u64
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    })
+}
+
+/// Runs the search benchmark.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    eprintln!("generating {} documents…", args.docs);
+    let lines = corpus::generate(args.docs, args.seed);
+    let yaml = corpus::INDEX_YAML.replace(
+        "  commit_timeout_secs: 30\n",
+        &format!(
+            "  commit_timeout_secs: 30\n  split_num_docs_target: {}\n  merge_policy:\n    type: no_merge\n",
+            args.split_docs
+        ),
+    );
+    let config = IndexConfig::parse(yaml.as_bytes())?;
+    let mapper = shale_index::DocMapper::for_index(&config)?;
+
+    let data = tempfile::tempdir()?;
+    let node_config = NodeConfig {
+        node_id: "bench".into(),
+        ..NodeConfig::with_data_dir(data.path())
+    };
+    let (node, base, client) = start_node(node_config).await?;
+    let resp = client
+        .post(format!("{base}/api/v1/indexes"))
+        .body(yaml.clone())
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    eprintln!("ingesting…");
+    let (batches, last_batch) = ndjson_batches(&lines, 4 * 1024 * 1024);
+    ingest_all(&client, &base, batches, last_batch, 2, None).await?;
+    drop(lines);
+
+    // The published splits, opened for the raw baseline from the node's own split files.
+    let index = node.metastore.index_metadata("bench-logs").await?;
+    let splits = node
+        .metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published]),
+        )
+        .await?;
+    let storage = node
+        .storages
+        .for_index("bench-logs", index.index_config.index_uri.as_deref())?;
+    let raw_dir = tempfile::tempdir()?;
+    let mut searchers = Vec::new();
+    for split in &splits {
+        let path = raw_dir
+            .path()
+            .join(format!("{}.split", split.split_metadata.split_id));
+        storage
+            .get_to_file(&format!("{}.split", split.split_metadata.split_id), &path)
+            .await?;
+        let index = shale_index::open_split(&path)?;
+        searchers.push(index.reader()?.searcher());
+    }
+    let searchers = Arc::new(searchers);
+    println!(
+        "corpus: {} docs in {} splits; {} iterations per query",
+        args.docs,
+        splits.len(),
+        args.iterations
+    );
+
+    let mid = corpus::T0 + corpus::SPAN_SECS / 2;
+    let histogram =
+        json!({"h": {"date_histogram": {"field": "timestamp", "fixed_interval": "10m"}}});
+    let cases: Vec<(&str, SearchRequest)> = vec![
+        (
+            "term message:timeout",
+            SearchRequest {
+                query: "message:timeout".into(),
+                max_hits: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "phrase \"connection refused\"",
+            SearchRequest {
+                query: "message:\"connection refused\"".into(),
+                max_hits: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "boolean a AND NOT b",
+            SearchRequest {
+                query: "level:ERROR AND NOT service:payment".into(),
+                max_hits: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "10 min range + tag",
+            SearchRequest {
+                query: "service:payment".into(),
+                start_timestamp: Some(mid),
+                end_timestamp: Some(mid + 600),
+                max_hits: 20,
+                ..Default::default()
+            },
+        ),
+        (
+            "date_histogram 10m",
+            SearchRequest {
+                query: "*".into(),
+                max_hits: 0,
+                aggs: Some(histogram.clone()),
+                ..Default::default()
+            },
+        ),
+    ];
+
+    println!();
+    println!(
+        "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "query (ms)",
+        "raw p50",
+        "raw p99",
+        "svc p50",
+        "svc p99",
+        "http p50",
+        "http p99",
+        "svc/raw",
+        "http/raw"
+    );
+    for (name, request) in &cases {
+        // Raw: the same query the node builds (its parser), with the time range.
+        let query: Box<dyn tantivy::query::Query> = {
+            let user = mapper.parse_query(&request.query, None)?;
+            match mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
+                Some(range) => Box::new(tantivy::query::BooleanQuery::new(vec![
+                    (tantivy::query::Occur::Must, user),
+                    (tantivy::query::Occur::Must, range),
+                ])),
+                None => user,
+            }
+        };
+        let query: Arc<dyn tantivy::query::Query> = Arc::from(query);
+        let aggs: Option<Aggregations> = match &request.aggs {
+            Some(aggs) => {
+                Some(shale_search::aggs::parse_aggs(&mapper, aggs).map_err(anyhow::Error::msg)?)
+            }
+            None => None,
+        };
+        let raw = {
+            let (searchers, query, aggs, iterations) = (
+                searchers.clone(),
+                query.clone(),
+                aggs.clone(),
+                args.iterations,
+            );
+            tokio::task::spawn_blocking(move || {
+                let warm = raw_search(&searchers, query.as_ref(), aggs.as_ref());
+                let mut samples = Vec::with_capacity(iterations);
+                for _ in 0..iterations {
+                    let started = Instant::now();
+                    raw_search(&searchers, query.as_ref(), aggs.as_ref());
+                    samples.push(started.elapsed().as_secs_f64() * 1000.0);
+                }
+                (warm, samples)
+            })
+            .await?
+        };
+        let (raw_count, mut raw_samples) = raw;
+
+        let warm = node.search.search("bench-logs", request.clone()).await?;
+        anyhow::ensure!(
+            warm.num_hits == raw_count,
+            "{name}: Shale counts {} hits, raw Tantivy {raw_count}",
+            warm.num_hits
+        );
+        let mut svc_samples = Vec::with_capacity(args.iterations);
+        for _ in 0..args.iterations {
+            let started = Instant::now();
+            node.search.search("bench-logs", request.clone()).await?;
+            svc_samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        let url = format!("{base}/api/v1/bench-logs/search");
+        let body = serde_json::to_value(request)?;
+        let mut http_samples = Vec::with_capacity(args.iterations);
+        for _ in 0..args.iterations {
+            let started = Instant::now();
+            let resp = client.post(&url).json(&body).send().await?;
+            anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+            let parsed: Value = resp.json().await?;
+            anyhow::ensure!(parsed["num_hits"] == json!(raw_count), "{parsed}");
+            http_samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        let (raw50, raw99) = summary(&mut raw_samples);
+        let (svc50, svc99) = summary(&mut svc_samples);
+        let (http50, http99) = summary(&mut http_samples);
+        println!(
+            "{:<28} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6.2}x {:>6.2}x   ({} hits, {} splits)",
+            name,
+            raw50,
+            raw99,
+            svc50,
+            svc99,
+            http50,
+            http99,
+            svc50 / raw50,
+            http50 / raw50,
+            raw_count,
+            warm.num_splits_searched
+        );
+    }
+
+    // Where the root's time goes before any split is opened.
+    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..args.iterations {
+        let t0 = Instant::now();
+        node.metastore
+            .index_metadata_without_checkpoints("bench-logs")
+            .await?;
+        let t1 = Instant::now();
+        node.metastore
+            .list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published]),
+            )
+            .await?;
+        let t2 = Instant::now();
+        node.metastore
+            .list_delete_tasks(&index.index_uid, 0)
+            .await?;
+        let t3 = Instant::now();
+        parts[0].push((t1 - t0).as_secs_f64() * 1000.0);
+        parts[1].push((t2 - t1).as_secs_f64() * 1000.0);
+        parts[2].push((t3 - t2).as_secs_f64() * 1000.0);
+    }
+    let [mut a, mut b, mut c] = parts;
+    println!();
+    println!(
+        "root metastore reads, p50 ms: index {:.3}, split listing {:.3}, delete tasks {:.3}",
+        summary(&mut a).0,
+        summary(&mut b).0,
+        summary(&mut c).0
+    );
+    Ok(())
+}
