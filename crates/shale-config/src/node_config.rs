@@ -30,6 +30,7 @@
 //!   leader_lease_ms: 4000              # the leader's lease, renewed every heartbeat
 //!   cluster_secret: …                  # if set, internal calls must present it (else 401)
 //! api_token: …                         # if set, REST calls but /health/* must present it
+//! enable_otlp_endpoint: true           # create the OTLP indexes at start (Quickwit's default)
 //! compaction:
 //!   scope: cluster                     # or node_local (Quickwit's behaviour)
 //!   max_concurrent_merges: 1
@@ -68,6 +69,8 @@ pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MAX_WAL_MEMORY_BYTES: u64 = 2 << 30;
 /// Default `max_concurrent_searches`.
 pub const DEFAULT_MAX_CONCURRENT_SEARCHES: usize = 100;
+/// Default `enable_otlp_endpoint`: on, as Quickwit's.
+pub const DEFAULT_ENABLE_OTLP_ENDPOINT: bool = true;
 /// Default `cluster_id`.
 pub const DEFAULT_CLUSTER_ID: &str = "shale-default-cluster";
 
@@ -266,6 +269,9 @@ pub struct NodeConfig {
     /// When set, every REST call but `/health/*` must present it (`Authorization: Bearer …`,
     /// or Elasticsearch clients' `ApiKey` / basic-auth password); else a 401.
     pub api_token: Option<String>,
+    /// Create the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`) at start when
+    /// missing (Quickwit's `indexer.enable_otlp_endpoint`).
+    pub enable_otlp_endpoint: bool,
 }
 
 fn serialize_redacted_uri<S: serde::Serializer>(
@@ -306,6 +312,7 @@ impl fmt::Debug for NodeConfig {
                 "api_token",
                 &self.api_token.as_ref().map(|_| crate::REDACTED),
             )
+            .field("enable_otlp_endpoint", &self.enable_otlp_endpoint)
             .finish()
     }
 }
@@ -430,6 +437,8 @@ struct NodeConfigFile {
     compaction: Option<CompactionConfig>,
     #[serde(default)]
     api_token: Option<String>,
+    #[serde(default)]
+    enable_otlp_endpoint: Option<bool>,
 }
 
 /// A byte size written as an integer or a string with a unit (`10MiB`).
@@ -529,6 +538,9 @@ impl NodeConfig {
             cluster: file.cluster.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
             api_token: file.api_token,
+            enable_otlp_endpoint: file
+                .enable_otlp_endpoint
+                .unwrap_or(DEFAULT_ENABLE_OTLP_ENDPOINT),
         };
         config.validate()?;
         Ok(config)
@@ -696,6 +708,7 @@ impl Default for NodeConfig {
             cluster: ClusterConfig::default(),
             compaction: CompactionConfig::default(),
             api_token: None,
+            enable_otlp_endpoint: DEFAULT_ENABLE_OTLP_ENDPOINT,
         }
     }
 }
@@ -719,6 +732,17 @@ mod tests {
         assert_eq!(config.split_cache_max_bytes, 10 * 1024 * 1024 * 1024);
         assert!(!config.node_id.is_empty());
         assert_eq!(config.s3, S3Config::default());
+        assert!(config.enable_otlp_endpoint);
+    }
+
+    #[test]
+    fn the_otlp_endpoint_can_be_disabled() {
+        let config = NodeConfig::from_yaml(b"enable_otlp_endpoint: false").unwrap();
+        assert!(!config.enable_otlp_endpoint);
+        let err = NodeConfig::from_yaml(b"enable_otlp_endpoint: maybe")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("enable_otlp_endpoint"), "{err}");
     }
 
     #[test]

@@ -208,6 +208,7 @@ fn routes(node: Arc<Node>) -> Router {
     let state = AppState { node };
     Router::new()
         .merge(crate::internal::routes(state.clone()))
+        .merge(crate::otlp_api::routes())
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))

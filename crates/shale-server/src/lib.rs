@@ -8,6 +8,8 @@ pub mod http;
 pub mod internal;
 pub mod metrics;
 pub mod node;
+pub mod otlp;
+pub mod otlp_api;
 pub mod routing;
 
 pub use node::{Node, NodeError};

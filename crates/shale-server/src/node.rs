@@ -300,6 +300,10 @@ impl Node {
             background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
+        if node.config.enable_otlp_endpoint {
+            // Before the first control round, which allocates their shards.
+            node.create_otel_indexes().await?;
+        }
         if let Some(leadership) = membership.leadership() {
             // Shards for every index before serving (a cluster of one leads at once).
             if let Err(err) = control_round(
@@ -384,6 +388,34 @@ impl Node {
         }
         self.router.stop().await;
         self.compaction.stop();
+    }
+
+    /// Creates the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`) that do not
+    /// exist yet, as Quickwit does at start. Idempotent: an index created meanwhile by another
+    /// node is fine. Their shards come with the next control round.
+    async fn create_otel_indexes(&self) -> Result<(), NodeError> {
+        for signal in [crate::otlp::Signal::Logs, crate::otlp::Signal::Traces] {
+            let index_id = signal.default_index_id();
+            match self.metastore.index_metadata(index_id).await {
+                Ok(_) => continue,
+                Err(MetastoreError::NotFound { .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+            let config = signal.index_config().map_err(|err| {
+                NodeError::Internal(format!("the {index_id} index config is invalid: {err}"))
+            })?;
+            shale_index::DocMapper::for_index(&config).map_err(|err| {
+                NodeError::Internal(format!("the {index_id} doc mapping is invalid: {err}"))
+            })?;
+            self.storages
+                .for_index(&config.index_id, config.index_uri.as_deref())?;
+            match self.metastore.create_index(config).await {
+                Ok(_) => info!(index_id, "created the OpenTelemetry index"),
+                Err(MetastoreError::AlreadyExists { .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the splits this node staged but never published (it crashed mid-commit).

@@ -497,11 +497,15 @@ async fn index_patterns_and_errors() {
     .await;
     assert_eq!(status, 200);
     let rows = cat.as_array().unwrap();
-    assert_eq!(rows.len(), 2);
+    // The OpenTelemetry indexes every node creates at start are listed too (as Quickwit's).
+    assert_eq!(rows.len(), 4, "{cat}");
     assert_eq!(rows[0]["index"], "logs-a");
     assert_eq!(rows[0]["docs.count"], "300");
     assert_eq!(rows[1]["docs.count"], "30");
     assert_eq!(rows[0]["health"], "green");
+    assert_eq!(rows[2]["index"], "otel-logs-v0_9");
+    assert_eq!(rows[2]["docs.count"], "0");
+    assert_eq!(rows[3]["index"], "otel-traces-v0_9");
     let (_, cat) = es(
         &node,
         reqwest::Method::GET,

@@ -318,17 +318,26 @@ async fn orphans_after_death(scope: &str) -> Option<(usize, usize, Duration)> {
     let policy =
         "  merge_policy:\n    type: stable_log\n    merge_factor: 6\n    max_merge_factor: 12\n";
     cluster.create_index(0, &index("logs", policy)).await;
-    // The two nodes hosting the index's shards.
+    // The two nodes hosting the index's shards (not those of the OpenTelemetry indexes).
     let mut hosts: Vec<usize> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while hosts.len() < 2 {
         assert!(Instant::now() < deadline, "no two shards");
         let state = cluster.any_state().await.unwrap();
+        let hosts_logs = |node: &&Value| {
+            node["shards"].as_array().is_some_and(|shards| {
+                shards.iter().any(|shard| {
+                    shard["index_uid"]
+                        .as_str()
+                        .is_some_and(|uid| uid.starts_with("logs:"))
+                })
+            })
+        };
         hosts = state["live_nodes"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|n| n["shards"].as_array().is_some_and(|s| !s.is_empty()))
+            .filter(hosts_logs)
             .filter_map(|n| n["node_id"].as_str()?.strip_prefix('n')?.parse().ok())
             .collect();
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,0 +1,147 @@
+//! The OTLP/HTTP endpoints, at Quickwit's paths: `POST /api/v1/otlp/v1/logs|traces` (into the
+//! index named by the `qw-otel-logs-index` / `qw-otel-traces-index` header, else
+//! `otel-logs-v0_9` / `otel-traces-v0_9`) and `POST /api/v1/{index_id}/otlp/v1/logs|traces`.
+//! Bodies are protobuf or OTLP/JSON (gzip or not); the documents go through the normal ingest
+//! path (`commit=` as for `/ingest`); the response is in the request's encoding.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+
+use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
+use crate::otlp::{decode_documents, encode_response, Encoding, Signal};
+
+/// The OTLP/HTTP routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/otlp/v1/logs", post(default_logs))
+        .route("/api/v1/otlp/v1/traces", post(default_traces))
+        .route("/api/v1/{index_id}/otlp/v1/logs", post(index_logs))
+        .route("/api/v1/{index_id}/otlp/v1/traces", post(index_traces))
+}
+
+async fn default_logs(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(state, Signal::Logs, None, params, headers, body).await
+}
+
+async fn default_traces(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(state, Signal::Traces, None, params, headers, body).await
+}
+
+async fn index_logs(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(state, Signal::Logs, Some(index_id), params, headers, body).await
+}
+
+async fn index_traces(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(state, Signal::Traces, Some(index_id), params, headers, body).await
+}
+
+/// The index of a request: the path's, else the signal's header, else the default one.
+fn target_index(
+    signal: Signal,
+    index_id: Option<String>,
+    headers: &HeaderMap,
+) -> Result<String, ApiError> {
+    if let Some(index_id) = index_id {
+        return Ok(index_id);
+    }
+    match headers.get(signal.index_header()) {
+        None => Ok(signal.default_index_id().to_string()),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|index_id| !index_id.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "invalid `{}` header: expected an index id",
+                    signal.index_header()
+                ))
+            }),
+    }
+}
+
+async fn export(
+    state: AppState,
+    signal: Signal,
+    index_id: Option<String>,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if !state.node.config.enable_otlp_endpoint {
+        return Err(ApiError::not_found(
+            "the OTLP endpoint is disabled on this node (`enable_otlp_endpoint: false`)",
+        ));
+    }
+    let commit = commit_mode(&params, "commit")?;
+    let index_id = target_index(signal, index_id, &headers)?;
+    let content_type = match headers.get(header::CONTENT_TYPE) {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "the content type is not ASCII",
+            )
+        })?),
+    };
+    let encoding = Encoding::from_content_type(content_type)
+        .map_err(|err| ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, err.to_string()))?;
+    let _admitted = admit_ingest(&state, &headers)?;
+    let body = read_body(&state, &headers, body).await?;
+    let now_nanos =
+        u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos()).unwrap_or_default();
+    // Decoding and converting a large request is CPU work: off the async workers.
+    let documents =
+        tokio::task::spawn_blocking(move || decode_documents(signal, encoding, &body, now_nanos))
+            .await
+            .map_err(|err| ApiError::internal(format!("the OTLP conversion failed: {err}")))?
+            .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let mut num_rejected = documents.num_rejected;
+    let mut messages = Vec::new();
+    if !documents.error_message.is_empty() {
+        messages.push(documents.error_message);
+    }
+    if !documents.docs.is_empty() {
+        let outcome = state.node.ingest(&index_id, documents.docs, commit).await?;
+        if let Some(err) = outcome.results.iter().flatten().next() {
+            messages.push(format!(
+                "{} {}(s) rejected by index `{index_id}`, the first because: {err}",
+                outcome.num_rejected,
+                signal.record_name(),
+            ));
+        }
+        num_rejected += outcome.num_rejected as u64;
+    }
+    let response = encode_response(signal, encoding, num_rejected, &messages.join("; "))
+        .map_err(|err| ApiError::internal(err.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, encoding.content_type())], response).into_response())
+}
