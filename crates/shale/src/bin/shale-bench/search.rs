@@ -49,18 +49,20 @@ fn summary(samples: &mut [f64]) -> (f64, f64) {
     (percentile(samples, 0.5), percentile(samples, 0.99))
 }
 
-/// Raw Tantivy over `searchers`, one thread per split: the count, the top 20 by timestamp
-/// (or the aggregation), merged.
+/// Raw Tantivy over `searchers`, one thread per split: the count and the top 20 by
+/// timestamp of each split (or the aggregation), merged; then the page's 20 documents are
+/// fetched, as a search returns them.
 fn raw_search(
     searchers: &[Searcher],
     query: &dyn tantivy::query::Query,
     aggs: Option<&Aggregations>,
 ) -> u64 {
-    std::thread::scope(|scope| {
+    type Hits = Vec<(Option<tantivy::DateTime>, tantivy::DocAddress)>;
+    let per_split: Vec<(u64, Hits)> = std::thread::scope(|scope| {
         let handles: Vec<_> = searchers
             .iter()
             .map(|searcher| {
-                scope.spawn(move || -> u64 {
+                scope.spawn(move || -> (u64, Hits) {
                     match aggs {
                         Some(aggs) => {
                             let collector = AggregationCollector::from_aggs(
@@ -70,25 +72,34 @@ fn raw_search(
                             let (count, _) = searcher
                                 .search(query, &(Count, collector))
                                 .unwrap_or_default();
-                            count as u64
+                            (count as u64, Vec::new())
                         }
                         None => {
                             let top = TopDocs::with_limit(20)
                                 .order_by_fast_field::<tantivy::DateTime>("timestamp", Order::Desc);
                             let (count, hits) =
                                 searcher.search(query, &(Count, top)).unwrap_or_default();
-                            // The page's documents are fetched, as a search returns them.
-                            for (_, address) in hits.iter().take(20) {
-                                let _ = searcher.doc::<tantivy::TantivyDocument>(*address);
-                            }
-                            count as u64
+                            (count as u64, hits)
                         }
                     }
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-    })
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut page: Vec<(Option<tantivy::DateTime>, usize, tantivy::DocAddress)> = per_split
+        .iter()
+        .enumerate()
+        .flat_map(|(split, (_, hits))| hits.iter().map(move |(ts, doc)| (*ts, split, *doc)))
+        .collect();
+    page.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, split, doc) in page.into_iter().take(20) {
+        let _ = searchers[split].doc::<tantivy::TantivyDocument>(doc);
+    }
+    per_split.iter().map(|(count, _)| count).sum()
 }
 
 /// Runs the search benchmark.
