@@ -95,7 +95,7 @@ fn raw_search(
         .enumerate()
         .flat_map(|(split, (_, hits))| hits.iter().map(move |(ts, doc)| (*ts, split, *doc)))
         .collect();
-    page.sort_by(|a, b| b.0.cmp(&a.0));
+    page.sort_by_key(|b| std::cmp::Reverse(b.0));
     for (_, split, doc) in page.into_iter().take(20) {
         let _ = searchers[split].doc::<tantivy::TantivyDocument>(doc);
     }
