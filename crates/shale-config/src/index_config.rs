@@ -751,9 +751,43 @@ pub struct IndexingSettings {
     /// The merge policy (typed; validated when the config is parsed).
     #[serde(default)]
     pub merge_policy: crate::MergePolicyConfig,
-    /// Any other Quickwit setting (e.g. `resources`), kept but unused.
+    /// Any other Quickwit setting, kept; of them only `resources.heap_size` is used (see
+    /// [`IndexingSettings::heap_size_bytes`]).
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+impl IndexingSettings {
+    /// Quickwit's `resources.heap_size` (`"1GB"`, `"512MiB"` or bytes): the indexing memory of
+    /// each split being built, when set. At least 15 MB.
+    pub fn heap_size_bytes(&self) -> Result<Option<u64>, ConfigError> {
+        let field = "indexing_settings.resources.heap_size";
+        let invalid = |message: String| ConfigError::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        let Some(value) = self.other.get("resources").and_then(|r| r.get("heap_size")) else {
+            return Ok(None);
+        };
+        let bytes = match value {
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .ok_or_else(|| invalid(format!("`{n}` is not a byte size")))?,
+            serde_json::Value::String(text) => {
+                crate::units::parse_byte_size(text).map_err(|err| match err {
+                    ConfigError::Invalid { message, .. } => invalid(message),
+                    other => other,
+                })?
+            }
+            other => return Err(invalid(format!("`{other}` is not a byte size"))),
+        };
+        if bytes < 15_000_000 {
+            return Err(invalid(format!(
+                "{bytes} bytes is below Tantivy's 15 MB indexing floor"
+            )));
+        }
+        Ok(Some(bytes))
+    }
 }
 
 fn default_commit_timeout_secs() -> u64 {

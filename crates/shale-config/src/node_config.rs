@@ -17,6 +17,9 @@
 //! max_in_flight_ingest_bytes: 256MiB   # ingest bodies handled at once; more: 429
 //! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
 //! max_concurrent_searches: 100         # searches at once; more: 429
+//! indexer_threads: 4                   # Tantivy threads per split being built; default: cores
+//! indexer_heap_bytes: 256MiB           # indexing memory per split being built (an index's
+//!                                      # indexing_settings.resources.heap_size wins)
 //! s3:
 //!   endpoint: http://localhost:9000
 //!   region: us-east-1
@@ -69,6 +72,10 @@ pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MAX_WAL_MEMORY_BYTES: u64 = 2 << 30;
 /// Default `max_concurrent_searches`.
 pub const DEFAULT_MAX_CONCURRENT_SEARCHES: usize = 100;
+/// Default `indexer_heap_bytes`: 256 MiB per split being built.
+pub const DEFAULT_INDEXER_HEAP_BYTES: u64 = 256 << 20;
+/// Least `indexer_heap_bytes` per indexing thread (Tantivy's floor is 15 MB).
+pub const MIN_INDEXER_HEAP_BYTES_PER_THREAD: u64 = 15_000_000;
 /// Default `enable_otlp_endpoint`: on, as Quickwit's.
 pub const DEFAULT_ENABLE_OTLP_ENDPOINT: bool = true;
 /// Default `cluster_id`.
@@ -260,6 +267,11 @@ pub struct NodeConfig {
     pub max_wal_memory_bytes: u64,
     /// Searches run at once; beyond, searches get a 429.
     pub max_concurrent_searches: usize,
+    /// Tantivy indexing threads per split being built (default: the number of cores).
+    pub indexer_threads: usize,
+    /// Indexing memory per split being built, shared by its threads (an index's
+    /// `indexing_settings.resources.heap_size` overrides it).
+    pub indexer_heap_bytes: u64,
     /// Object store settings.
     pub s3: S3Config,
     /// Membership and control-plane settings.
@@ -305,6 +317,8 @@ impl fmt::Debug for NodeConfig {
             )
             .field("max_wal_memory_bytes", &self.max_wal_memory_bytes)
             .field("max_concurrent_searches", &self.max_concurrent_searches)
+            .field("indexer_threads", &self.indexer_threads)
+            .field("indexer_heap_bytes", &self.indexer_heap_bytes)
             .field("s3", &self.s3)
             .field("cluster", &self.cluster)
             .field("compaction", &self.compaction)
@@ -430,6 +444,10 @@ struct NodeConfigFile {
     #[serde(default)]
     max_concurrent_searches: Option<usize>,
     #[serde(default)]
+    indexer_threads: Option<usize>,
+    #[serde(default)]
+    indexer_heap_bytes: Option<ByteSize>,
+    #[serde(default)]
     s3: Option<S3Config>,
     #[serde(default)]
     cluster: Option<ClusterConfig>,
@@ -534,6 +552,10 @@ impl NodeConfig {
             max_concurrent_searches: file
                 .max_concurrent_searches
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_SEARCHES),
+            indexer_threads: file.indexer_threads.unwrap_or_else(default_indexer_threads),
+            indexer_heap_bytes: file
+                .indexer_heap_bytes
+                .map_or(DEFAULT_INDEXER_HEAP_BYTES, |size| size.0),
             s3: file.s3.unwrap_or_default(),
             cluster: file.cluster.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
@@ -681,8 +703,27 @@ impl NodeConfig {
                 "must be at least 1".to_string(),
             ));
         }
+        if self.indexer_threads < 1 {
+            return Err(invalid("indexer_threads", "must be at least 1".to_string()));
+        }
+        if self.indexer_heap_bytes < MIN_INDEXER_HEAP_BYTES_PER_THREAD * self.indexer_threads as u64
+        {
+            return Err(invalid(
+                "indexer_heap_bytes",
+                format!(
+                    "must be at least {MIN_INDEXER_HEAP_BYTES_PER_THREAD} bytes per indexer \
+                     thread ({} threads)",
+                    self.indexer_threads
+                ),
+            ));
+        }
         Ok(())
     }
+}
+
+/// Default `indexer_threads`: the number of cores.
+pub fn default_indexer_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 impl Default for NodeConfig {
@@ -704,6 +745,8 @@ impl Default for NodeConfig {
             max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,
+            indexer_threads: default_indexer_threads(),
+            indexer_heap_bytes: DEFAULT_INDEXER_HEAP_BYTES,
             s3: S3Config::default(),
             cluster: ClusterConfig::default(),
             compaction: CompactionConfig::default(),
@@ -743,6 +786,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("enable_otlp_endpoint"), "{err}");
+    }
+
+    #[test]
+    fn indexer_threads_and_heap() {
+        let config = NodeConfig::from_yaml(b"").unwrap();
+        assert!(config.indexer_threads >= 1);
+        assert_eq!(config.indexer_heap_bytes, 256 << 20);
+        let config =
+            NodeConfig::from_yaml(b"indexer_threads: 3\nindexer_heap_bytes: 96MiB").unwrap();
+        assert_eq!(config.indexer_threads, 3);
+        assert_eq!(config.indexer_heap_bytes, 96 << 20);
+        let err = NodeConfig::from_yaml(b"indexer_threads: 0")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("indexer_threads"), "{err}");
+        // Tantivy needs 15 MB per indexing thread.
+        let err = NodeConfig::from_yaml(b"indexer_threads: 4\nindexer_heap_bytes: 40MB")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("indexer_heap_bytes"), "{err}");
     }
 
     #[test]

@@ -163,6 +163,50 @@ fn gharchive_json_parses() {
         Some(&serde_json::json!({"heap_size": "1GB"}))
     );
     assert!(mapping.is_exact_tag_field("type"));
+    assert_eq!(
+        config.indexing_settings.heap_size_bytes().unwrap(),
+        Some(1_000_000_000)
+    );
+}
+
+#[test]
+fn heap_size_is_a_byte_size_above_tantivys_floor() {
+    let with_heap = |heap: &str| {
+        format!(
+            "index_id: my-index\ndoc_mapping:\n  field_mappings: []\nindexing_settings:\n  resources:\n    heap_size: {heap}\n"
+        )
+    };
+    let config = parse(&with_heap("512MiB")).unwrap();
+    assert_eq!(
+        config.indexing_settings.heap_size_bytes().unwrap(),
+        Some(512 << 20)
+    );
+    assert_eq!(
+        parse(&with_heap("20000000"))
+            .unwrap()
+            .indexing_settings
+            .heap_size_bytes()
+            .unwrap(),
+        Some(20_000_000)
+    );
+    assert_eq!(
+        parse("index_id: my-index\ndoc_mapping:\n  field_mappings: []\n")
+            .unwrap()
+            .indexing_settings
+            .heap_size_bytes()
+            .unwrap(),
+        None
+    );
+    assert_invalid(
+        &with_heap("lots"),
+        "indexing_settings.resources.heap_size",
+        "lots",
+    );
+    assert_invalid(
+        &with_heap("1MB"),
+        "indexing_settings.resources.heap_size",
+        "15 MB",
+    );
 }
 
 #[test]

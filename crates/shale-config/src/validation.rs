@@ -118,6 +118,7 @@ impl IndexConfig {
                 "must be at least 1",
             ));
         }
+        settings.heap_size_bytes()?;
         settings
             .merge_policy
             .validate()

@@ -21,6 +21,11 @@ pub const MIN_HEAP_BYTES_PER_THREAD: usize = 15_000_000;
 /// A fresh split with more segments than this is merged into one segment before bundling.
 pub const MAX_SEGMENTS_PER_SPLIT: usize = 8;
 
+/// Bytes of documents a [`SplitBuilder`] indexes on one thread before it goes parallel: a
+/// small split stays one segment in ingest order; a big batch (a backlog being drained) is
+/// indexed on all the builder's threads.
+pub const PARALLEL_AFTER_BYTES: u64 = 16 << 20;
+
 /// Version of [`SplitStats`].
 pub const SPLIT_STATS_VERSION: u32 = 1;
 
@@ -143,7 +148,13 @@ pub struct SplitBuilder {
     doc_mapper: Arc<DocMapper>,
     scratch_dir: PathBuf,
     index: Index,
-    writer: IndexWriter<TantivyDocument>,
+    /// Always `Some` but while it is being replaced by a multi-threaded writer.
+    writer: Option<IndexWriter<TantivyDocument>>,
+    heap_bytes: usize,
+    /// Threads to index on once [`PARALLEL_AFTER_BYTES`] have been added.
+    max_threads: usize,
+    parallel: bool,
+    parallel_after_bytes: u64,
     num_docs: u64,
     time_range: Option<TimeRange>,
     tags: TagCollector,
@@ -191,8 +202,9 @@ impl SplitBuilder {
         Self::with_threads(doc_mapper, scratch_dir, heap_bytes, 1)
     }
 
-    /// Like [`new`](SplitBuilder::new) with `num_threads` indexing threads sharing
-    /// `heap_bytes` (at least [`MIN_HEAP_BYTES_PER_THREAD`] each).
+    /// Like [`new`](SplitBuilder::new), going on with `num_threads` indexing threads sharing
+    /// `heap_bytes` (at least [`MIN_HEAP_BYTES_PER_THREAD`] each) once
+    /// [`PARALLEL_AFTER_BYTES`] of documents have been added on one.
     pub fn with_threads(
         doc_mapper: Arc<DocMapper>,
         scratch_dir: &Path,
@@ -206,12 +218,16 @@ impl SplitBuilder {
             .create_in_dir(scratch_dir)?;
         index.set_tokenizers(doc_mapper.tokenizer_manager().clone());
         index.set_fast_field_tokenizers(crate::tokenizers::fast_field_tokenizers());
-        let writer = writer_for(&index, heap_bytes, num_threads)?;
+        let writer = writer_for(&index, heap_bytes, 1)?;
         Ok(SplitBuilder {
             doc_mapper,
             scratch_dir: scratch_dir.to_path_buf(),
             index,
-            writer,
+            writer: Some(writer),
+            heap_bytes,
+            max_threads: num_threads.max(1),
+            parallel: num_threads <= 1,
+            parallel_after_bytes: PARALLEL_AFTER_BYTES,
             num_docs: 0,
             time_range: None,
             tags: TagCollector::default(),
@@ -247,9 +263,12 @@ impl SplitBuilder {
             self.min_doc_opstamp
                 .map_or(doc.opstamp, |m| m.min(doc.opstamp)),
         );
-        self.writer.add_document(tantivy_doc)?;
+        self.writer_mut()?.add_document(tantivy_doc)?;
         self.num_docs += 1;
         self.uncompressed_docs_size_bytes += doc.num_bytes as u64;
+        if !self.parallel && self.uncompressed_docs_size_bytes >= self.parallel_after_bytes {
+            self.go_parallel()?;
+        }
         if let Some(micros) = doc.timestamp_micros {
             let secs = micros.div_euclid(1_000_000);
             self.time_range = Some(match self.time_range {
@@ -266,6 +285,30 @@ impl SplitBuilder {
         for tag in &doc.tags {
             self.tags.insert(tag);
         }
+        Ok(())
+    }
+
+    /// Goes parallel after `bytes` of documents instead of [`PARALLEL_AFTER_BYTES`].
+    pub fn parallel_after_bytes(mut self, bytes: u64) -> Self {
+        self.parallel_after_bytes = bytes;
+        self
+    }
+
+    fn writer_mut(&mut self) -> Result<&mut IndexWriter<TantivyDocument>, IndexError> {
+        self.writer
+            .as_mut()
+            .ok_or_else(|| IndexError::InvalidArgument("the split builder failed".to_string()))
+    }
+
+    /// Flushes what the single-threaded writer holds as one segment and goes on with a writer
+    /// on `max_threads` threads sharing the heap.
+    fn go_parallel(&mut self) -> Result<(), IndexError> {
+        self.parallel = true;
+        if let Some(mut writer) = self.writer.take() {
+            writer.commit()?;
+            writer.wait_merging_threads()?;
+        }
+        self.writer = Some(writer_for(&self.index, self.heap_bytes, self.max_threads)?);
         Ok(())
     }
 
@@ -297,7 +340,7 @@ impl SplitBuilder {
         let SplitBuilder {
             scratch_dir,
             index,
-            mut writer,
+            writer,
             num_docs,
             time_range,
             tags,
@@ -319,6 +362,8 @@ impl SplitBuilder {
             time_bucket_start,
             min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
+        let mut writer = writer
+            .ok_or_else(|| IndexError::InvalidArgument("the split builder failed".to_string()))?;
         writer.commit()?;
         // A fresh split keeps the segments its writer flushed (merging them would cost about
         // as much as indexing, and compaction merges splits later anyway), unless there are

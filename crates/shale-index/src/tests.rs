@@ -727,16 +727,31 @@ fn empty_split_and_multithreaded_builder() {
         0
     );
 
-    // Two indexing threads produce two segments; `finish` keeps them (few enough).
+    // A small batch stays on one thread: one segment, in ingest order.
     let mut builder =
-        SplitBuilder::with_threads(mapper.clone(), &dir.path().join("mt"), 40_000_000, 2).unwrap();
+        SplitBuilder::with_threads(mapper.clone(), &dir.path().join("small"), 40_000_000, 2)
+            .unwrap();
+    for i in 0..2_000 {
+        builder.add(parse(&mapper, test_doc(i)).unwrap()).unwrap();
+    }
+    let split = builder.finish().unwrap();
+    let index = open_split(&split.path).unwrap();
+    assert_eq!(index.searchable_segment_ids().unwrap().len(), 1);
+    assert_eq!(count_query(&mapper, &index, "*"), 2_000);
+
+    // Past the threshold, the builder goes on with both threads: the first segment, then
+    // one per thread; `finish` keeps them (few enough) and nothing is lost.
+    let mut builder =
+        SplitBuilder::with_threads(mapper.clone(), &dir.path().join("mt"), 40_000_000, 2)
+            .unwrap()
+            .parallel_after_bytes(50_000);
     for i in 0..2_000 {
         builder.add(parse(&mapper, test_doc(i)).unwrap()).unwrap();
     }
     assert_eq!(builder.num_docs(), 2_000);
     let split = builder.finish().unwrap();
     let index = open_split(&split.path).unwrap();
-    assert_eq!(index.searchable_segment_ids().unwrap().len(), 2);
+    assert_eq!(index.searchable_segment_ids().unwrap().len(), 3);
     assert_eq!(count_query(&mapper, &index, "*"), 2_000);
     assert_eq!(count_query(&mapper, &index, "severity:WARN"), 667);
 }

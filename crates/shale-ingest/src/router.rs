@@ -243,6 +243,10 @@ pub fn pipeline_params(
         split_num_docs_target: settings.split_num_docs_target.max(1),
         merge_policy: settings.merge_policy.clone(),
         max_num_partitions: config.doc_mapping.max_num_partitions,
+        writer_heap_bytes: settings
+            .heap_size_bytes()
+            .map_err(|err| shale_index::IndexError::InvalidArgument(err.to_string()))?
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
     })
 }
 

@@ -119,6 +119,7 @@ fn normalize_aggs(
             body.insert("field".to_string(), Value::String(resolved));
         }
         match kind.as_str() {
+            "composite" => resolve_composite_sources(doc_mapper, body, &here)?,
             "date_histogram" => normalize_date_histogram(body, &here)?,
             "histogram" => {
                 for bounds in ["extended_bounds", "hard_bounds"] {
@@ -126,6 +127,37 @@ fn normalize_aggs(
                 }
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Resolves the `field` of each of a `composite` aggregation's `sources` (`[{name: {terms:
+/// {field, …}}}, …]`) as that of any other aggregation.
+fn resolve_composite_sources(
+    doc_mapper: &DocMapper,
+    body: &mut Map<String, Value>,
+    here: &str,
+) -> Result<(), String> {
+    let Some(Value::Array(sources)) = body.get_mut("sources") else {
+        return Ok(());
+    };
+    for source in sources.iter_mut().filter_map(Value::as_object_mut) {
+        for (name, kinds) in source.iter_mut() {
+            let at = format!("{here}.sources.{name}");
+            for source_body in kinds
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|k| k.values_mut())
+            {
+                let Some(source_body) = source_body.as_object_mut() else {
+                    continue;
+                };
+                if let Some(Value::String(field)) = source_body.get("field") {
+                    let resolved = resolve_field(doc_mapper, field, &at)?;
+                    source_body.insert("field".to_string(), Value::String(resolved));
+                }
+            }
         }
     }
     Ok(())

@@ -1163,8 +1163,9 @@ async fn index_stats(state: &AppState, index: &IndexMetadata) -> EsResult<(u64, 
     }))
 }
 
-/// `GET /api/v1/_elastic/_cat/indices[/{index}]`: JSON with `format=json` (the default
-/// here), else Elasticsearch's text table; `h` selects columns.
+/// `GET /api/v1/_elastic/_cat/indices[/{index}]`: JSON only, as in Quickwit (`format=json` is
+/// required; `v`, `bytes` and sorts other than by index are 400s); `h` selects columns,
+/// `health` filters.
 pub async fn cat_indices_all(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
@@ -1186,6 +1187,7 @@ async fn cat_indices_inner(
     index: Option<String>,
     params: HashMap<String, String>,
 ) -> EsResult<Response> {
+    check_cat_params(&params)?;
     let indexes = resolve_indexes(&state, index.as_deref(), false).await?;
     let columns = [
         "health",
@@ -1233,26 +1235,45 @@ async fn cat_indices_inner(
             .collect();
         rows.push(Value::Object(row));
     }
-    let json_format = params
-        .get("format")
-        .is_none_or(|f| f.eq_ignore_ascii_case("json"));
-    if json_format {
-        return Ok(Json(Value::Array(rows)).into_response());
+    Ok(Json(Value::Array(rows)).into_response())
+}
+
+/// Quickwit's `_cat/indices` parameters: JSON output only, no `bytes` or `v`, sorted by index.
+fn check_cat_params(params: &HashMap<String, String>) -> EsResult<()> {
+    match params.get("format") {
+        Some(format) if format.eq_ignore_ascii_case("json") => {}
+        Some(format) => {
+            return Err(bad_request(format!(
+                "format `{format}` is not supported: only format=json is"
+            )))
+        }
+        None => {
+            return Err(bad_request(
+                "only format=json is supported (add `?format=json`)".to_string(),
+            ))
+        }
     }
-    let mut text = String::new();
-    if flag(&params, "v") {
-        text.push_str(&wanted.join(" "));
-        text.push('\n');
+    for name in params.keys() {
+        match name.as_str() {
+            "format" | "h" | "health" | "s" => {}
+            "bytes" | "v" => {
+                return Err(bad_request(format!("parameter `{name}` is not supported")))
+            }
+            other => {
+                return Err(bad_request(format!(
+                    "unknown parameter `{other}`: _cat/indices takes format, h, health and s"
+                )))
+            }
+        }
     }
-    for row in rows {
-        let cells: Vec<String> = wanted
-            .iter()
-            .map(|c| row[c].as_str().unwrap_or_default().to_string())
-            .collect();
-        text.push_str(&cells.join(" "));
-        text.push('\n');
+    if let Some(sort) = params.get("s") {
+        if sort != "index" && sort != "index:asc" {
+            return Err(bad_request(format!(
+                "parameter `s={sort}` is not supported: indexes are listed by name"
+            )));
+        }
     }
-    Ok(text.into_response())
+    Ok(())
 }
 
 /// `GET /api/v1/_elastic/_resolve/index/{pattern}`.

@@ -247,8 +247,8 @@ impl Node {
             metastore: node_metastore,
             wal: wal.clone(),
             scratch_dir,
-            writer_heap_bytes: 128 * 1024 * 1024,
-            writer_threads: 1,
+            writer_heap_bytes: usize::try_from(config.indexer_heap_bytes).unwrap_or(usize::MAX),
+            writer_threads: config.indexer_threads,
             on_publish: Some(compaction.planner_notify()),
         };
         let router = Arc::new(IngestRouter::new(

@@ -454,3 +454,58 @@ async fn multi_terms_buckets_are_combinations() {
         .status();
     assert_eq!(status.as_u16(), 400);
 }
+
+/// `composite` on undeclared fields of a dynamic index: sources name fields as the documents
+/// do, pages follow `after_key`, a missing value is a `null` key with `missing_bucket`.
+#[tokio::test]
+async fn composite_aggregations_on_dynamic_fields() {
+    let node = TestNode::start().await;
+    node.create_index(
+        "version: 0.8\nindex_id: dyn\ndoc_mapping:\n  mode: dynamic\n  field_mappings: []\n",
+    )
+    .await;
+    let docs = [
+        json!({"host": "a", "name": "x", "response": 10}),
+        json!({"host": "a", "name": "x", "response": 120}),
+        json!({"host": "b", "name": "y", "response": 60}),
+        json!({"name": "x", "response": 5}),
+    ];
+    for half in docs.chunks(2) {
+        let ndjson: String = half.iter().map(|d| format!("{d}\n")).collect();
+        node.ingest("dyn", &ndjson, "force").await;
+    }
+    let sources = json!([
+        {"host": {"terms": {"field": "host", "missing_bucket": true}}},
+        {"name": {"terms": {"field": "name"}}},
+        {"response": {"histogram": {"field": "response", "interval": 50}}}
+    ]);
+    let response = node
+        .search(
+            "dyn",
+            json!({"query": "*", "max_hits": 0, "aggs": {"c": {"composite": {"size": 3, "sources": sources}}}}),
+        )
+        .await;
+    let buckets = &response["aggregations"]["c"]["buckets"];
+    assert_eq!(
+        buckets,
+        &json!([
+            {"key": {"host": null, "name": "x", "response": 0.0}, "doc_count": 1},
+            {"key": {"host": "a", "name": "x", "response": 0.0}, "doc_count": 1},
+            {"key": {"host": "a", "name": "x", "response": 100.0}, "doc_count": 1},
+        ]),
+        "{response}"
+    );
+    let after = response["aggregations"]["c"]["after_key"].clone();
+    assert!(after.is_object(), "{response}");
+    let response = node
+        .search(
+            "dyn",
+            json!({"query": "*", "max_hits": 0, "aggs": {"c": {"composite": {"size": 3, "sources": sources, "after": after}}}}),
+        )
+        .await;
+    assert_eq!(
+        response["aggregations"]["c"]["buckets"],
+        json!([{"key": {"host": "b", "name": "y", "response": 50.0}, "doc_count": 1}]),
+        "{response}"
+    );
+}

@@ -514,6 +514,27 @@ async fn index_patterns_and_errors() {
     )
     .await;
     assert_eq!(cat, json!([{"index": "logs-b", "docs.count": "30"}]));
+    // JSON only, as in Quickwit: no text table, no `v` or `bytes`.
+    for path in [
+        "/_cat/indices/logs-b",
+        "/_cat/indices?format=txt",
+        "/_cat/indices?format=json&v=true",
+        "/_cat/indices?format=json&bytes=b",
+        "/_cat/indices?format=json&s=docs.count",
+        "/_cat/indices?format=json&b=b",
+    ] {
+        let (status, err) = es(&node, reqwest::Method::GET, path, None).await;
+        assert_eq!(status, 400, "{path}: {err}");
+        assert_eq!(err["error"]["type"], "illegal_argument_exception", "{err}");
+    }
+    let (status, _) = es(
+        &node,
+        reqwest::Method::GET,
+        "/_cat/indices?format=json&s=index",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
     let (status, resolved) = es(&node, reqwest::Method::GET, "/_resolve/index/logs-*", None).await;
     assert_eq!(status, 200);
     assert_eq!(

@@ -61,6 +61,9 @@ pub struct PipelineParams {
     pub merge_policy: shale_config::MergePolicyConfig,
     /// Distinct partitions per batch before documents go to the catch-all partition.
     pub max_num_partitions: u32,
+    /// The index's own indexing memory per split builder (`resources.heap_size`), overriding
+    /// the node's.
+    pub writer_heap_bytes: Option<usize>,
 }
 
 /// Node-wide services a pipeline uses.
@@ -216,7 +219,7 @@ pub fn spawn_pipeline(
             scratch_dir: env.scratch_dir.clone(),
             commit_timeout: params.commit_timeout,
             max_num_partitions: params.max_num_partitions,
-            writer_heap_bytes: env.writer_heap_bytes,
+            writer_heap_bytes: params.writer_heap_bytes.unwrap_or(env.writer_heap_bytes),
             writer_threads: env.writer_threads,
         },
         uploader: Arc::new(Uploader {
