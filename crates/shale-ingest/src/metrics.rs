@@ -41,6 +41,8 @@ metric!(WAL_FSYNCS: IntCounter = register_int_counter!(
     "shale_wal_fsync_rounds_total", "WAL fsync rounds (each covers every append before it: group commit)."));
 metric!(WAL_APPENDS: IntCounter = register_int_counter!(
     "shale_wal_appends_total", "WAL appends (one per ingest request and shard)."));
+metric!(HANDOFFS_DROPPED: IntCounter = register_int_counter!(
+    "shale_indexing_handoffs_dropped_total", "Ingest requests whose parsed documents the pipeline could not hold (it parses them again from the WAL)."));
 metric!(INGEST_REJECTED_REQUESTS: IntCounterVec = register_int_counter_vec!(
     "shale_ingest_rejected_requests_total", "Ingest requests (or bulk items) refused with 429, by limit.", &["limit"]));
 
@@ -54,6 +56,7 @@ pub fn register() {
     LazyLock::force(&PIPELINE_ERRORS);
     LazyLock::force(&PIPELINE_STAGE_SECONDS);
     LazyLock::force(&WAL_MEMORY_BYTES);
+    LazyLock::force(&HANDOFFS_DROPPED);
     LazyLock::force(&WAL_DISK_BYTES);
     LazyLock::force(&WAL_BACKLOG_BYTES);
     LazyLock::force(&WAL_FSYNCS);

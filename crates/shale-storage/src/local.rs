@@ -171,7 +171,12 @@ impl Storage for LocalStorage {
         let dest = self.path(name)?;
         let local = local.to_path_buf();
         blocking(move || {
-            write_durably(&dest, |tmp| std::fs::copy(&local, tmp)).map_err(|err| {
+            // A split bundle is immutable: on the same file system it is linked, not copied.
+            let link_or_copy = |tmp: &Path| match std::fs::hard_link(&local, tmp) {
+                Ok(()) => std::fs::metadata(tmp).map(|m| m.len()),
+                Err(_) => std::fs::copy(&local, tmp),
+            };
+            write_durably(&dest, link_or_copy).map_err(|err| {
                 if err.kind() == std::io::ErrorKind::NotFound && !local.exists() {
                     io_err(&local, err)
                 } else {

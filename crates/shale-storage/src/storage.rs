@@ -25,7 +25,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 
     /// Uploads the local file `local` as object `name` and returns its size. Atomic (readers
     /// never see a partial object) and durable when it returns: the object survives a crash
-    /// of this machine, so it can be published.
+    /// of this machine, so it can be published. `local` must not change afterwards: a local
+    /// storage on the same file system links it instead of copying it.
     async fn put_file(&self, name: &str, local: &Path) -> StorageResult<u64>;
 
     /// Uploads `bytes` as object `name` (atomic and durable, as [`Storage::put_file`]).

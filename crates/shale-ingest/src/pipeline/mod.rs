@@ -21,6 +21,7 @@ mod publisher;
 mod uploader;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,8 +96,16 @@ pub struct PreParsed {
     pub docs: Vec<ParsedDoc>,
 }
 
-/// Pre-parsed batches buffered per pipeline before the handoff is dropped.
-const PREPARSED_CHANNEL: usize = 16;
+/// Bytes of documents (as ingested JSON) a pipeline holds parsed, waiting to be indexed,
+/// before further handoffs are dropped (the pipeline then reads and parses them from the WAL).
+/// Sized so that a backlog of several seconds of ingest is parsed once.
+const PREPARSED_MAX_BYTES: usize = 256 << 20;
+
+/// A handoff in the channel, with its size.
+struct Handoff {
+    batch: PreParsed,
+    bytes: usize,
+}
 
 /// The commit running beside the indexer, as the pipeline's handle sees it: stopping the
 /// pipeline aborts it and waits until it is gone.
@@ -125,7 +134,9 @@ impl CommitSlot {
 
 /// Handle on a running pipeline.
 pub struct PipelineHandle {
-    preparsed: mpsc::Sender<PreParsed>,
+    preparsed: mpsc::UnboundedSender<Handoff>,
+    /// Bytes of the handoffs in the channel.
+    preparsed_bytes: Arc<AtomicUsize>,
     new_records: Arc<Notify>,
     force_commit: Arc<Notify>,
     published: watch::Receiver<Option<u64>>,
@@ -142,7 +153,16 @@ impl PipelineHandle {
     /// Offers documents parsed at ingest (already in the WAL at their positions). Dropped when
     /// the pipeline is behind: it then reads them back from the WAL.
     pub fn offer_parsed(&self, batch: PreParsed) {
-        let _ = self.preparsed.try_send(batch);
+        let bytes: usize = batch.docs.iter().map(|doc| doc.num_bytes).sum();
+        let held = self.preparsed_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if held + bytes > PREPARSED_MAX_BYTES && held > 0 {
+            self.preparsed_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            crate::metrics::HANDOFFS_DROPPED.inc();
+            return;
+        }
+        if self.preparsed.send(Handoff { batch, bytes }).is_err() {
+            self.preparsed_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        }
     }
 
     /// Asks the pipeline to cut its current batch now.
@@ -203,12 +223,14 @@ pub fn spawn_pipeline(
     let new_records = Arc::new(Notify::new());
     let force_commit = Arc::new(Notify::new());
     let (published_tx, published) = watch::channel(checkpoint);
-    let (preparsed, preparsed_rx) = mpsc::channel(PREPARSED_CHANNEL);
+    let (preparsed, preparsed_rx) = mpsc::unbounded_channel();
+    let preparsed_bytes = Arc::new(AtomicUsize::new(0));
     let commits = CommitSlot::new();
     let pipeline = Pipeline {
         commits: commits.clone(),
         in_flight: None,
         preparsed_rx,
+        preparsed_bytes: preparsed_bytes.clone(),
         pending_preparsed: None,
         wal: env.wal.clone(),
         queue: queue.clone(),
@@ -244,6 +266,7 @@ pub fn spawn_pipeline(
     let task = tokio::spawn(pipeline.run());
     PipelineHandle {
         preparsed,
+        preparsed_bytes,
         new_records,
         force_commit,
         published,
@@ -254,7 +277,8 @@ pub fn spawn_pipeline(
 
 /// The pipeline's state between steps: its three stages and the hand-off from the router.
 struct Pipeline {
-    preparsed_rx: mpsc::Receiver<PreParsed>,
+    preparsed_rx: mpsc::UnboundedReceiver<Handoff>,
+    preparsed_bytes: Arc<AtomicUsize>,
     pending_preparsed: Option<PreParsed>,
     wal: Arc<Wal>,
     queue: String,
@@ -371,7 +395,11 @@ impl Pipeline {
     async fn next_records(&mut self, from: u64) -> Result<Vec<(u64, Record)>, StepError> {
         loop {
             if self.pending_preparsed.is_none() {
-                self.pending_preparsed = self.preparsed_rx.try_recv().ok();
+                self.pending_preparsed = self.preparsed_rx.try_recv().ok().map(|handoff| {
+                    self.preparsed_bytes
+                        .fetch_sub(handoff.bytes, Ordering::AcqRel);
+                    handoff.batch
+                });
             }
             let Some(batch) = self.pending_preparsed.take() else {
                 break;

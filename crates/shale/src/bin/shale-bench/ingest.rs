@@ -37,6 +37,9 @@ pub struct Args {
     /// Indexing threads of the second raw Tantivy baseline (default: the machine's cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Shale's `indexer_threads` (default: the node's default, the machine's cores).
+    #[arg(long)]
+    indexer_threads: Option<usize>,
 }
 
 /// Peak resident memory of this process since the last [`reset_peak_rss`], in MB (Linux).
@@ -302,10 +305,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     eprintln!("shale end to end…");
     let data = tempfile::tempdir()?;
-    let node_config = NodeConfig {
+    let mut node_config = NodeConfig {
         node_id: "bench".into(),
         ..NodeConfig::with_data_dir(data.path())
     };
+    if let Some(n) = args.indexer_threads {
+        node_config.indexer_threads = n;
+    }
+    println!("shale indexer_threads: {}", node_config.indexer_threads);
     let (_node, base, client) = start_node(node_config).await?;
     let resp = client
         .post(format!("{base}/api/v1/indexes"))
@@ -375,6 +382,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "peak RSS during ingest: {ingest_peak_rss:.0} MB (process before ingest, corpus in memory: {baseline_rss:.0} MB)"
     );
     println!("published: {docs_published} docs in {num_splits} splits");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    if let Some(line) = metrics
+        .lines()
+        .find(|l| l.starts_with("shale_indexing_handoffs_dropped_total"))
+    {
+        println!("ingest requests parsed twice (handoff dropped): {line}");
+    }
+    let stages: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("shale_indexing_stage_seconds_sum"))
+        .map(|l| {
+            l.trim_start_matches("shale_indexing_stage_seconds_sum")
+                .to_string()
+        })
+        .collect();
+    println!("pipeline time by stage (s): {}", stages.join(", "));
     anyhow::ensure!(
         docs_published as usize == args.docs,
         "published doc count mismatch"
