@@ -694,16 +694,94 @@ pub fn decode(text: &str) -> Result<IntermediateAggregationResults, String> {
     postcard::from_bytes(&bytes).map_err(|err| err.to_string())
 }
 
-/// The final, Elasticsearch-shaped result of merged intermediate results.
+/// Per top-level `terms` aggregation ordered by count, Elasticsearch's
+/// `doc_count_error_upper_bound` summed over splits (see [`term_count_errors`]).
+pub type TermCountErrors = std::collections::BTreeMap<String, u64>;
+
+/// Adds `other` into `into`.
+pub fn add_term_count_errors(into: &mut TermCountErrors, other: &TermCountErrors) {
+    for (name, error) in other {
+        *into.entry(name.clone()).or_default() += error;
+    }
+}
+
+/// One split's share of Elasticsearch's `doc_count_error_upper_bound` for each top-level
+/// `terms` aggregation ordered by count: when the split returned as many buckets as its
+/// `split_size` (`shard_size`, `segment_size`), the count of the last of them (a term it cut
+/// may have had up to that many documents), else 0. Tantivy's own bound counts the first bucket
+/// cut instead; Elasticsearch and Quickwit use this one.
+pub fn term_count_errors(
+    aggs: &Aggregations,
+    split: &IntermediateAggregationResults,
+) -> TermCountErrors {
+    use tantivy::aggregation::agg_req::AggregationVariants;
+    use tantivy::aggregation::agg_result::{AggregationResult, BucketResult};
+    let mut errors = TermCountErrors::new();
+    let mut request = aggs.clone();
+    let mut split_sizes = Vec::new();
+    for (name, agg) in request.iter_mut() {
+        let AggregationVariants::Terms(terms) = &mut agg.agg else {
+            continue;
+        };
+        let by_count = terms
+            .order
+            .as_ref()
+            .is_none_or(|order| *order == Default::default());
+        let multi_terms = agg
+            .sub_aggregation
+            .keys()
+            .any(|k| k.starts_with(MULTI_TERMS_LEVEL));
+        if !by_count || multi_terms || terms.show_term_doc_count_error == Some(false) {
+            continue;
+        }
+        let size = terms.size.unwrap_or(10);
+        let split_size = terms
+            .segment_size
+            .unwrap_or(size.saturating_mul(10))
+            .max(size);
+        // Rendered at the split's size, the buckets are all those the split kept.
+        terms.size = Some(split_size);
+        split_sizes.push((name.clone(), split_size));
+    }
+    if split_sizes.is_empty() {
+        return errors;
+    }
+    let Ok(results) = split.clone().into_final_result(request, limits()) else {
+        return errors;
+    };
+    for (name, split_size) in split_sizes {
+        let error = match results.0.get(&name) {
+            Some(AggregationResult::BucketResult(BucketResult::Terms { buckets, .. }))
+                if buckets.len() >= split_size as usize =>
+            {
+                buckets.iter().map(|b| b.doc_count).min().unwrap_or(0)
+            }
+            _ => 0,
+        };
+        errors.insert(name, error);
+    }
+    errors
+}
+
+/// The final, Elasticsearch-shaped result of merged intermediate results; `term_errors` (from
+/// [`term_count_errors`], summed) replaces Tantivy's `doc_count_error_upper_bound`.
 pub fn finalize(
     aggs: Aggregations,
     merged: IntermediateAggregationResults,
+    term_errors: &TermCountErrors,
 ) -> Result<Value, String> {
     let results = merged
         .into_final_result(aggs, limits())
         .map_err(|err| format!("aggregation failed: {err}"))?;
     let mut value = serde_json::to_value(results).map_err(|err| err.to_string())?;
     flatten_multi_terms(&mut value);
+    for (name, error) in term_errors {
+        if let Some(agg) = value.get_mut(name).and_then(Value::as_object_mut) {
+            if agg.contains_key("doc_count_error_upper_bound") {
+                agg.insert("doc_count_error_upper_bound".to_string(), json!(error));
+            }
+        }
+    }
     Ok(value)
 }
 

@@ -172,6 +172,10 @@ pub struct LeafResponse {
     /// [`crate::aggs::encode`]), when the request has aggregations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intermediate_aggs: Option<String>,
+    /// Elasticsearch's count error bounds of the splits searched (see
+    /// [`crate::aggs::term_count_errors`]), summed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub term_count_errors: crate::aggs::TermCountErrors,
 }
 
 /// Documents to fetch for the page.
@@ -337,7 +341,8 @@ impl Leaf {
             .map_err(|err| {
                 LeafError::InvalidRequest(format!("invalid aggregation request: {err}"))
             })?;
-        crate::aggs::finalize(aggs.clone(), results).map_err(LeafError::InvalidRequest)?;
+        crate::aggs::finalize(aggs.clone(), results, &Default::default())
+            .map_err(LeafError::InvalidRequest)?;
         Ok(())
     }
 
@@ -493,7 +498,16 @@ impl Leaf {
         crate::service::LEAF_SPLITS.inc_by(request.splits.len() as u64);
         while let Some((split, result)) = futures.next().await {
             match result {
-                Ok(LeafSplitResult { count, hits, aggs }) => {
+                Ok(LeafSplitResult {
+                    count,
+                    hits,
+                    aggs,
+                    term_errors,
+                }) => {
+                    crate::aggs::add_term_count_errors(
+                        &mut response.term_count_errors,
+                        &term_errors,
+                    );
                     if let Some(aggs) = aggs {
                         match merged_aggs.as_mut() {
                             None => merged_aggs = Some(aggs),
@@ -681,10 +695,11 @@ impl Leaf {
             None => query,
         };
         tokio::task::spawn_blocking(move || {
+            let request = aggs.clone();
             let aggs = aggs.map(|aggs| {
                 DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
             });
-            run_leaf(
+            let mut result = run_leaf(
                 &open.searcher,
                 query.as_ref(),
                 &sort_by,
@@ -692,7 +707,11 @@ impl Leaf {
                 timestamp_field.as_deref(),
                 k,
                 aggs,
-            )
+            )?;
+            if let (Some(request), Some(aggs)) = (&request, &result.aggs) {
+                result.term_errors = crate::aggs::term_count_errors(request, aggs);
+            }
+            Ok(result)
         })
         .await
         .map_err(|err| (err.to_string(), false))?
@@ -871,6 +890,8 @@ struct LeafSplitResult {
     count: u64,
     hits: Vec<(SortKey, DocAddress)>,
     aggs: Option<IntermediateAggregationResults>,
+    /// Elasticsearch's count error bounds of its `terms` aggregations.
+    term_errors: crate::aggs::TermCountErrors,
 }
 
 fn run_leaf(
@@ -888,6 +909,7 @@ fn run_leaf(
         count: count as u64,
         hits,
         aggs,
+        term_errors: Default::default(),
     };
     if k == 0 {
         let (count, aggs) = searcher.search(query, &(Count, aggs)).map_err(err)?;

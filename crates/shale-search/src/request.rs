@@ -179,6 +179,9 @@ pub struct SearchResponse {
     #[serde(skip)]
     pub intermediate_aggs:
         Option<tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults>,
+    /// The count error bounds of `intermediate_aggs`.
+    #[serde(skip)]
+    pub term_count_errors: crate::aggs::TermCountErrors,
 }
 
 /// Where a hit comes from and how it sorted.

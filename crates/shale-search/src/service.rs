@@ -340,7 +340,9 @@ impl SearchService {
         let mut merged = SearchResponse::default();
         let mut hits: Vec<(PartialHit, serde_json::Value, String)> = Vec::new();
         let mut merged_aggs = IntermediateAggregationResults::default();
+        let mut term_errors = crate::aggs::TermCountErrors::new();
         for response in responses {
+            crate::aggs::add_term_count_errors(&mut term_errors, &response.term_count_errors);
             merged.num_hits += response.num_hits;
             merged.errors.extend(response.errors);
             merged.num_splits_searched += response.num_splits_searched;
@@ -373,7 +375,8 @@ impl SearchService {
         }
         if let Some(aggs) = aggs {
             merged.aggregations = Some(
-                crate::aggs::finalize(aggs, merged_aggs).map_err(SearchError::InvalidRequest)?,
+                crate::aggs::finalize(aggs, merged_aggs, &term_errors)
+                    .map_err(SearchError::InvalidRequest)?,
             );
         }
         merged.elapsed_time_micros = started.elapsed().as_micros() as u64;
@@ -580,6 +583,7 @@ impl SearchService {
         let mut unavailable = false;
         let mut top: Vec<PartialHit> = Vec::new();
         let mut merged_aggs = IntermediateAggregationResults::default();
+        let mut term_errors = crate::aggs::TermCountErrors::new();
         let by_id: HashMap<&str, usize> = splits
             .iter()
             .enumerate()
@@ -651,6 +655,10 @@ impl SearchService {
                                 );
                             }
                         }
+                        crate::aggs::add_term_count_errors(
+                            &mut term_errors,
+                            &response.term_count_errors,
+                        );
                         if let Some(encoded) = &response.intermediate_aggs {
                             let leaf_aggs = crate::aggs::decode(encoded).map_err(|err| {
                                 SearchError::Internal(format!(
@@ -725,7 +733,7 @@ impl SearchService {
         let (aggregations, intermediate_aggs) = match aggs {
             Some(aggs) if finalize_aggs => (
                 Some(
-                    crate::aggs::finalize(aggs, merged_aggs)
+                    crate::aggs::finalize(aggs, merged_aggs, &term_errors)
                         .map_err(SearchError::InvalidRequest)?,
                 ),
                 None,
@@ -747,6 +755,7 @@ impl SearchService {
             aggregations,
             hit_meta,
             intermediate_aggs,
+            term_count_errors: term_errors,
         })
     }
 

@@ -509,3 +509,51 @@ async fn composite_aggregations_on_dynamic_fields() {
         "{response}"
     );
 }
+
+/// `doc_count_error_upper_bound` of a `terms` aggregation is Elasticsearch's: per split that
+/// returned `split_size` buckets, the count of its last one (a term it cut may have had that
+/// many documents), summed over splits; 0 for a split that returned fewer.
+#[tokio::test]
+async fn terms_count_error_bounds_are_elasticsearchs() {
+    let node = TestNode::start().await;
+    node.create_index(
+        "version: 0.8\nindex_id: names\ndoc_mapping:\n  mode: dynamic\n  field_mappings: []\n",
+    )
+    .await;
+    for names in [
+        &["anna", "bert", "carl", "dora", "emil"][..],
+        &["emil", "emil", "fred", "gert", "hugo"][..],
+    ] {
+        let ndjson: String = names
+            .iter()
+            .map(|n| format!("{}\n", json!({"name": n})))
+            .collect();
+        node.ingest("names", &ndjson, "force").await;
+    }
+    let terms = |split_size: u32| {
+        json!({"query": "*", "max_hits": 0, "aggs": {"names": {"terms": {
+            "field": "name", "size": 1, "split_size": split_size}}}})
+    };
+    // Each split returns one bucket: 1 (a name of the first split) + 2 (emil) = 3.
+    let response = node.search("names", terms(1)).await;
+    let names = &response["aggregations"]["names"];
+    assert_eq!(names["doc_count_error_upper_bound"], 3, "{response}");
+    assert_eq!(names["sum_other_doc_count"], 8, "{response}");
+    // The first split returns all its 5 names (as many as split_size: 1 counts), the second
+    // its 4 (fewer: 0).
+    let response = node.search("names", terms(5)).await;
+    let names = &response["aggregations"]["names"];
+    assert_eq!(
+        names["buckets"],
+        json!([{"key": "emil", "doc_count": 3}]),
+        "{response}"
+    );
+    assert_eq!(names["doc_count_error_upper_bound"], 1, "{response}");
+    assert_eq!(names["sum_other_doc_count"], 7, "{response}");
+    // Every split returns all its terms: no error.
+    let response = node.search("names", terms(10)).await;
+    assert_eq!(
+        response["aggregations"]["names"]["doc_count_error_upper_bound"], 0,
+        "{response}"
+    );
+}
