@@ -309,6 +309,45 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
+    // 100 searches at once through HTTP (the default max_concurrent_searches): latency under
+    // load, throughput, and the memory they take.
+    let concurrency = 100;
+    let rss_before = crate::ingest::peak_rss_mb();
+    crate::ingest::reset_peak_rss();
+    let url = format!("{base}/api/v1/bench-logs/search");
+    let body = json!({"query": "message:timeout", "max_hits": 20,
+        "aggs": {"per_10m": {"date_histogram": {"field": "timestamp", "fixed_interval": "10m"}}}});
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, body) = (client.clone(), url.clone(), body.clone());
+        let iterations = (args.iterations / 10).max(1);
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(iterations);
+            for _ in 0..iterations {
+                let t = Instant::now();
+                let resp = client.post(&url).json(&body).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+                resp.bytes().await?;
+                samples.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(samples)
+        }));
+    }
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (p50, p99) = summary(&mut samples);
+    println!();
+    println!(
+        "{concurrency} concurrent HTTP searches (term + date_histogram), {} in all: {:.0} searches/s, p50 {p50:.1} ms, p99 {p99:.1} ms, peak RSS {:.0} MB (before: {rss_before:.0} MB)",
+        samples.len(),
+        samples.len() as f64 / elapsed,
+        crate::ingest::peak_rss_mb()
+    );
+
     // Where the root's time goes before any split is opened.
     let mut parts = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..args.iterations {
