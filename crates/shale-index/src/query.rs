@@ -691,6 +691,7 @@ impl DocMapper {
             self.route_to_dynamic(ast);
         }
         self.cidr_to_ranges(ast);
+        self.bytes_values(ast);
         if self.older_schema {
             self.missing_fields_match_nothing(ast);
         }
@@ -731,6 +732,47 @@ impl DocMapper {
                     lower: tantivy::query_grammar::UserInputBound::Inclusive(low),
                     upper: tantivy::query_grammar::UserInputBound::Inclusive(high),
                 };
+            }
+        }
+    }
+
+    /// Values of terms and sets on bytes fields are read as Quickwit reads them: hex when they
+    /// are (`trace_id:5b8efff7…`), else base64 (padding optional; a leading `!` forces base64).
+    /// They are handed to Tantivy's parser in padded base64.
+    fn bytes_values(&self, ast: &mut UserInputAst) {
+        match ast {
+            UserInputAst::Clause(clauses) => {
+                for (_, sub) in clauses {
+                    self.bytes_values(sub);
+                }
+            }
+            UserInputAst::Boost(sub, _) => self.bytes_values(sub),
+            UserInputAst::Leaf(leaf) => {
+                let is_bytes = |field: Option<&str>| {
+                    field
+                        .and_then(|name| self.schema().get_field(name).ok())
+                        .is_some_and(|f| {
+                            matches!(
+                                self.schema().get_field_entry(f).field_type(),
+                                tantivy::schema::FieldType::Bytes(_)
+                            )
+                        })
+                };
+                match leaf.as_mut() {
+                    UserInputLeaf::Literal(literal) if is_bytes(literal.field_name.as_deref()) => {
+                        if let Some(value) = bytes_as_base64(&literal.phrase) {
+                            literal.phrase = value;
+                        }
+                    }
+                    UserInputLeaf::Set { field, elements } if is_bytes(field.as_deref()) => {
+                        for element in elements {
+                            if let Some(value) = bytes_as_base64(element) {
+                                *element = value;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
     }
@@ -955,6 +997,37 @@ fn check_operators(query: &str) -> Result<(), IndexError> {
 
 /// The first and last address of a CIDR block (`10.0.0.0/8`, `2001:db8::/32`), rendered as
 /// addresses; `None` if `text` is not a CIDR block.
+/// A bytes query value (hex, else base64 with or without padding; `!` forces base64) in padded
+/// standard base64, or `None` when it is neither (Tantivy's parser then reports it).
+fn bytes_as_base64(text: &str) -> Option<String> {
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+    use base64::engine::DecodePaddingMode;
+    use base64::Engine;
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let bytes = match text.strip_prefix('!') {
+        Some(b64) => LENIENT.decode(b64).ok()?,
+        None => match hex_decode(text) {
+            Some(bytes) => bytes,
+            None => LENIENT.decode(text).ok()?,
+        },
+    };
+    Some(STANDARD.encode(bytes))
+}
+
+/// `text` as hex digits (an even number of them), if it is.
+fn hex_decode(text: &str) -> Option<Vec<u8>> {
+    if text.is_empty() || text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn cidr_bounds(text: &str) -> Option<(String, String)> {
     let (addr, bits) = text.trim().split_once('/')?;
     let bits: u32 = bits.parse().ok()?;

@@ -158,6 +158,17 @@ async fn json_bytes_ip_dates_and_tokenizers() {
 
     // bytes: base64 in queries and hits; hex when configured.
     assert_eq!(count("trace_id:AAECAwQFBgcICQoLDA0ODw==").await, 1);
+    // Query values as Quickwit reads them: hex first, base64 with or without padding, `!`
+    // forcing base64; sets too.
+    assert_eq!(count("trace_id:000102030405060708090a0b0c0d0e0f").await, 1);
+    assert_eq!(count("trace_id:AAECAwQFBgcICQoLDA0ODw").await, 1);
+    assert_eq!(count("trace_id:01010101").await, 1);
+    assert_eq!(count("trace_id:!AQEBAQ").await, 1);
+    assert_eq!(
+        count("trace_id:IN [000102030405060708090a0b0c0d0e0f AQEBAQ==]").await,
+        2
+    );
+    assert_eq!(count("digest:deadbeef").await, 1);
     let first = &hits(&node, json!({"query": "attributes.user:bob"})).await[0];
     assert_eq!(first["trace_id"], "AAECAwQFBgcICQoLDA0ODw==");
     assert_eq!(first["digest"], "deadbeef");
