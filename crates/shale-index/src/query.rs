@@ -1019,7 +1019,10 @@ fn bytes_as_base64(text: &str) -> Option<String> {
 
 /// `text` as hex digits (an even number of them), if it is.
 fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if text.is_empty() || text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if text.is_empty()
+        || !text.len().is_multiple_of(2)
+        || !text.bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return None;
     }
     (0..text.len())
