@@ -191,51 +191,105 @@ pub enum Mode {
 }
 
 /// One declared field.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FieldMapping {
     /// Field name.
     pub name: String,
     /// Type and type-specific options.
-    #[serde(flatten)]
     pub kind: FieldKind,
+    /// Declared as Quickwit's `array<T>`: every field may hold several values anyway, but the
+    /// values of this one are always shown as an array, even a single one.
+    pub array: bool,
+}
+
+impl FieldMapping {
+    /// A field of type `kind` (not declared as an array).
+    pub fn new(name: impl Into<String>, kind: FieldKind) -> Self {
+        FieldMapping {
+            name: name.into(),
+            kind,
+            array: false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FieldMapping {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let name = match map.remove("name") {
+            Some(serde_json::Value::String(name)) => name,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "invalid field name {other}: a string is expected"
+                )))
+            }
+            None => return Err(D::Error::missing_field("name")),
+        };
+        let mut array = false;
+        if let Some(serde_json::Value::String(kind)) = map.get_mut("type") {
+            if let Some(inner) = kind
+                .strip_prefix("array<")
+                .and_then(|k| k.strip_suffix('>'))
+            {
+                *kind = inner.to_string();
+                array = true;
+            }
+        }
+        let kind = FieldKind::deserialize(serde_json::Value::Object(map))
+            .map_err(|err| D::Error::custom(format!("field `{name}`: {err}")))?;
+        Ok(FieldMapping { name, kind, array })
+    }
+}
+
+impl Serialize for FieldMapping {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let options = serde_json::to_value(&self.kind).map_err(S::Error::custom)?;
+        let mut out = serde_json::Map::new();
+        out.insert(
+            "name".to_string(),
+            serde_json::Value::String(self.name.clone()),
+        );
+        if let serde_json::Value::Object(options) = options {
+            for (key, mut value) in options {
+                if key == "type" && self.array {
+                    if let serde_json::Value::String(kind) = &value {
+                        value = serde_json::Value::String(format!("array<{kind}>"));
+                    }
+                }
+                out.insert(key, value);
+            }
+        }
+        out.serialize(serializer)
+    }
 }
 
 /// The type of a field and its options.
 ///
-/// Quickwit's `array<T>` types are accepted as aliases of `T`: every field may hold several
-/// values (a JSON array) anyway.
+/// Quickwit's `array<T>` types are this type with [`FieldMapping::array`] set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum FieldKind {
     /// Full-text or raw string.
-    #[serde(alias = "array<text>")]
     Text(TextOptions),
     /// Signed integer.
-    #[serde(alias = "array<i64>")]
     I64(NumericOptions),
     /// Unsigned integer.
-    #[serde(alias = "array<u64>")]
     U64(NumericOptions),
     /// Float.
-    #[serde(alias = "array<f64>")]
     F64(NumericOptions),
     /// Boolean.
-    #[serde(alias = "array<bool>")]
     Bool(NumericOptions),
     /// Date and time.
-    #[serde(alias = "array<datetime>")]
     Datetime(DatetimeOptions),
     /// Arbitrary JSON object.
-    #[serde(alias = "array<json>")]
     Json(JsonOptions),
     /// Binary data, base64 (or hex) in documents.
-    #[serde(alias = "array<bytes>")]
     Bytes(BytesOptions),
     /// IPv4 or IPv6 address.
-    #[serde(alias = "array<ip>")]
     Ip(NumericOptions),
     /// An object whose keys are fields of their own (`parent.child` in queries).
-    #[serde(alias = "array<object>")]
     Object(ObjectOptions),
     /// A search-only text field indexing the values of other fields (and optionally of the
     /// undeclared ones) as text, with its own tokenizer.

@@ -236,6 +236,28 @@ fn quickwit_array_types_are_accepted() {
         config.doc_mapping.field_mappings[1].kind,
         FieldKind::I64(_)
     ));
+    assert!(config.doc_mapping.field_mappings[0].array);
+    // The config is given back as it was declared.
+    let json = serde_json::to_value(&config).unwrap();
+    assert_eq!(
+        json["doc_mapping"]["field_mappings"][0]["type"],
+        "array<text>"
+    );
+    assert_eq!(json["doc_mapping"]["field_mappings"][0]["name"], "tags");
+    assert_eq!(
+        IndexConfig::parse(json.to_string().as_bytes()).unwrap(),
+        config
+    );
+    let plain = parse(&minimal(
+        "  field_mappings:\n    - name: tags\n      type: text\n",
+    ))
+    .unwrap();
+    assert!(!plain.doc_mapping.field_mappings[0].array);
+    assert_invalid(
+        &minimal("  field_mappings:\n    - name: tags\n      type: array<nope>\n"),
+        "doc_mapping.field_mappings[0]",
+        "nope",
+    );
 }
 
 #[test]

@@ -279,22 +279,30 @@ impl DocMapping {
     /// Every declared field but objects, with `parent.child` names for the fields of
     /// `object` fields, in declaration order.
     pub fn leaf_field_mappings(&self) -> Vec<FieldMapping> {
-        fn walk(mappings: &[FieldMapping], prefix: &str, out: &mut Vec<FieldMapping>) {
+        // The leaves of an `array<object>` are arrays.
+        fn walk(
+            mappings: &[FieldMapping],
+            prefix: &str,
+            in_array: bool,
+            out: &mut Vec<FieldMapping>,
+        ) {
             for mapping in mappings {
                 let name = format!("{prefix}{}", mapping.name);
+                let array = in_array || mapping.array;
                 match &mapping.kind {
                     FieldKind::Object(object) => {
-                        walk(&object.field_mappings, &format!("{name}."), out)
+                        walk(&object.field_mappings, &format!("{name}."), array, out)
                     }
                     kind => out.push(FieldMapping {
                         name,
                         kind: kind.clone(),
+                        array,
                     }),
                 }
             }
         }
         let mut out = Vec::new();
-        walk(&self.field_mappings, "", &mut out);
+        walk(&self.field_mappings, "", false, &mut out);
         out
     }
 

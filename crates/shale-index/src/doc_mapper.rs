@@ -111,6 +111,8 @@ struct MappedField {
     kind: MappedKind,
     is_tag: bool,
     is_timestamp: bool,
+    /// Declared `array<T>`: shown as an array in hits, even with one value.
+    array: bool,
 }
 
 /// Maps JSON documents to Tantivy documents according to a doc mapping; see the crate docs.
@@ -453,6 +455,7 @@ impl DocMapper {
                 kind,
                 is_tag: doc_mapping.tag_fields.iter().any(|t| t == name),
                 is_timestamp: doc_mapping.timestamp_field.as_deref() == Some(name),
+                array: mapping.array,
             });
         }
         let dynamic_field = (doc_mapping.mode == Mode::Dynamic).then(|| {
@@ -1177,7 +1180,8 @@ impl DocMapper {
                 continue;
             }
             let name = entry.name();
-            let rendered = match self.by_name.get(name).map(|&i| &self.fields[i].kind) {
+            let mapped = self.by_name.get(name).map(|&i| &self.fields[i]);
+            let rendered = match mapped.map(|m| &m.kind) {
                 Some(MappedKind::Datetime(_, Some(format))) => match value.as_datetime() {
                     Some(datetime) => crate::date::format_output(datetime, format),
                     None => reference_to_json(value),
@@ -1188,9 +1192,10 @@ impl DocMapper {
                 },
                 _ => reference_to_json(value),
             };
+            let array = mapped.is_some_and(|m| m.array);
             match self.object_prefix(name) {
-                Some(dot) => insert_nested(&mut object, name, dot, rendered),
-                None => insert_multi(&mut object, name.to_string(), rendered),
+                Some(dot) => insert_nested(&mut object, name, dot, rendered, array),
+                None => insert_value(&mut object, name.to_string(), rendered, array),
             }
         }
         Value::Object(object)
@@ -1295,18 +1300,34 @@ fn encode_binary(bytes: &[u8], format: BinaryFormat) -> String {
 
 /// Inserts the value of the object field `name` (`parent.child.leaf`) nested under its
 /// objects; `dot` ends the outermost object's name.
-fn insert_nested(object: &mut Map<String, Value>, name: &str, dot: usize, value: Value) {
+fn insert_nested(
+    object: &mut Map<String, Value>,
+    name: &str,
+    dot: usize,
+    value: Value,
+    array: bool,
+) {
     let (head, tail) = (&name[..dot], &name[dot + 1..]);
     let entry = object
         .entry(head.to_string())
         .or_insert_with(|| Value::Object(Map::new()));
     match entry {
         Value::Object(inner) => match tail.find('.') {
-            Some(next) => insert_nested(inner, tail, next, value),
-            None => insert_multi(inner, tail.to_string(), value),
+            Some(next) => insert_nested(inner, tail, next, value, array),
+            None => insert_value(inner, tail.to_string(), value, array),
         },
         // A value already there (should not happen): keep this one flat.
-        _ => insert_multi(object, name.to_string(), value),
+        _ => insert_value(object, name.to_string(), value, array),
+    }
+}
+
+/// Inserts a value of a field: as [`insert_multi`], and, for an `array<T>` field, as an array
+/// from its first value on.
+fn insert_value(object: &mut Map<String, Value>, key: String, value: Value, array: bool) {
+    if array && !object.contains_key(&key) {
+        object.insert(key, Value::Array(vec![value]));
+    } else {
+        insert_multi(object, key, value);
     }
 }
 

@@ -438,8 +438,7 @@ fn doc_to_json_round_trip() {
     let mut expected = doc.clone();
     let object = expected.as_object_mut().unwrap();
     object.remove("hidden");
-    // Single values are unwrapped.
-    object.insert("codes".into(), json!(7));
+    // `codes` is an `array<i64>`: one value stays an array.
     object.insert("_source".into(), doc.clone());
     assert_eq!(rendered, expected);
 

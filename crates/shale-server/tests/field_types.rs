@@ -172,6 +172,13 @@ async fn json_bytes_ip_dates_and_tokenizers() {
     let first = &hits(&node, json!({"query": "attributes.user:bob"})).await[0];
     assert_eq!(first["trace_id"], "AAECAwQFBgcICQoLDA0ODw==");
     assert_eq!(first["digest"], "deadbeef");
+    // `array<T>` fields come back as arrays, even with a single value (as in Quickwit).
+    assert_eq!(first["client_ip"], json!(["10.1.2.3"]));
+    assert_eq!(
+        first["events"],
+        json!([{"name": "start"}, {"name": "stop"}])
+    );
+    assert_eq!(first["title"], "Quickwit");
     // Datetime output format: epoch milliseconds, as configured.
     assert_eq!(first["ts"], 1_704_164_645_000i64);
 
