@@ -295,9 +295,7 @@ impl SplitBuilder {
     }
 
     fn writer_mut(&mut self) -> Result<&mut IndexWriter<TantivyDocument>, IndexError> {
-        self.writer
-            .as_mut()
-            .ok_or_else(|| IndexError::InvalidArgument("the split builder failed".to_string()))
+        self.writer.as_mut().ok_or_else(writer_lost)
     }
 
     /// Flushes what the single-threaded writer holds as one segment and goes on with a writer
@@ -362,8 +360,7 @@ impl SplitBuilder {
             time_bucket_start,
             min_doc_opstamp: min_doc_opstamp.unwrap_or(0),
         };
-        let mut writer = writer
-            .ok_or_else(|| IndexError::InvalidArgument("the split builder failed".to_string()))?;
+        let mut writer = writer.ok_or_else(writer_lost)?;
         writer.commit()?;
         // A fresh split keeps the segments its writer flushed (merging them would cost about
         // as much as indexing, and compaction merges splits later anyway), unless there are
@@ -376,6 +373,11 @@ impl SplitBuilder {
         writer.wait_merging_threads()?;
         bundle_index(&index, &scratch_dir, stats, bundle_path)
     }
+}
+
+/// The error of a builder whose switch to a multi-threaded writer failed.
+fn writer_lost() -> IndexError {
+    IndexError::InvalidArgument("the split builder lost its writer after an error".to_string())
 }
 
 /// `{dir}.split` next to `dir`.

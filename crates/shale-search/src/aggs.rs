@@ -705,18 +705,19 @@ pub fn add_term_count_errors(into: &mut TermCountErrors, other: &TermCountErrors
     }
 }
 
-/// One split's share of Elasticsearch's `doc_count_error_upper_bound` for each top-level
-/// `terms` aggregation ordered by count: when the split returned as many buckets as its
-/// `split_size` (`shard_size`, `segment_size`), the count of the last of them (a term it cut
-/// may have had up to that many documents), else 0. Tantivy's own bound counts the first bucket
-/// cut instead; Elasticsearch and Quickwit use this one.
-pub fn term_count_errors(
-    aggs: &Aggregations,
-    split: &IntermediateAggregationResults,
-) -> TermCountErrors {
+/// How to read Elasticsearch's `doc_count_error_upper_bound` off one split's results, for
+/// each top-level `terms` aggregation ordered by count: built once per search by
+/// [`term_error_plan`], applied per split by [`term_count_errors`].
+pub struct TermErrorPlan {
+    /// The search's aggregations, those `terms` rendered at their split size.
+    request: Aggregations,
+    /// Their names and split sizes.
+    split_sizes: Vec<(String, u32)>,
+}
+
+/// The plan for `aggs`, or `None` when no top-level `terms` aggregation is ordered by count.
+pub fn term_error_plan(aggs: &Aggregations) -> Option<TermErrorPlan> {
     use tantivy::aggregation::agg_req::AggregationVariants;
-    use tantivy::aggregation::agg_result::{AggregationResult, BucketResult};
-    let mut errors = TermCountErrors::new();
     let mut request = aggs.clone();
     let mut split_sizes = Vec::new();
     for (name, agg) in request.iter_mut() {
@@ -743,22 +744,39 @@ pub fn term_count_errors(
         terms.size = Some(split_size);
         split_sizes.push((name.clone(), split_size));
     }
-    if split_sizes.is_empty() {
-        return errors;
-    }
-    let Ok(results) = split.clone().into_final_result(request, limits()) else {
+    (!split_sizes.is_empty()).then_some(TermErrorPlan {
+        request,
+        split_sizes,
+    })
+}
+
+/// One split's share of Elasticsearch's `doc_count_error_upper_bound` for each aggregation of
+/// `plan`: when the split returned as many buckets as its `split_size` (`shard_size`,
+/// `segment_size`), the count of the last of them (a term it cut may have had up to that many
+/// documents), else 0. Tantivy's own bound counts the first bucket cut instead; Elasticsearch
+/// and Quickwit use this one.
+pub fn term_count_errors(
+    plan: &TermErrorPlan,
+    split: &IntermediateAggregationResults,
+) -> TermCountErrors {
+    use tantivy::aggregation::agg_result::{AggregationResult, BucketResult};
+    let mut errors = TermCountErrors::new();
+    let Ok(results) = split
+        .clone()
+        .into_final_result(plan.request.clone(), limits())
+    else {
         return errors;
     };
-    for (name, split_size) in split_sizes {
-        let error = match results.0.get(&name) {
+    for (name, split_size) in &plan.split_sizes {
+        let error = match results.0.get(name) {
             Some(AggregationResult::BucketResult(BucketResult::Terms { buckets, .. }))
-                if buckets.len() >= split_size as usize =>
+                if buckets.len() >= *split_size as usize =>
             {
                 buckets.iter().map(|b| b.doc_count).min().unwrap_or(0)
             }
             _ => 0,
         };
-        errors.insert(name, error);
+        errors.insert(name.clone(), error);
     }
     errors
 }

@@ -435,6 +435,11 @@ impl Leaf {
             .for_index(index.index_id(), index.index_config.index_uri.as_deref())
             .map_err(|err| LeafError::Internal(err.to_string()))?;
         let k = request.k;
+        let error_plan = prepared
+            .aggs
+            .as_ref()
+            .and_then(crate::aggs::term_error_plan)
+            .map(Arc::new);
         let mut futures = FuturesUnordered::new();
         for split in &request.splits {
             let tasks: Vec<DeleteTask> = request
@@ -467,6 +472,7 @@ impl Leaf {
                 .map(str::to_string);
             let storage = storage.clone();
             let aggs = prepared.aggs.clone();
+            let error_plan = error_plan.clone();
             // A split written under an older doc mapping has its own field ids: its query
             // is built against its schema once it is open.
             let older = (split.doc_mapping_uid
@@ -488,6 +494,7 @@ impl Leaf {
                         timestamp_field,
                         k,
                         aggs,
+                        error_plan,
                     )
                     .await;
                 (split, result)
@@ -681,6 +688,7 @@ impl Leaf {
         timestamp_field: Option<String>,
         k: usize,
         aggs: Option<Aggregations>,
+        error_plan: Option<Arc<crate::aggs::TermErrorPlan>>,
     ) -> Result<LeafSplitResult, (String, bool)> {
         // The permit bounds downloads as well as searches.
         let _permit = self
@@ -695,7 +703,6 @@ impl Leaf {
             None => query,
         };
         tokio::task::spawn_blocking(move || {
-            let request = aggs.clone();
             let aggs = aggs.map(|aggs| {
                 DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
             });
@@ -708,8 +715,8 @@ impl Leaf {
                 k,
                 aggs,
             )?;
-            if let (Some(request), Some(aggs)) = (&request, &result.aggs) {
-                result.term_errors = crate::aggs::term_count_errors(request, aggs);
+            if let (Some(plan), Some(aggs)) = (&error_plan, &result.aggs) {
+                result.term_errors = crate::aggs::term_count_errors(plan, aggs);
             }
             Ok(result)
         })
