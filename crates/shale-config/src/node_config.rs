@@ -14,6 +14,8 @@
 //! wal_persist_interval_secs: 5         # for on-delay
 //! max_ingest_body_bytes: 10MiB         # integer or size with unit; default 10 MiB
 //! split_cache_max_bytes: 10GiB         # default 10 GiB
+//! range_cache_max_bytes: 512MiB        # memory for byte ranges of splits on S3; 0: download
+//!                                      # whole splits into the split cache instead
 //! max_in_flight_ingest_bytes: 256MiB   # ingest bodies handled at once; more: 429
 //! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
 //! max_concurrent_searches: 100         # searches at once; more: 429
@@ -66,6 +68,8 @@ pub const DEFAULT_WAL_PERSIST_INTERVAL_SECS: u64 = 5;
 pub const DEFAULT_MAX_INGEST_BODY_BYTES: u64 = 10 << 20;
 /// Default `split_cache_max_bytes`: 10 GiB.
 pub const DEFAULT_SPLIT_CACHE_MAX_BYTES: u64 = 10 << 30;
+/// Default `range_cache_max_bytes`: 512 MiB.
+pub const DEFAULT_RANGE_CACHE_MAX_BYTES: u64 = 512 << 20;
 /// Default `max_in_flight_ingest_bytes`: 256 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 /// Default `max_wal_memory_bytes`: 2 GiB, Quickwit's `max_queue_memory_usage`.
@@ -261,6 +265,10 @@ pub struct NodeConfig {
     pub max_ingest_body_bytes: u64,
     /// Size of the local split cache.
     pub split_cache_max_bytes: u64,
+    /// Memory for the byte ranges of splits on remote storage that searches read (splits
+    /// there are opened from their hot cache and read by ranges); 0 downloads them whole
+    /// into the split cache instead.
+    pub range_cache_max_bytes: u64,
     /// Bytes of ingest requests handled at once; beyond, requests get a 429.
     pub max_in_flight_ingest_bytes: u64,
     /// Bytes of WAL records not yet in published splits; beyond, ingest gets a 429.
@@ -311,6 +319,7 @@ impl fmt::Debug for NodeConfig {
             .field("wal_persist_interval_secs", &self.wal_persist_interval_secs)
             .field("max_ingest_body_bytes", &self.max_ingest_body_bytes)
             .field("split_cache_max_bytes", &self.split_cache_max_bytes)
+            .field("range_cache_max_bytes", &self.range_cache_max_bytes)
             .field(
                 "max_in_flight_ingest_bytes",
                 &self.max_in_flight_ingest_bytes,
@@ -438,6 +447,8 @@ struct NodeConfigFile {
     #[serde(default)]
     split_cache_max_bytes: Option<ByteSize>,
     #[serde(default)]
+    range_cache_max_bytes: Option<ByteSize>,
+    #[serde(default)]
     max_in_flight_ingest_bytes: Option<ByteSize>,
     #[serde(default)]
     max_wal_memory_bytes: Option<ByteSize>,
@@ -543,6 +554,9 @@ impl NodeConfig {
             split_cache_max_bytes: file
                 .split_cache_max_bytes
                 .map_or(DEFAULT_SPLIT_CACHE_MAX_BYTES, |size| size.0),
+            range_cache_max_bytes: file
+                .range_cache_max_bytes
+                .map_or(DEFAULT_RANGE_CACHE_MAX_BYTES, |size| size.0),
             max_in_flight_ingest_bytes: file
                 .max_in_flight_ingest_bytes
                 .map_or(DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES, |size| size.0),
@@ -742,6 +756,7 @@ impl Default for NodeConfig {
             wal_persist_interval_secs: DEFAULT_WAL_PERSIST_INTERVAL_SECS,
             max_ingest_body_bytes: DEFAULT_MAX_INGEST_BODY_BYTES,
             split_cache_max_bytes: DEFAULT_SPLIT_CACHE_MAX_BYTES,
+            range_cache_max_bytes: DEFAULT_RANGE_CACHE_MAX_BYTES,
             max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,

@@ -1,14 +1,17 @@
 //! The split bundle: one self-describing file holding a whole Tantivy index.
 //!
 //! ```text
-//! [file 0 bytes][file 1 bytes]…[footer JSON][footer JSON length: u64 LE][b"SHALESPL"]
+//! [file 0 bytes][file 1 bytes]…[hot cache][footer JSON][footer JSON length: u64 LE][b"SHALESPL"]
 //! ```
 //!
-//! The footer JSON is `{"version": 1, "files": [{"name", "start", "end"}, …], "metadata": …}`
-//! where `start..end` is each file's byte range in the bundle and `metadata` the split's
-//! [`SplitStats`]. A reader range-reads the last [`BUNDLE_TRAILER_LEN`] bytes, then the footer
-//! (its offsets are also recorded in [`BuiltSplit::footer_offsets`](crate::BuiltSplit)), then
-//! only the file ranges it needs.
+//! The footer JSON is `{"version": 1, "files": [{"name", "start", "end"}, …], "metadata": …,
+//! "hot": [{"file", "start", "end", "at"}, …]}` where `start..end` is each file's byte range in
+//! the bundle and `metadata` the split's [`SplitStats`]. The **hot cache** holds copies of the
+//! byte ranges of files that opening the split for search reads (see [`HotSlice`]), so that
+//! the hot cache and the footer — whose offsets are recorded in
+//! [`BuiltSplit::footer_offsets`](crate::BuiltSplit) — come with one ranged read, and the rest
+//! is read by ranges when a query needs it ([`RemoteBundle`](crate::RemoteBundle)). Without
+//! the offsets, a reader range-reads the last [`BUNDLE_TRAILER_LEN`] bytes, then the footer.
 //!
 //! [`BundleDirectory`] is a read-only Tantivy [`Directory`] over a memory-mapped bundle (or
 //! in-memory bytes): [`open_split`] needs no unpacking. [`unpack_split`] writes the files out.
@@ -48,6 +51,19 @@ pub struct BundleFile {
     pub end: u64,
 }
 
+/// Bytes `start..end` of file `file`, copied into the hot cache at bundle offset `at`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotSlice {
+    /// The file the bytes belong to.
+    pub file: String,
+    /// First byte, relative to the file.
+    pub start: u64,
+    /// After the last byte, relative to the file.
+    pub end: u64,
+    /// Where the copy sits in the bundle.
+    pub at: u64,
+}
+
 /// The bundle footer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BundleFooter {
@@ -58,6 +74,9 @@ pub struct BundleFooter {
     /// What the split holds (absent in bundles written by other tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<SplitStats>,
+    /// The hot cache (absent in bundles written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot: Vec<HotSlice>,
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> IndexError {
@@ -111,7 +130,8 @@ pub(crate) struct WrittenBundle {
     pub footer_offsets: (u64, u64),
 }
 
-/// Writes `files` (names relative to `index_dir`) and the footer to `bundle_path`.
+/// Writes `files` (names relative to `index_dir`), the hot cache of the committed index in
+/// `index_dir` and the footer to `bundle_path`.
 pub(crate) fn write_bundle(
     index_dir: &Path,
     files: &[String],
@@ -133,10 +153,32 @@ pub(crate) fn write_bundle(
         });
         offset += len;
     }
+    let hot_start = offset;
+    let mut hot = Vec::new();
+    for (name, range) in crate::hotcache::hot_ranges(index_dir, files)? {
+        let path = index_dir.join(&name);
+        let mut file = File::open(&path).map_err(|err| IndexError::io(&path, err))?;
+        io::Seek::seek(&mut file, io::SeekFrom::Start(range.start))
+            .map_err(|err| IndexError::io(&path, err))?;
+        let want = range.end - range.start;
+        let copied = io::copy(&mut io::Read::take(&mut file, want), &mut out)
+            .map_err(|err| IndexError::io(bundle_path, err))?;
+        if copied != want {
+            return Err(invalid(bundle_path, format!("`{name}` changed while bundled")));
+        }
+        hot.push(HotSlice {
+            file: name,
+            start: range.start,
+            end: range.end,
+            at: offset,
+        });
+        offset += want;
+    }
     let footer = BundleFooter {
         version: BUNDLE_VERSION,
         files: entries,
         metadata: Some(metadata.clone()),
+        hot,
     };
     let json = serde_json::to_vec(&footer).map_err(|err| invalid(bundle_path, err.to_string()))?;
     let footer_start = offset;
@@ -150,7 +192,7 @@ pub(crate) fn write_bundle(
     let size_bytes = footer_start + json.len() as u64 + BUNDLE_TRAILER_LEN as u64;
     Ok(WrittenBundle {
         size_bytes,
-        footer_offsets: (footer_start, size_bytes),
+        footer_offsets: (hot_start, size_bytes),
     })
 }
 

@@ -73,8 +73,8 @@ pub struct BuiltSplit {
     pub uncompressed_docs_size_bytes: u64,
     /// Size of the bundle file.
     pub size_bytes: u64,
-    /// Byte range of the footer JSON plus trailer (to the end of the bundle): one range read
-    /// gets everything needed to open the split.
+    /// Byte range of the hot cache, footer JSON and trailer (to the end of the bundle): one
+    /// range read gets everything needed to open the split.
     pub footer_offsets: (u64, u64),
     /// Locality indexes: the smallest sort key of the documents.
     pub sort_key_min: Option<SortKey>,

@@ -568,6 +568,100 @@ fn query_errors() {
 // ---------------------------------------------------------------------------------------------
 // Splits
 
+/// A [`RangeRead`] over a local bundle file that logs what it reads.
+#[derive(Debug)]
+struct LoggedRanges {
+    bytes: Vec<u8>,
+    reads: std::sync::Mutex<Vec<std::ops::Range<u64>>>,
+}
+
+impl RangeRead for LoggedRanges {
+    fn read(&self, range: std::ops::Range<u64>) -> std::io::Result<tantivy::directory::OwnedBytes> {
+        self.reads.lock().unwrap().push(range.clone());
+        Ok(tantivy::directory::OwnedBytes::new(
+            self.bytes[range.start as usize..range.end as usize].to_vec(),
+        ))
+    }
+}
+
+impl LoggedRanges {
+    fn bytes_read(&self) -> u64 {
+        self.reads.lock().unwrap().iter().map(|r| r.end - r.start).sum()
+    }
+}
+
+#[test]
+fn a_split_opens_from_its_hot_cache_and_reads_the_rest_by_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let mapper = Arc::new(mapper());
+    let split = build_split(&mapper, &dir.path().join("01REMOTE"), (0..20_000).map(test_doc));
+    let bytes = std::fs::read(&split.path).unwrap();
+    let len = bytes.len() as u64;
+    let (tail_start, tail_end) = split.footer_offsets;
+    assert_eq!(tail_end, len);
+    let tail = bytes[tail_start as usize..].to_vec();
+    // The trailer says how much of the tail the footer needs; the recorded tail holds more.
+    assert!(RemoteBundle::tail_needed(&tail).unwrap() <= tail.len() as u64);
+    let ranges = Arc::new(LoggedRanges {
+        bytes: bytes.clone(),
+        reads: Default::default(),
+    });
+    let bundle = RemoteBundle::open(
+        "01REMOTE.split",
+        tantivy::directory::OwnedBytes::new(tail),
+        tail_start,
+        len,
+        ranges.clone(),
+    )
+    .unwrap();
+    assert!(bundle.hot_bytes() > 0);
+    assert!(
+        bundle.hot_bytes() < len / 20,
+        "hot cache {} of {len}",
+        bundle.hot_bytes()
+    );
+    let remote = open_remote_split(bundle).unwrap();
+    let searcher = remote
+        .reader_builder()
+        .reload_policy(tantivy::ReloadPolicy::Manual)
+        .try_into()
+        .unwrap()
+        .searcher();
+    assert_eq!(
+        ranges.bytes_read(),
+        0,
+        "opening a split reads only its hot cache: {:?}",
+        ranges.reads.lock().unwrap()
+    );
+
+    // A term query with the top 10 by timestamp and the documents: the same answer as the
+    // mapped split, reading a small part of it.
+    let local = open_split(&split.path).unwrap();
+    let local_searcher = local.reader().unwrap().searcher();
+    let query = mapper.parse_query("severity:ERROR", None).unwrap();
+    let top = || {
+        (
+            Count,
+            TopDocs::with_limit(10)
+                .order_by_fast_field::<tantivy::DateTime>("timestamp", tantivy::Order::Desc),
+        )
+    };
+    let (remote_count, remote_top) = searcher.search(&*query, &top()).unwrap();
+    let (local_count, local_top) = local_searcher.search(&*query, &top()).unwrap();
+    assert_eq!(remote_count, 6666);
+    assert_eq!(remote_count, local_count);
+    assert_eq!(remote_top, local_top);
+    for (_, address) in &remote_top {
+        let remote_doc: TantivyDocument = searcher.doc(*address).unwrap();
+        let local_doc: TantivyDocument = local_searcher.doc(*address).unwrap();
+        assert_eq!(mapper.doc_to_json(&remote_doc), mapper.doc_to_json(&local_doc));
+    }
+    let read = ranges.bytes_read();
+    assert!(read > 0);
+    assert!(read < len / 2, "read {read} of {len} bytes");
+    eprintln!("hot cache and footer {} bytes, query read {read} of {len}", len - tail_start);
+}
+
 #[test]
 fn build_open_and_search_a_split() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! The leaf side of search: what one node does for the root of a search. It searches the
-//! splits it is given — each fetched through the local split cache and kept open between
-//! searches (closed when the cache needs room) — and returns the count and its best `k`
+//! splits it is given — each fetched through the local split cache, or on remote storage with
+//! a range cache, opened from its hot cache and read by byte ranges ([`crate::remote`]) — kept
+//! open between searches (closed when the cache needs room), and returns the count and its best `k`
 //! partial hits (sort key and document address, no document); then it fetches the documents
 //! of the page the root picked. A split that fails is reported, never dropped.
 
@@ -11,7 +12,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
 use shale_index::DocMapper;
 use shale_metastore::IndexMetadata;
-use shale_storage::{IndexStorages, SplitCache, Storage};
+use shale_storage::{IndexStorages, RangeCache, SplitCache, Storage, StorageRef};
 use shale_types::{DeleteTask, SplitMetadata};
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -220,8 +221,8 @@ const MAX_OPEN_SPLITS: usize = 512;
 
 struct OpenSplit {
     searcher: Searcher,
-    // Keeps the cache entry pinned while the split is open.
-    _cached: Arc<shale_storage::CachedSplit>,
+    // Keeps the cache entry pinned while the split is open (none when read by ranges).
+    _cached: Option<Arc<shale_storage::CachedSplit>>,
 }
 
 /// Splits kept open between searches, by split id.
@@ -239,6 +240,8 @@ pub struct Leaf {
     permits: Arc<Semaphore>,
     /// The fields found in each split (immutable, so cached by split id).
     split_fields: Mutex<HashMap<String, Arc<Vec<SplitField>>>>,
+    /// When set, splits on remote storage are read by ranges through it, not downloaded.
+    ranges: Mutex<Option<Arc<RangeCache>>>,
 }
 
 /// A field found in a split — a schema field or a path inside a json field (undeclared fields
@@ -280,7 +283,19 @@ impl Leaf {
             open_splits,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             split_fields: Mutex::new(HashMap::new()),
+            ranges: Mutex::new(None),
         }
+    }
+
+    /// Reads splits on remote storage by byte ranges through `ranges` (`None`: downloads them
+    /// whole into the split cache). Local splits are always mapped whole.
+    pub fn set_range_cache(&self, ranges: Option<Arc<RangeCache>>) {
+        *self.ranges.lock().unwrap_or_else(|p| p.into_inner()) = ranges;
+    }
+
+    /// The range cache, if remote splits are read by ranges.
+    pub fn range_cache(&self) -> Option<Arc<RangeCache>> {
+        self.ranges.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The split cache.
@@ -485,7 +500,7 @@ impl Leaf {
             futures.push(async move {
                 let result = self
                     .search_split(
-                        storage.as_ref(),
+                        &storage,
                         split,
                         query,
                         older,
@@ -583,7 +598,7 @@ impl Leaf {
                 LeafError::InvalidRequest(format!("split {} is not in the request", doc.split_id))
             })?;
             let open = self
-                .open_split(storage.as_ref(), meta)
+                .open_split(&storage, meta)
                 .await
                 .map_err(|(message, _)| LeafError::Internal(message))?;
             opened.insert(doc.split_id.clone(), open);
@@ -627,7 +642,7 @@ impl Leaf {
     /// says whether the split cache was full.
     async fn open_split(
         &self,
-        storage: &dyn Storage,
+        storage: &StorageRef,
         split: &SplitMetadata,
     ) -> Result<Arc<OpenSplit>, (String, bool)> {
         if let Some(open) = self
@@ -640,6 +655,36 @@ impl Leaf {
             self.cache.record_hit();
             return Ok(open.clone());
         }
+        let open = match self.range_cache().filter(|_| !storage.is_local()) {
+            Some(ranges) => Arc::new(OpenSplit {
+                searcher: crate::remote::open_remote_split(storage.clone(), split, ranges)
+                    .await
+                    .map_err(|err| (err, false))?,
+                _cached: None,
+            }),
+            None => self.open_cached_split(storage.as_ref(), split).await?,
+        };
+        let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
+        if table.len() >= MAX_OPEN_SPLITS {
+            // Drop an arbitrary unused split; it is re-opened from the cache when needed.
+            if let Some(victim) = table
+                .iter()
+                .find(|(_, s)| Arc::strong_count(s) == 1)
+                .map(|(k, _)| k.clone())
+            {
+                table.remove(&victim);
+            }
+        }
+        table.insert(split.split_id.clone(), open.clone());
+        Ok(open)
+    }
+
+    /// Opens a split downloaded whole into the split cache.
+    async fn open_cached_split(
+        &self,
+        storage: &dyn Storage,
+        split: &SplitMetadata,
+    ) -> Result<Arc<OpenSplit>, (String, bool)> {
         let cached = self
             .cache
             .get_split(storage, &split.split_id, split.size_bytes)
@@ -657,29 +702,16 @@ impl Leaf {
         .await
         .map_err(|err| (err.to_string(), false))?
         .map_err(|err| (err, false))?;
-        let open = Arc::new(OpenSplit {
+        Ok(Arc::new(OpenSplit {
             searcher,
-            _cached: cached,
-        });
-        let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
-        if table.len() >= MAX_OPEN_SPLITS {
-            // Drop an arbitrary unused split; it is re-opened from the cache when needed.
-            if let Some(victim) = table
-                .iter()
-                .find(|(_, s)| Arc::strong_count(s) == 1)
-                .map(|(k, _)| k.clone())
-            {
-                table.remove(&victim);
-            }
-        }
-        table.insert(split.split_id.clone(), open.clone());
-        Ok(open)
+            _cached: Some(cached),
+        }))
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn search_split(
         &self,
-        storage: &dyn Storage,
+        storage: &StorageRef,
         split: &SplitMetadata,
         query: Arc<dyn Query>,
         older: Option<OlderMapping>,
@@ -739,7 +771,7 @@ impl Leaf {
         let mut futures = FuturesUnordered::new();
         for split in splits {
             let storage = storage.clone();
-            futures.push(async move { self.split_fields(storage.as_ref(), split).await });
+            futures.push(async move { self.split_fields(&storage, split).await });
         }
         let mut merged: std::collections::BTreeMap<(String, tantivy::schema::Type), (bool, bool)> =
             std::collections::BTreeMap::new();
@@ -766,7 +798,7 @@ impl Leaf {
     /// The fields of one split (cached).
     async fn split_fields(
         &self,
-        storage: &dyn Storage,
+        storage: &StorageRef,
         split: &SplitMetadata,
     ) -> Result<Arc<Vec<SplitField>>, LeafError> {
         if let Some(fields) = self

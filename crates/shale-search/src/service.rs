@@ -236,6 +236,12 @@ impl SearchService {
         self.leaf.cache()
     }
 
+    /// Reads splits on remote storage by byte ranges through `ranges` (see
+    /// [`Leaf::set_range_cache`]).
+    pub fn set_range_cache(&self, ranges: Option<Arc<shale_storage::RangeCache>>) {
+        self.leaf.set_range_cache(ranges);
+    }
+
     /// Number of splits kept open between searches.
     pub fn num_open_splits(&self) -> usize {
         self.leaf.num_open_splits()

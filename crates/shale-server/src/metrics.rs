@@ -39,7 +39,16 @@ static WRITE_AMPLIFICATION: LazyLock<Gauge> = LazyLock::new(|| {
 static SPLIT_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "shale_split_cache",
-        "The local split cache: `hits` and `misses` since start, `bytes` held, `splits` held.",
+        "The local split cache: `hits`, `misses` and `downloaded_bytes` since start, `bytes` held, `splits` held.",
+        &["stat"]
+    )
+    .expect("metric registered once")
+});
+
+static RANGE_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "shale_range_cache",
+        "Byte ranges of remote splits read by searches: `fetched_bytes` and `fetches` (ranged GETs) and `hit_bytes` (served from memory) since start, `bytes` held.",
         &["stat"]
     )
     .expect("metric registered once")
@@ -48,6 +57,7 @@ static SPLIT_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 /// Registers every metric of the node, so a scrape shows them all from the start.
 pub fn register_all() {
     LazyLock::force(&SPLIT_CACHE);
+    LazyLock::force(&RANGE_CACHE);
     LazyLock::force(&SPLITS_BY_STATE);
     LazyLock::force(&SPLITS_BY_SCOPE);
     LazyLock::force(&WRITE_AMPLIFICATION);
@@ -66,10 +76,23 @@ pub async fn refresh(node: &Node) {
         ("misses", misses),
         ("bytes", cache.size_bytes()),
         ("splits", cache.len() as u64),
+        ("downloaded_bytes", cache.downloaded_bytes()),
     ] {
         SPLIT_CACHE
             .with_label_values(&[stat])
             .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+    if let Some(ranges) = node.search.leaf().range_cache() {
+        for (stat, value) in [
+            ("fetched_bytes", ranges.fetched_bytes()),
+            ("fetches", ranges.fetches()),
+            ("hit_bytes", ranges.hit_bytes()),
+            ("bytes", ranges.used_bytes()),
+        ] {
+            RANGE_CACHE
+                .with_label_values(&[stat])
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
     }
     let ingest_bytes = shale_ingest::metrics::SPLIT_BYTES_WRITTEN.get();
     let merge_bytes = shale_compaction::service::metrics::MERGE_BYTES_WRITTEN.get();

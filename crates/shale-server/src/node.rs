@@ -15,7 +15,7 @@ use shale_ingest::{IngestLimits, IngestRouter, PersistPolicy, PipelineEnv, Wal};
 use shale_metastore::Shard;
 use shale_metastore::{open_metastore, IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
 use shale_search::SearchService;
-use shale_storage::{IndexStorages, S3Options, SplitCache, StorageResolver};
+use shale_storage::{IndexStorages, RangeCache, S3Options, SplitCache, StorageResolver};
 use shale_types::{DeleteQuery, DeleteTask, Split, SplitState};
 
 use crate::distributed::ClusterNodes;
@@ -281,6 +281,11 @@ impl Node {
             std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
             config.max_concurrent_searches,
         ));
+        if config.range_cache_max_bytes > 0 {
+            search.set_range_cache(Some(Arc::new(RangeCache::new(
+                config.range_cache_max_bytes,
+            ))));
+        }
         search.set_nodes(Arc::new(ClusterNodes::new(
             membership.clone(),
             search.leaf().clone(),

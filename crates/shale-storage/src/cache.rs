@@ -135,6 +135,7 @@ pub struct SplitCache {
     pressure: Mutex<Vec<PressureHandler>>,
     hits: AtomicU64,
     misses: AtomicU64,
+    downloaded_bytes: AtomicU64,
 }
 
 impl std::fmt::Debug for SplitCache {
@@ -164,6 +165,7 @@ impl SplitCache {
             pressure: Mutex::new(Vec::new()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            downloaded_bytes: AtomicU64::new(0),
         })
     }
 
@@ -394,8 +396,11 @@ impl SplitCache {
         size_bytes: u64,
     ) -> StorageResult<Arc<CachedSplit>> {
         let key = shale_types::split_object_key(split_id);
+        let downloaded = &self.downloaded_bytes;
         self.get_or_fetch(split_id, size_bytes, |dir| async move {
-            storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await
+            let size = storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await?;
+            downloaded.fetch_add(size, Ordering::Relaxed);
+            Ok(size)
         })
         .await
     }
@@ -443,6 +448,11 @@ impl SplitCache {
     /// (pinned), so the split was local without a lookup.
     pub fn record_hit(&self) {
         self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes of split objects downloaded by [`SplitCache::get_split`] since open.
+    pub fn downloaded_bytes(&self) -> u64 {
+        self.downloaded_bytes.load(Ordering::Relaxed)
     }
 
     /// (hits, misses) since open.

@@ -5,15 +5,19 @@
 //! default; writes fsynced before they are reported done) and [`S3Storage`] (any
 //! S3-compatible server, `s3://bucket/prefix`, through the `object_store` crate).
 //! [`StorageResolver`] and [`IndexStorages`] turn URIs into storages once and reuse them.
-//! [`SplitCache`] keeps downloaded split objects on local disk within a byte budget, LRU.
+//! [`SplitCache`] keeps downloaded split objects on local disk within a byte budget, LRU;
+//! [`RangeCache`] keeps the byte ranges of remote split objects that searches read, in memory
+//! within a byte budget, LRU.
 
 mod cache;
 mod local;
+mod range_cache;
 mod s3;
 mod storage;
 
 pub use cache::{CachedSplit, PressureHandler, SplitCache, DEFAULT_CACHE_WAIT, SPLIT_FILE_NAME};
 pub use local::LocalStorage;
+pub use range_cache::{RangeCache, RANGE_CHUNK_BYTES};
 pub use s3::S3Storage;
 pub use storage::{IndexStorages, S3Options, Storage, StorageRef, StorageResolver};
 

@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -210,6 +211,27 @@ impl Storage for LocalStorage {
                 .map_err(|err| not_found_or(&name, &path, err))
         })
         .await
+    }
+
+    async fn get_range(&self, name: &str, range: Range<u64>) -> StorageResult<bytes::Bytes> {
+        let path = self.path(name)?;
+        let name = name.to_string();
+        blocking(move || {
+            use std::os::unix::fs::FileExt;
+            let file = File::open(&path).map_err(|err| not_found_or(&name, &path, err))?;
+            let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| {
+                StorageError::ObjectStore(format!("range {range:?} of `{name}` is too large"))
+            })?;
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, range.start)
+                .map_err(|err| io_err(&path, err))?;
+            Ok(bytes::Bytes::from(buf))
+        })
+        .await
+    }
+
+    fn is_local(&self) -> bool {
+        true
     }
 
     async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64> {

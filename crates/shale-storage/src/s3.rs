@@ -2,6 +2,7 @@
 //! Uploads are multipart for large files; an object becomes visible whole when its upload
 //! completes, and S3 acknowledges a completed upload only once it is durable.
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -143,6 +144,10 @@ impl Storage for S3Storage {
 
     async fn get_bytes(&self, name: &str) -> StorageResult<bytes::Bytes> {
         Ok(self.store.get(&self.key(name)?).await?.bytes().await?)
+    }
+
+    async fn get_range(&self, name: &str, range: Range<u64>) -> StorageResult<bytes::Bytes> {
+        Ok(self.store.get_range(&self.key(name)?, range).await?)
     }
 
     async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64> {

@@ -3,6 +3,7 @@
 //! that turn URIs into storages once and hand out the same instance afterwards.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -34,6 +35,16 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 
     /// Reads the whole object `name`.
     async fn get_bytes(&self, name: &str) -> StorageResult<bytes::Bytes>;
+
+    /// Reads bytes `range` of object `name` (one ranged GET on S3). A range past the end of
+    /// the object is an error.
+    async fn get_range(&self, name: &str, range: Range<u64>) -> StorageResult<bytes::Bytes>;
+
+    /// Whether objects are files on this machine (searches then map them whole instead of
+    /// reading them by ranges).
+    fn is_local(&self) -> bool {
+        false
+    }
 
     /// Downloads object `name` to the local file `dest` (written to a temporary name, then
     /// renamed, so a reader never sees a partial file) and returns its size.

@@ -95,7 +95,8 @@ pub struct SplitMetadata {
     /// Delete tasks up to this opstamp have been applied to the split.
     #[serde(default)]
     pub delete_opstamp: u64,
-    /// Byte range of the bundle footer within the split object (for range reads).
+    /// Byte range of the bundle's hot cache and footer within the split object, to its end:
+    /// what a reader fetches first to open the split by ranges.
     #[serde(default)]
     pub footer_offsets: (u64, u64),
     /// Locality indexes: start (seconds) of the time bucket holding every document; `None`
