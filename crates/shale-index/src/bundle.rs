@@ -164,7 +164,10 @@ pub(crate) fn write_bundle(
         let copied = io::copy(&mut io::Read::take(&mut file, want), &mut out)
             .map_err(|err| IndexError::io(bundle_path, err))?;
         if copied != want {
-            return Err(invalid(bundle_path, format!("`{name}` changed while bundled")));
+            return Err(invalid(
+                bundle_path,
+                format!("`{name}` changed while bundled"),
+            ));
         }
         hot.push(HotSlice {
             file: name,

@@ -140,7 +140,7 @@ pub(crate) fn hot_ranges(
             .map_err(|err| IndexError::io(&path, err))?
             .len();
         let mut ranges = if len <= SMALL_FILE_BYTES {
-            vec![0..len]
+            std::iter::once(0..len).collect()
         } else {
             read.remove(Path::new(name)).unwrap_or_default()
         };

@@ -63,8 +63,8 @@ pub use merge::{
     merge_split_files, merge_split_files_capped, merge_split_files_with_deletes, merge_splits,
     merge_splits_to, merge_splits_with_deletes,
 };
-pub use remote::{open_remote_split, RangeRead, RemoteBundle};
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
+pub use remote::{open_remote_split, RangeRead, RemoteBundle};
 pub use shale_config::OTHER_PARTITION_ID;
 pub use split::{
     split_stats, BuiltSplit, SplitBuilder, SplitStats, MIN_HEAP_BYTES_PER_THREAD,

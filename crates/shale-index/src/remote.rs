@@ -28,6 +28,8 @@ pub trait RangeRead: Send + Sync + fmt::Debug + 'static {
 
 /// One file of a remote bundle.
 struct RemoteFile {
+    /// The file's name in the bundle.
+    name: String,
     /// Where the file starts in the bundle.
     start: u64,
     len: usize,
@@ -38,7 +40,7 @@ struct RemoteFile {
 
 impl fmt::Debug for RemoteFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RemoteFile({}+{})", self.start, self.len)
+        write!(f, "RemoteFile({}: {}+{})", self.name, self.start, self.len)
     }
 }
 
@@ -60,12 +62,15 @@ impl FileHandle for RemoteFile {
             return Ok(OwnedBytes::empty());
         }
         // The last hot slice starting at or before the range.
-        let after = self.hot.partition_point(|(hot, _)| hot.start <= range.start);
+        let after = self
+            .hot
+            .partition_point(|(hot, _)| hot.start <= range.start);
         if let Some((hot, bytes)) = after.checked_sub(1).map(|i| &self.hot[i]) {
             if range.end <= hot.end {
                 return Ok(bytes.slice(range.start - hot.start..range.end - hot.start));
             }
         }
+        tracing::trace!(file = %self.name, ?range, "split read outside the hot cache");
         self.reader
             .read(self.start + range.start as u64..self.start + range.end as u64)
     }
@@ -135,6 +140,7 @@ impl RemoteBundle {
             files.insert(
                 PathBuf::from(&entry.name),
                 Arc::new(RemoteFile {
+                    name: entry.name.clone(),
                     start: entry.start,
                     len: (entry.end - entry.start) as usize,
                     hot,

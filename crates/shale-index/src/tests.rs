@@ -586,7 +586,12 @@ impl RangeRead for LoggedRanges {
 
 impl LoggedRanges {
     fn bytes_read(&self) -> u64 {
-        self.reads.lock().unwrap().iter().map(|r| r.end - r.start).sum()
+        self.reads
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.end - r.start)
+            .sum()
     }
 }
 
@@ -594,7 +599,11 @@ impl LoggedRanges {
 fn a_split_opens_from_its_hot_cache_and_reads_the_rest_by_ranges() {
     let dir = tempfile::tempdir().unwrap();
     let mapper = Arc::new(mapper());
-    let split = build_split(&mapper, &dir.path().join("01REMOTE"), (0..20_000).map(test_doc));
+    let split = build_split(
+        &mapper,
+        &dir.path().join("01REMOTE"),
+        (0..20_000).map(test_doc),
+    );
     let bytes = std::fs::read(&split.path).unwrap();
     let len = bytes.len() as u64;
     let (tail_start, tail_end) = split.footer_offsets;
@@ -654,12 +663,18 @@ fn a_split_opens_from_its_hot_cache_and_reads_the_rest_by_ranges() {
     for (_, address) in &remote_top {
         let remote_doc: TantivyDocument = searcher.doc(*address).unwrap();
         let local_doc: TantivyDocument = local_searcher.doc(*address).unwrap();
-        assert_eq!(mapper.doc_to_json(&remote_doc), mapper.doc_to_json(&local_doc));
+        assert_eq!(
+            mapper.doc_to_json(&remote_doc),
+            mapper.doc_to_json(&local_doc)
+        );
     }
     let read = ranges.bytes_read();
     assert!(read > 0);
     assert!(read < len / 2, "read {read} of {len} bytes");
-    eprintln!("hot cache and footer {} bytes, query read {read} of {len}", len - tail_start);
+    eprintln!(
+        "hot cache and footer {} bytes, query read {read} of {len}",
+        len - tail_start
+    );
 }
 
 #[test]

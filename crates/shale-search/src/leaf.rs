@@ -216,11 +216,19 @@ pub(crate) struct Prepared {
     pub(crate) aggs: Option<Aggregations>,
 }
 
+/// How many more splits read by ranges than local splits are searched at once (their cold
+/// searches wait on the object store, not the CPU).
+const REMOTE_PERMITS_FACTOR: usize = 4;
+
 /// Opened splits kept in memory (bounded), keyed by split id.
 const MAX_OPEN_SPLITS: usize = 512;
 
 struct OpenSplit {
     searcher: Searcher,
+    /// Read by byte ranges from remote storage (else mapped from the split cache).
+    by_ranges: bool,
+    /// What searches of a split read by ranges have warmed.
+    warmed: crate::remote::Warmed,
     // Keeps the cache entry pinned while the split is open (none when read by ranges).
     _cached: Option<Arc<shale_storage::CachedSplit>>,
 }
@@ -238,6 +246,8 @@ pub struct Leaf {
     agg_validation: Mutex<HashMap<String, Searcher>>,
     open_splits: Arc<OpenSplits>,
     permits: Arc<Semaphore>,
+    /// Bounds the searches of splits read by ranges ([`REMOTE_PERMITS_FACTOR`] × `permits`).
+    remote_permits: Arc<Semaphore>,
     /// The fields found in each split (immutable, so cached by split id).
     split_fields: Mutex<HashMap<String, Arc<Vec<SplitField>>>>,
     /// When set, splits on remote storage are read by ranges through it, not downloaded.
@@ -282,6 +292,9 @@ impl Leaf {
             agg_validation: Mutex::new(HashMap::new()),
             open_splits,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            remote_permits: Arc::new(Semaphore::new(
+                max_concurrent.max(1) * REMOTE_PERMITS_FACTOR,
+            )),
             split_fields: Mutex::new(HashMap::new()),
             ranges: Mutex::new(None),
         }
@@ -295,7 +308,10 @@ impl Leaf {
 
     /// The range cache, if remote splits are read by ranges.
     pub fn range_cache(&self) -> Option<Arc<RangeCache>> {
-        self.ranges.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.ranges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The split cache.
@@ -620,21 +636,42 @@ impl Leaf {
                 )
             })
             .collect();
-        let docs = tokio::task::spawn_blocking(move || {
-            docs.iter()
-                .map(|doc| {
-                    let searcher = &opened[&doc.split_id].searcher;
-                    let mapper = older.get(&doc.split_id).unwrap_or(&doc_mapper);
-                    searcher
-                        .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
-                        .map(|d| mapper.doc_to_json(&d))
-                        .map_err(|err| err.to_string())
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .await
-        .map_err(|err| LeafError::Internal(err.to_string()))?
-        .map_err(LeafError::Internal)?;
+        // One blocking task per split, all at once (a split read by ranges waits on the
+        // object store for each document block it lacks); the documents come back in order.
+        let mut by_split: HashMap<String, Vec<(usize, DocRef)>> = HashMap::new();
+        for (position, doc) in docs.into_iter().enumerate() {
+            by_split
+                .entry(doc.split_id.clone())
+                .or_default()
+                .push((position, doc));
+        }
+        let tasks = by_split.into_iter().map(|(split_id, docs)| {
+            let open = opened[&split_id].clone();
+            let mapper = older.get(&split_id).unwrap_or(&doc_mapper).clone();
+            tokio::task::spawn_blocking(move || {
+                docs.into_iter()
+                    .map(|(position, doc)| {
+                        open.searcher
+                            .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
+                            .map(|d| (position, mapper.doc_to_json(&d)))
+                            .map_err(|err| err.to_string())
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+            })
+        });
+        let mut rendered: Vec<Option<serde_json::Value>> = vec![None; request.docs.len()];
+        for task in futures::future::join_all(tasks).await {
+            let docs = task
+                .map_err(|err| LeafError::Internal(err.to_string()))?
+                .map_err(LeafError::Internal)?;
+            for (position, doc) in docs {
+                rendered[position] = Some(doc);
+            }
+        }
+        let docs = rendered
+            .into_iter()
+            .map(|doc| doc.ok_or_else(|| LeafError::Internal("a document was lost".into())))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(FetchDocsResponse { docs })
     }
 
@@ -660,6 +697,8 @@ impl Leaf {
                 searcher: crate::remote::open_remote_split(storage.clone(), split, ranges)
                     .await
                     .map_err(|err| (err, false))?,
+                by_ranges: true,
+                warmed: Default::default(),
                 _cached: None,
             }),
             None => self.open_cached_split(storage.as_ref(), split).await?,
@@ -704,6 +743,8 @@ impl Leaf {
         .map_err(|err| (err, false))?;
         Ok(Arc::new(OpenSplit {
             searcher,
+            by_ranges: false,
+            warmed: Default::default(),
             _cached: Some(cached),
         }))
     }
@@ -722,9 +763,15 @@ impl Leaf {
         aggs: Option<Aggregations>,
         error_plan: Option<Arc<crate::aggs::TermErrorPlan>>,
     ) -> Result<LeafSplitResult, (String, bool)> {
-        // The permit bounds downloads as well as searches.
-        let _permit = self
-            .permits
+        // The permit bounds downloads as well as searches. Splits read by ranges mostly wait
+        // on the object store when cold: more of them run at once.
+        let by_ranges = !storage.is_local() && self.range_cache().is_some();
+        let permits = if by_ranges {
+            &self.remote_permits
+        } else {
+            &self.permits
+        };
+        let _permit = permits
             .clone()
             .acquire_owned()
             .await
@@ -735,6 +782,14 @@ impl Leaf {
             None => query,
         };
         tokio::task::spawn_blocking(move || {
+            if open.by_ranges {
+                let fields = crate::remote::fast_fields_read(
+                    &sort_by,
+                    timestamp_field.as_deref(),
+                    aggs.as_ref(),
+                );
+                crate::remote::warm(&open.searcher, query.as_ref(), &fields, &open.warmed);
+            }
             let aggs = aggs.map(|aggs| {
                 DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
             });

@@ -86,8 +86,12 @@ async fn splits_on_s3_are_read_by_ranges_not_downloaded() {
     node.create_index(LOGS_INDEX).await;
     node.ingest("logs", &log_docs(0, 20_000, 1_700_000_000, "api"), "force")
         .await;
-    node.ingest("logs", &log_docs(20_000, 20_000, 1_700_000_000, "db"), "force")
-        .await;
+    node.ingest(
+        "logs",
+        &log_docs(20_000, 20_000, 1_700_000_000, "db"),
+        "force",
+    )
+    .await;
     node.stop().await;
 
     let storage =
@@ -123,7 +127,10 @@ async fn splits_on_s3_are_read_by_ranges_not_downloaded() {
         fetched < split_bytes / 2,
         "fetched {fetched} of {split_bytes} split bytes"
     );
-    eprintln!("fetched {fetched} of {split_bytes} split bytes in {} GETs", ranges.fetches());
+    eprintln!(
+        "fetched {fetched} of {split_bytes} split bytes in {} GETs",
+        ranges.fetches()
+    );
     // Again: served from memory.
     assert_eq!(answers(&node, &queries).await, by_ranges);
     assert_eq!(ranges.fetched_bytes(), fetched);

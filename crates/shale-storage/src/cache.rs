@@ -398,7 +398,9 @@ impl SplitCache {
         let key = shale_types::split_object_key(split_id);
         let downloaded = &self.downloaded_bytes;
         self.get_or_fetch(split_id, size_bytes, |dir| async move {
-            let size = storage.get_to_file(&key, &dir.join(SPLIT_FILE_NAME)).await?;
+            let size = storage
+                .get_to_file(&key, &dir.join(SPLIT_FILE_NAME))
+                .await?;
             downloaded.fetch_add(size, Ordering::Relaxed);
             Ok(size)
         })

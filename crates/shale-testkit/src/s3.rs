@@ -114,7 +114,8 @@ pub fn test_bucket() -> Option<(String, String)> {
     Some((endpoint, bucket))
 }
 
-fn create_bucket(endpoint: &str, bucket: &str) -> Result<(), String> {
+/// Creates bucket `bucket` on the S3-compatible server at `endpoint` (`http://host:port`).
+pub fn create_bucket(endpoint: &str, bucket: &str) -> Result<(), String> {
     let host = endpoint
         .strip_prefix("http://")
         .ok_or("endpoint must be http://")?;

@@ -15,6 +15,8 @@
 //! - `shale-bench deletes`: deletes of 1 %, 10 % and 30 % of 1 M documents: search latency
 //!   before vs after the purge, a delete compaction vs a raw Tantivy rewrite of the same
 //!   split, bytes reclaimed.
+//! - `shale-bench remote`: search on S3 (moto unless `--s3-endpoint`): 10 splits x 100 000
+//!   docs read by byte ranges vs downloaded whole, cold and warm, latency and bytes fetched.
 
 mod cluster;
 mod compaction;
@@ -23,6 +25,7 @@ mod deletes;
 mod ingest;
 mod locality;
 mod merge;
+mod remote;
 mod search;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +52,8 @@ enum Command {
     Deletes(deletes::Args),
     /// Search latency vs raw in-process Tantivy on the same splits.
     Search(search::Args),
+    /// Search on S3: splits read by byte ranges vs downloaded whole (cold and warm).
+    Remote(remote::Args),
 }
 
 #[tokio::main]
@@ -68,5 +73,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Locality(args) => locality::run(args).await,
         Command::Deletes(args) => deletes::run(args).await,
         Command::Search(args) => search::run(args).await,
+        Command::Remote(args) => remote::run(args).await,
     }
 }
