@@ -250,3 +250,94 @@ pub(crate) fn fast_fields_read(
     fields.dedup();
     fields
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shale_storage::{LocalStorage, Storage};
+    use tantivy::collector::Count;
+
+    const CONFIG: &str = "index_id: remote-test\ndoc_mapping:\n  field_mappings:\n    - name: body\n      type: text\n";
+
+    /// A split of `n` documents uploaded to a local storage (read by ranges all the same),
+    /// with its metadata.
+    async fn uploaded_split(dir: &std::path::Path, n: usize) -> (StorageRef, SplitMetadata) {
+        let config = shale_config::IndexConfig::parse(CONFIG.as_bytes()).unwrap();
+        let mapper = Arc::new(shale_index::DocMapper::for_index(&config).unwrap());
+        let mut builder =
+            shale_index::SplitBuilder::new(mapper.clone(), &dir.join("01SPLIT"), 50_000_000)
+                .unwrap();
+        for i in 0..n {
+            let doc = format!(r#"{{"body": "word{} common"}}"#, i % 10);
+            builder
+                .add(mapper.parse_doc(doc.as_bytes()).unwrap())
+                .unwrap();
+        }
+        let built = builder.finish().unwrap();
+        let storage: StorageRef = Arc::new(LocalStorage::open(&dir.join("store")).unwrap());
+        storage
+            .put_file(&shale_types::split_object_key("01SPLIT"), &built.path)
+            .await
+            .unwrap();
+        let split = SplitMetadata {
+            split_id: "01SPLIT".into(),
+            index_uid: shale_types::IndexUid::new("remote-test"),
+            source_id: "s".into(),
+            node_id: "n".into(),
+            partition_id: 0,
+            doc_mapping_uid: "d".into(),
+            num_docs: n as u64,
+            size_bytes: built.size_bytes,
+            uncompressed_docs_size_bytes: 0,
+            time_range: None,
+            tags: Default::default(),
+            create_timestamp: 0,
+            maturity: shale_types::SplitMaturity::Mature,
+            num_merge_ops: 0,
+            delete_opstamp: 0,
+            footer_offsets: built.footer_offsets,
+            time_bucket_start: None,
+            sort_key_min: None,
+            sort_key_max: None,
+            key_level: 0,
+        };
+        (storage, split)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_split_opens_by_ranges_with_or_without_recorded_footer_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let (storage, split) = uploaded_split(dir.path(), 30_000).await;
+        let query = || {
+            let config = shale_config::IndexConfig::parse(CONFIG.as_bytes()).unwrap();
+            shale_index::DocMapper::for_index(&config)
+                .unwrap()
+                .parse_query("body:word3", None)
+                .unwrap()
+        };
+        for offsets in [split.footer_offsets, (0, 0)] {
+            let cache = Arc::new(RangeCache::new(64 << 20));
+            let split = SplitMetadata {
+                footer_offsets: offsets,
+                ..split.clone()
+            };
+            let searcher = open_remote_split(storage.clone(), &split, cache.clone())
+                .await
+                .unwrap();
+            // Opening took one GET when the offsets are known, at most two without.
+            let opening_gets = cache.fetches();
+            assert!(opening_gets <= if offsets == (0, 0) { 2 } else { 1 });
+            let query = query();
+            let count = tokio::task::spawn_blocking(move || {
+                let warmed = Warmed::default();
+                warm(&searcher, query.as_ref(), &[], &warmed);
+                searcher.search(query.as_ref(), &Count).unwrap()
+            })
+            .await
+            .unwrap();
+            assert_eq!(count, 3_000);
+            // The postings and dictionary came by ranges (the split fits one fetch window).
+            assert!(cache.fetches() > opening_gets);
+        }
+    }
+}
