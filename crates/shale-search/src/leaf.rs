@@ -1,9 +1,9 @@
 //! The leaf side of search: what one node does for the root of a search. It searches the
-//! splits it is given — each fetched through the local split cache, or on remote storage with
-//! a range cache, opened from its hot cache and read by byte ranges ([`crate::remote`]) — kept
-//! open between searches (closed when the cache needs room), and returns the count and its best `k`
-//! partial hits (sort key and document address, no document); then it fetches the documents
-//! of the page the root picked. A split that fails is reported, never dropped.
+//! splits it is given — each fetched through the local split cache, or, on remote storage
+//! with a range cache, opened from its hot cache and read by byte ranges ([`crate::remote`]);
+//! kept open between searches (closed when the cache needs room) — and returns the count and
+//! its best `k` partial hits (sort key and document address, no document); then it fetches
+//! the documents of the page the root picked. A split that fails is reported, never dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -689,7 +689,9 @@ impl Leaf {
             .get(&split.split_id)
         {
             // An open split pins its cache entry: it is a cache hit that needed no lookup.
-            self.cache.record_hit();
+            if !open.by_ranges {
+                self.cache.record_hit();
+            }
             return Ok(open.clone());
         }
         let open = match self.range_cache().filter(|_| !storage.is_local()) {
