@@ -10,7 +10,7 @@
 //! byte ranges of files that opening the split for search reads (see [`HotSlice`]), so that
 //! the hot cache and the footer — whose offsets are recorded in
 //! [`BuiltSplit::footer_offsets`](crate::BuiltSplit) — come with one ranged read, and the rest
-//! is read by ranges when a query needs it ([`RemoteBundle`](crate::RemoteBundle)). Without
+//! is read by ranges when a query needs it ([`BundleDirectory::open_remote`]). Without
 //! the offsets, a reader range-reads the last [`BUNDLE_TRAILER_LEN`] bytes, then the footer.
 //!
 //! [`BundleDirectory`] is a read-only Tantivy [`Directory`] over a memory-mapped bundle (or
@@ -28,7 +28,7 @@ use tantivy::directory::error::{DeleteError, LockError, OpenReadError, OpenWrite
 use tantivy::directory::{
     DirectoryLock, FileHandle, FileSlice, Lock, OwnedBytes, WatchCallback, WatchHandle, WritePtr,
 };
-use tantivy::{Directory, Index};
+use tantivy::{Directory, HasLen, Index};
 
 use crate::error::IndexError;
 use crate::split::SplitStats;
@@ -199,10 +199,12 @@ pub(crate) fn write_bundle(
     })
 }
 
-/// A read-only Tantivy [`Directory`] over a split bundle.
+/// A read-only Tantivy [`Directory`] over a split bundle: memory-mapped ([`open`]
+/// (BundleDirectory::open)) or read by ranges from object storage
+/// ([`open_remote`](BundleDirectory::open_remote)).
 #[derive(Clone)]
 pub struct BundleDirectory {
-    files: Arc<HashMap<PathBuf, FileSlice>>,
+    files: Arc<HashMap<PathBuf, Arc<dyn FileHandle>>>,
     footer: Arc<BundleFooter>,
     origin: Arc<PathBuf>,
 }
@@ -247,16 +249,29 @@ impl BundleDirectory {
                     format!("file `{}` is out of the bundle's bounds", entry.name),
                 ));
             }
-            files.insert(
-                PathBuf::from(&entry.name),
-                slice.slice(entry.start as usize..entry.end as usize),
-            );
+            let file: Arc<dyn FileHandle> =
+                Arc::new(slice.slice(entry.start as usize..entry.end as usize));
+            files.insert(PathBuf::from(&entry.name), file);
         }
-        Ok(BundleDirectory {
+        Ok(Self::from_parts(files, footer, origin))
+    }
+
+    /// A directory serving `files` (by name), described by `footer`.
+    pub(crate) fn from_parts(
+        files: HashMap<PathBuf, Arc<dyn FileHandle>>,
+        footer: BundleFooter,
+        origin: &Path,
+    ) -> BundleDirectory {
+        BundleDirectory {
             files: Arc::new(files),
             footer: Arc::new(footer),
             origin: Arc::new(origin.to_path_buf()),
-        })
+        }
+    }
+
+    /// Bytes of the bundle's hot cache.
+    pub fn hot_bytes(&self) -> u64 {
+        self.footer.hot.iter().map(|s| s.end - s.start).sum()
     }
 
     /// The bundle's footer.
@@ -275,7 +290,7 @@ impl BundleDirectory {
 impl Directory for BundleDirectory {
     fn get_file_handle(&self, path: &Path) -> Result<Arc<dyn FileHandle>, OpenReadError> {
         match self.files.get(path) {
-            Some(slice) => Ok(Arc::new(slice.clone())),
+            Some(file) => Ok(file.clone()),
             None => Err(OpenReadError::FileDoesNotExist(path.to_path_buf())),
         }
     }
@@ -299,12 +314,11 @@ impl Directory for BundleDirectory {
     }
 
     fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
-        let slice = self
+        let file = self
             .files
             .get(path)
             .ok_or_else(|| OpenReadError::FileDoesNotExist(path.to_path_buf()))?;
-        slice
-            .read_bytes()
+        file.read_bytes(0..file.len())
             .map(|bytes| bytes.as_slice().to_vec())
             .map_err(|err| OpenReadError::wrap_io_error(err, path.to_path_buf()))
     }
@@ -330,7 +344,14 @@ impl Directory for BundleDirectory {
 /// Opens the Tantivy index of a split bundle, memory-mapped, without unpacking it (with the
 /// normalizers of fast text columns, which aggregations look terms up with).
 pub fn open_split(bundle_path: &Path) -> Result<Index, IndexError> {
-    let mut index = Index::open(BundleDirectory::open(bundle_path)?)?;
+    open_bundle(BundleDirectory::open(bundle_path)?)
+}
+
+/// Opens the Tantivy index of a bundle (with the normalizers of fast text columns, which
+/// aggregations look terms up with). For a bundle read by ranges, call this, and search the
+/// index, on blocking threads.
+pub fn open_bundle(directory: BundleDirectory) -> Result<Index, IndexError> {
+    let mut index = Index::open(directory)?;
     index.set_fast_field_tokenizers(crate::tokenizers::fast_field_tokenizers());
     Ok(index)
 }
@@ -356,11 +377,12 @@ pub fn unpack_split(bundle_path: &Path, dest_dir: &Path) -> Result<(), IndexErro
                 ),
             ));
         }
-        let bytes = directory
+        let file = directory
             .files
             .get(name)
-            .ok_or_else(|| invalid(bundle_path, "inconsistent footer"))?
-            .read_bytes()
+            .ok_or_else(|| invalid(bundle_path, "inconsistent footer"))?;
+        let bytes = file
+            .read_bytes(0..file.len())
             .map_err(|err| IndexError::io(bundle_path, err))?;
         let dest = dest_dir.join(name);
         std::fs::write(&dest, bytes.as_slice()).map_err(|err| IndexError::io(&dest, err))?;

@@ -13,8 +13,8 @@
 //!   [`bundle`]) plus a [`BuiltSplit`] summary (doc count, time range, tags, sizes).
 //! * [`open_split`] opens a bundle as a read-only, memory-mapped Tantivy [`Index`](tantivy::Index)
 //!   without unpacking it; [`unpack_split`] writes its files out instead. A bundle on object
-//!   storage opens from its hot cache and footer alone ([`RemoteBundle`],
-//!   [`open_remote_split`]) and is read by byte ranges after that.
+//!   storage opens from its hot cache and footer alone ([`BundleDirectory::open_remote`],
+//!   [`open_bundle`]) and is read by byte ranges after that.
 //! * [`merge_splits`] merges splits of one doc mapping into a new bundle;
 //!   [`merge_split_files_with_deletes`] and [`merge_split_files_capped`] leave out what delete
 //!   tasks delete (and cut outputs at a size cap); the locality merge does the same.
@@ -48,7 +48,9 @@ mod remote;
 mod split;
 mod tokenizers;
 
-pub use bundle::{open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter, HotSlice};
+pub use bundle::{
+    open_bundle, open_split, unpack_split, BundleDirectory, BundleFile, BundleFooter, HotSlice,
+};
 pub use date::{java_date_format_to_strptime, parse_with_java_format};
 pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};
 pub use doc_mapper::{
@@ -64,7 +66,7 @@ pub use merge::{
     merge_splits_to, merge_splits_with_deletes,
 };
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
-pub use remote::{open_remote_split, RangeRead, RemoteBundle};
+pub use remote::RangeRead;
 pub use shale_config::OTHER_PARTITION_ID;
 pub use split::{
     split_stats, BuiltSplit, SplitBuilder, SplitStats, MIN_HEAP_BYTES_PER_THREAD,

@@ -610,12 +610,12 @@ fn a_split_opens_from_its_hot_cache_and_reads_the_rest_by_ranges() {
     assert_eq!(tail_end, len);
     let tail = bytes[tail_start as usize..].to_vec();
     // The trailer says how much of the tail the footer needs; the recorded tail holds more.
-    assert!(RemoteBundle::tail_needed(&tail).unwrap() <= tail.len() as u64);
+    assert!(BundleDirectory::tail_needed(&tail).unwrap() <= tail.len() as u64);
     let ranges = Arc::new(LoggedRanges {
         bytes: bytes.clone(),
         reads: Default::default(),
     });
-    let bundle = RemoteBundle::open(
+    let bundle = BundleDirectory::open_remote(
         "01REMOTE.split",
         tantivy::directory::OwnedBytes::new(tail),
         tail_start,
@@ -629,7 +629,7 @@ fn a_split_opens_from_its_hot_cache_and_reads_the_rest_by_ranges() {
         "hot cache {} of {len}",
         bundle.hot_bytes()
     );
-    let remote = open_remote_split(bundle).unwrap();
+    let remote = open_bundle(bundle).unwrap();
     let searcher = remote
         .reader_builder()
         .reload_policy(tantivy::ReloadPolicy::Manual)

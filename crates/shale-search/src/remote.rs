@@ -9,7 +9,7 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use shale_index::{RangeRead, RemoteBundle};
+use shale_index::{BundleDirectory, RangeRead};
 use shale_storage::{RangeCache, StorageRef};
 use shale_types::SplitMetadata;
 use tantivy::aggregation::agg_req::Aggregations;
@@ -93,7 +93,7 @@ pub(crate) async fn open_remote_split(
         .map_err(|err| err.to_string())?;
     cache.record_fetch(tail.len() as u64);
     let mut tail_start = tail_start;
-    let needed = RemoteBundle::tail_needed(&tail).map_err(|err| err.to_string())?;
+    let needed = BundleDirectory::tail_needed(&tail).map_err(|err| err.to_string())?;
     if needed > tail.len() as u64 {
         tail_start = len
             .checked_sub(needed)
@@ -113,7 +113,7 @@ pub(crate) async fn open_remote_split(
         runtime: tokio::runtime::Handle::current(),
     });
     tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
-        let bundle = RemoteBundle::open(
+        let bundle = BundleDirectory::open_remote(
             &name,
             OwnedBytes::new(SharedBytes(tail)),
             tail_start,
@@ -121,7 +121,7 @@ pub(crate) async fn open_remote_split(
             ranges,
         )
         .map_err(|err| err.to_string())?;
-        let index = shale_index::open_remote_split(bundle).map_err(|err| err.to_string())?;
+        let index = shale_index::open_bundle(bundle).map_err(|err| err.to_string())?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -254,7 +254,7 @@ pub(crate) fn fast_fields_read(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shale_storage::{LocalStorage, Storage};
+    use shale_storage::LocalStorage;
     use tantivy::collector::Count;
 
     const CONFIG: &str = "index_id: remote-test\ndoc_mapping:\n  field_mappings:\n    - name: body\n      type: text\n";
