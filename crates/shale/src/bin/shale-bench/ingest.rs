@@ -253,6 +253,40 @@ pub async fn ingest_all(
     Ok(())
 }
 
+/// Creates the bench index from `yaml` on the node at `base`, then ingests `lines` in 4 MiB
+/// requests from two clients, the last with `commit=force`.
+pub async fn create_and_ingest(
+    client: &reqwest::Client,
+    base: &str,
+    yaml: String,
+    lines: &[String],
+) -> anyhow::Result<()> {
+    let resp = client
+        .post(format!("{base}/api/v1/indexes"))
+        .body(yaml)
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    let (batches, last_batch) = ndjson_batches(lines, 4 * 1024 * 1024);
+    ingest_all(client, base, batches, last_batch, 2, None).await
+}
+
+/// The index `index_id` and its Published splits.
+pub async fn published_splits(
+    node: &shale_server::Node,
+    index_id: &str,
+) -> anyhow::Result<(shale_metastore::IndexMetadata, Vec<shale_types::Split>)> {
+    let index = node.metastore.index_metadata(index_id).await?;
+    let splits = node
+        .metastore
+        .list_splits(
+            shale_metastore::ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[shale_types::SplitState::Published]),
+        )
+        .await?;
+    Ok((index, splits))
+}
+
 /// Live (pending or running) merge tasks of an index.
 pub async fn live_merge_tasks(
     node: &shale_server::Node,

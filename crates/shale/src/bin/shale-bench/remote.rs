@@ -11,12 +11,10 @@
 use std::time::Instant;
 
 use shale_config::{IndexConfig, NodeConfig};
-use shale_metastore::ListSplitsQuery;
 use shale_search::SearchRequest;
-use shale_types::SplitState;
 
 use crate::corpus;
-use crate::ingest::{ingest_all, ndjson_batches, percentile, start_node};
+use crate::ingest::{create_and_ingest, percentile, published_splits, start_node};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -167,24 +165,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &bucket,
     ))
     .await?;
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(yaml)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
     eprintln!("ingesting into s3://{bucket} on {endpoint}…");
-    let (batches, last_batch) = ndjson_batches(&lines, 4 * 1024 * 1024);
-    ingest_all(&client, &base, batches, last_batch, 2, None).await?;
+    create_and_ingest(&client, &base, yaml, &lines).await?;
     drop(lines);
-    let index = node.metastore.index_metadata("bench-logs").await?;
-    let splits = node
-        .metastore
-        .list_splits(
-            ListSplitsQuery::for_index(index.index_uid.clone())
-                .with_states(&[SplitState::Published]),
-        )
-        .await?;
+    let (_, splits) = published_splits(&node, "bench-logs").await?;
     node.shutdown().await;
     let split_bytes: u64 = splits.iter().map(|s| s.split_metadata.size_bytes).sum();
     let hot_bytes: u64 = splits

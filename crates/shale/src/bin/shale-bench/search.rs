@@ -26,7 +26,7 @@ use tantivy::collector::{Count, TopDocs};
 use tantivy::{Order, Searcher};
 
 use crate::corpus;
-use crate::ingest::{ingest_all, ndjson_batches, percentile, start_node};
+use crate::ingest::{create_and_ingest, percentile, published_splits, start_node};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -122,26 +122,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..NodeConfig::with_data_dir(data.path())
     };
     let (node, base, client) = start_node(node_config).await?;
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(yaml.clone())
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
     eprintln!("ingesting…");
-    let (batches, last_batch) = ndjson_batches(&lines, 4 * 1024 * 1024);
-    ingest_all(&client, &base, batches, last_batch, 2, None).await?;
+    create_and_ingest(&client, &base, yaml.clone(), &lines).await?;
     drop(lines);
 
     // The published splits, opened for the raw baseline from the node's own split files.
-    let index = node.metastore.index_metadata("bench-logs").await?;
-    let splits = node
-        .metastore
-        .list_splits(
-            ListSplitsQuery::for_index(index.index_uid.clone())
-                .with_states(&[SplitState::Published]),
-        )
-        .await?;
+    let (index, splits) = published_splits(&node, "bench-logs").await?;
     let storage = node
         .storages
         .for_index("bench-logs", index.index_config.index_uri.as_deref())?;
