@@ -138,6 +138,23 @@ async fn splits_on_s3_are_read_by_ranges_not_downloaded() {
     // Nothing was downloaded whole.
     assert_eq!(node.node.search.cache().downloaded_bytes(), 0);
     let fetched = ranges.fetched_bytes();
+    // Prometheus shows it.
+    let metrics = node
+        .client
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "shale_range_cache{{stat=\"fetched_bytes\"}} {fetched}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("shale_split_cache{stat=\"downloaded_bytes\"} 0"));
     // Again: served from memory.
     assert_eq!(answers(&node, &queries).await, by_ranges);
     assert_eq!(ranges.fetched_bytes(), fetched);
