@@ -79,23 +79,31 @@ where
         index_uid: &IndexUid,
         opstamp_gt: u64,
     ) -> MetastoreResult<Vec<DeleteTask>> {
-        let exists = sqlx::query::<DB>("SELECT index_uid FROM indexes WHERE index_uid = $1")
-            .bind(index_uid.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        if exists.is_none() {
-            return Err(super::index_not_found(index_uid));
-        }
+        // One round trip (searches call this every time): the index's row, joined with its
+        // tasks past `opstamp_gt` — no row means no index, one row without a task means none.
         let rows = sqlx::query::<DB>(AssertSqlSafe(
-            "SELECT index_uid, opstamp, create_timestamp, delete_query FROM delete_tasks \
-             WHERE index_uid = $1 AND opstamp > $2 ORDER BY opstamp"
+            "SELECT i.index_uid AS index_uid, d.opstamp AS opstamp, \
+             d.create_timestamp AS create_timestamp, d.delete_query AS delete_query \
+             FROM indexes i LEFT JOIN delete_tasks d \
+             ON d.index_uid = i.index_uid AND d.opstamp > $2 \
+             WHERE i.index_uid = $1 ORDER BY d.opstamp"
                 .to_string(),
         ))
         .bind(index_uid.to_string())
         .bind(to_db(opstamp_gt))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(Self::decode_delete_task).collect()
+        if rows.is_empty() {
+            return Err(super::index_not_found(index_uid));
+        }
+        let mut tasks = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let opstamp: Option<i64> = row.try_get("opstamp")?;
+            if opstamp.is_some() {
+                tasks.push(Self::decode_delete_task(row)?);
+            }
+        }
+        Ok(tasks)
     }
 
     pub(super) async fn select_last_delete_opstamps(
