@@ -357,15 +357,7 @@ async fn splits_listing_health_and_metrics() {
 
     assert_eq!(node.get("/health/livez").await.0, 200);
     assert_eq!(node.get("/health/readyz").await.0, 200);
-    let text = node
-        .client
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = node.metrics().await;
     for name in [
         "shale_ingest_docs_total",
         "shale_ingest_bytes_total",

@@ -100,15 +100,7 @@ async fn splits_merge_automatically_and_no_document_is_lost_or_duplicated() {
         "{status_body}"
     );
 
-    let text = node
-        .client
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = node.metrics().await;
     assert!(text.contains("shale_merges_succeeded_total"));
     assert!(text.contains("shale_merge_bytes_written_total"));
     assert!(text.contains("shale_write_amplification"));

@@ -250,15 +250,7 @@ async fn more_small_splits_than_the_count_are_merged_whatever_the_policy_waits_f
     let merges = status_body["recent_merges"].as_array().unwrap();
     assert_eq!(merges.len(), 1, "{status_body}");
     assert_eq!(merges[0]["trigger"], "small_splits");
-    let metrics = node
-        .client
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     assert!(metrics.contains("shale_compaction_triggers_total{trigger=\"small_splits\"}"));
     node.stop().await;
 }

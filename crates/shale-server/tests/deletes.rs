@@ -289,15 +289,7 @@ async fn delete_compaction_fires_above_the_ratio_and_the_size_and_not_at_them() 
     assert_eq!(after[0]["num_docs"], 92);
     assert_eq!(node.count("sized", "*").await, 92);
 
-    let metrics = node
-        .client
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     for trigger in ["delete_ratio", "delete_bytes"] {
         assert!(
             metrics.contains(&format!(

@@ -139,15 +139,7 @@ async fn splits_on_s3_are_read_by_ranges_not_downloaded() {
     assert_eq!(node.node.search.cache().downloaded_bytes(), 0);
     let fetched = ranges.fetched_bytes();
     // Prometheus shows it.
-    let metrics = node
-        .client
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     assert!(
         metrics.contains(&format!(
             "shale_range_cache{{stat=\"fetched_bytes\"}} {fetched}"

@@ -93,6 +93,18 @@ impl TestNode {
         self.node.halt().await;
     }
 
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
