@@ -314,6 +314,12 @@ impl Leaf {
             .clone()
     }
 
+    /// The range cache splits of `storage` are read through, if they are read by ranges
+    /// (remote storage and a range cache set).
+    fn ranges_for(&self, storage: &StorageRef) -> Option<Arc<RangeCache>> {
+        self.range_cache().filter(|_| !storage.is_local())
+    }
+
     /// The split cache.
     pub fn cache(&self) -> &Arc<SplitCache> {
         &self.cache
@@ -694,7 +700,7 @@ impl Leaf {
             }
             return Ok(open.clone());
         }
-        let open = match self.range_cache().filter(|_| !storage.is_local()) {
+        let open = match self.ranges_for(storage) {
             Some(ranges) => Arc::new(OpenSplit {
                 searcher: crate::remote::open_remote_split(storage.clone(), split, ranges)
                     .await
@@ -767,8 +773,7 @@ impl Leaf {
     ) -> Result<LeafSplitResult, (String, bool)> {
         // The permit bounds downloads as well as searches. Splits read by ranges mostly wait
         // on the object store when cold: more of them run at once.
-        let by_ranges = !storage.is_local() && self.range_cache().is_some();
-        let permits = if by_ranges {
+        let permits = if self.ranges_for(storage).is_some() {
             &self.remote_permits
         } else {
             &self.permits

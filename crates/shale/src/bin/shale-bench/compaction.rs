@@ -15,7 +15,7 @@ use shale_types::SplitState;
 
 use crate::corpus;
 use crate::ingest::{
-    live_merge_tasks, ndjson_batches, percentile, spawn_ingest_clients, start_node,
+    create_index, live_merge_tasks, ndjson_batches, percentile, spawn_ingest_clients, start_node,
 };
 
 #[derive(clap::Args)]
@@ -101,12 +101,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "commit_timeout_secs: 30",
         &format!("commit_timeout_secs: {}", args.commit_timeout_secs),
     );
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(index_yaml)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    create_index(&client, &base, index_yaml).await?;
     let index = node.metastore.index_metadata("bench-logs").await?;
 
     let (batches, last_batch) = ndjson_batches(&lines, 1 << 20);

@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use shale_config::NodeConfig;
-use shale_metastore::{ListSplitsQuery, NewMergeTask};
-use shale_types::{MergeKind, SplitMetadata, SplitState};
+use shale_metastore::NewMergeTask;
+use shale_types::{MergeKind, SplitMetadata};
 
 use crate::corpus;
-use crate::ingest::{ingest_all, ndjson_batches, percentile, start_node};
+use crate::ingest::{
+    create_index, ingest_all, ndjson_batches, percentile, published_splits, start_node,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -66,16 +68,8 @@ async fn p50(
 }
 
 async fn published(node: &shale_server::Node) -> anyhow::Result<Vec<SplitMetadata>> {
-    let index = node.metastore.index_metadata("bench-logs").await?;
-    Ok(node
-        .metastore
-        .list_splits(
-            ListSplitsQuery::for_index(index.index_uid).with_states(&[SplitState::Published]),
-        )
-        .await?
-        .into_iter()
-        .map(|s| s.split_metadata)
-        .collect())
+    let (_, splits) = published_splits(node, "bench-logs").await?;
+    Ok(splits.into_iter().map(|s| s.split_metadata).collect())
 }
 
 /// Raw Tantivy: the split unpacked, its deleted documents deleted by query, committed, its
@@ -125,12 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.split_docs
         ),
     );
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(index_yaml)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    create_index(&client, &base, index_yaml).await?;
     eprintln!("ingesting…");
     let (batches, last_batch) = ndjson_batches(&lines, 8 << 20);
     ingest_all(&client, &base, batches, last_batch, 2, None).await?;

@@ -253,6 +253,21 @@ pub async fn ingest_all(
     Ok(())
 }
 
+/// Creates an index from its YAML config on the node at `base`.
+pub async fn create_index(
+    client: &reqwest::Client,
+    base: &str,
+    yaml: impl Into<reqwest::Body>,
+) -> anyhow::Result<()> {
+    let resp = client
+        .post(format!("{base}/api/v1/indexes"))
+        .body(yaml)
+        .send()
+        .await?;
+    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    Ok(())
+}
+
 /// Creates the bench index from `yaml` on the node at `base`, then ingests `lines` in 4 MiB
 /// requests from two clients, the last with `commit=force`.
 pub async fn create_and_ingest(
@@ -261,12 +276,7 @@ pub async fn create_and_ingest(
     yaml: String,
     lines: &[String],
 ) -> anyhow::Result<()> {
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(yaml)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    create_index(client, base, yaml).await?;
     let (batches, last_batch) = ndjson_batches(lines, 4 * 1024 * 1024);
     ingest_all(client, base, batches, last_batch, 2, None).await
 }
@@ -348,12 +358,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("shale indexer_threads: {}", node_config.indexer_threads);
     let (_node, base, client) = start_node(node_config).await?;
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(corpus::INDEX_YAML)
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    create_index(&client, &base, corpus::INDEX_YAML).await?;
 
     let (batches, last_batch) = ndjson_batches(&lines, args.batch_bytes);
     let baseline_rss = peak_rss_mb();

@@ -20,7 +20,9 @@ use shale_types::{MergeKind, SplitState};
 use tantivy::directory::MmapDirectory;
 
 use crate::corpus;
-use crate::ingest::{ingest_all, live_merge_tasks, ndjson_batches, percentile, start_node};
+use crate::ingest::{
+    create_index, ingest_all, live_merge_tasks, ndjson_batches, percentile, start_node,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -253,16 +255,12 @@ async fn run_policy(
     config.compaction.planner_interval_secs = 1;
     config.compaction.deletion_grace_period_secs = 24 * 3600;
     let (node, base, client) = start_node(config).await?;
-    let resp = client
-        .post(format!("{base}/api/v1/indexes"))
-        .body(index_yaml(
-            policy,
-            args.commit_timeout_secs,
-            args.target_docs,
-        ))
-        .send()
-        .await?;
-    anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+    create_index(
+        &client,
+        &base,
+        index_yaml(policy, args.commit_timeout_secs, args.target_docs),
+    )
+    .await?;
     let index = node.metastore.index_metadata("bench-logs").await?;
 
     eprintln!(
