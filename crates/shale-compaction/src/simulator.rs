@@ -394,6 +394,8 @@ pub fn simulated_split(
         sort_key_min: None,
         sort_key_max: None,
         key_level: 0,
+        sort_fields: None,
+        tag_fields: None,
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod compaction;
 mod index_config;
+mod layout;
 mod locality;
 mod merge_policy;
 mod node_config;

@@ -23,7 +23,7 @@ impl DocMapper {
         let query = &task.delete_query;
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(
             Occur::Must,
-            self.parse_query(&query.query, query.search_field.as_deref())?,
+            self.parse_query(&query.query, task.search_fields())?,
         )];
         if let Some(range) = self.time_range_query(query.start_timestamp, query.end_timestamp) {
             clauses.push((Occur::Must, range));
@@ -64,10 +64,10 @@ impl DocMapper {
     ) -> Result<Box<dyn Query>, IndexError> {
         Ok(match self.deletes_query(tasks)? {
             None => query,
-            Some(deleted) => Box::new(BooleanQuery::new(vec![
+            Some(deleted) => crate::exclusion::guard_exclusions(Box::new(BooleanQuery::new(vec![
                 (Occur::Must, query),
                 (Occur::MustNot, deleted),
-            ])),
+            ]))),
         })
     }
 }

@@ -343,6 +343,16 @@ impl DocMapper {
         Self::build(&config.doc_mapping, &config.search_settings, locality)
     }
 
+    /// The doc mapper of an older doc mapping version of an index (`config` as it was when
+    /// that version was created): it reads and writes that version's splits exactly, and
+    /// parses queries written against the current mapping leniently — terms on fields that
+    /// version lacks match nothing.
+    pub fn for_older_version(config: &IndexConfig) -> Result<DocMapper, IndexError> {
+        let mut mapper = Self::for_index(config)?;
+        mapper.older_schema = true;
+        Ok(mapper)
+    }
+
     fn build(
         doc_mapping: &DocMapping,
         search_settings: &SearchSettings,
@@ -554,7 +564,17 @@ impl DocMapper {
         let by_name_in = |name: &str| schema.get_field(name).ok();
         let mut fields = Vec::with_capacity(self.fields.len());
         for mapped in &self.fields {
-            if let Some(field) = by_name_in(&mapped.name) {
+            // A field whose type changed since is left out too: a term of the current type
+            // on a field of another type would be meaningless (or refused by Tantivy).
+            let same_type = |field: Field| {
+                schema.get_field_entry(field).field_type().value_type()
+                    == self
+                        .schema
+                        .get_field_entry(mapped.field)
+                        .field_type()
+                        .value_type()
+            };
+            if let Some(field) = by_name_in(&mapped.name).filter(|field| same_type(*field)) {
                 fields.push(MappedField {
                     field,
                     ..mapped.clone()
@@ -635,6 +655,13 @@ impl DocMapper {
                 .map(|(field, kind)| (self.schema.get_field_name(*field).to_string(), *kind))
                 .collect()
         })
+    }
+
+    /// The names of the sort fields of a locality index, most significant first: what its
+    /// splits record as the fields their sort keys were encoded with.
+    pub fn sort_field_names(&self) -> Option<Vec<String>> {
+        self.sort_fields()
+            .map(|fields| fields.into_iter().map(|(name, _)| name).collect())
     }
 
     /// The types of the sort fields of a locality index, most significant first.

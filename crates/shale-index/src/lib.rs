@@ -39,6 +39,7 @@ mod date;
 mod deletes;
 mod doc_mapper;
 mod error;
+mod exclusion;
 mod hotcache;
 mod key_filter;
 mod locality_merge;

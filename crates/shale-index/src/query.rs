@@ -186,7 +186,9 @@ impl DocMapper {
         }
         let field_names = search_fields.unwrap_or(self.default_search_fields());
         for name in field_names {
-            if !self.resolves_field(name) {
+            // A split of an older mapping may lack a search field: its terms there match
+            // nothing (the request was checked against the current mapping).
+            if !self.older_schema && !self.resolves_field(name) {
                 return Err(IndexError::InvalidQuery(format!(
                     "unknown search field `{name}`"
                 )));
@@ -208,10 +210,12 @@ impl DocMapper {
         );
         parser.set_conjunction_by_default();
         parser.allow_regexes();
-        if self.needs_own_build(&ast) {
-            return self.build_clause_by_clause(&parser, ast, query);
-        }
-        build_leniently(&parser, ast, query)
+        let built = if self.needs_own_build(&ast) {
+            self.build_clause_by_clause(&parser, ast, query)?
+        } else {
+            build_leniently(&parser, ast, query)?
+        };
+        Ok(crate::exclusion::guard_exclusions(built))
     }
 
     /// The json field and path of a regex leaf on a path inside a json field

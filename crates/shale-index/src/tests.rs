@@ -1430,6 +1430,8 @@ fn delete_task(
             start_timestamp: start,
             end_timestamp: end,
         },
+        default_search_fields: None,
+        doc_mapping_uid: None,
     }
 }
 
@@ -1592,6 +1594,8 @@ fn a_locality_merge_leaves_out_deleted_documents() {
             query: "service:svc-1".to_string(),
             ..Default::default()
         },
+        default_search_fields: None,
+        doc_mapping_uid: None,
     };
     let cut = crate::LocalityCut {
         target_num_docs: 300,

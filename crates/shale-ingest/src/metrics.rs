@@ -43,6 +43,8 @@ metric!(WAL_APPENDS: IntCounter = register_int_counter!(
     "shale_wal_appends_total", "WAL appends (one per ingest request and shard)."));
 metric!(HANDOFFS_DROPPED: IntCounter = register_int_counter!(
     "shale_indexing_handoffs_dropped_total", "Ingest requests whose parsed documents the pipeline could not hold (it parses them again from the WAL)."));
+metric!(DEAD_LETTERS: IntCounter = register_int_counter!(
+    "shale_indexing_dead_letters_total", "WAL records that could not be indexed, kept in the data directory's dead letters with their position."));
 metric!(INGEST_REJECTED_REQUESTS: IntCounterVec = register_int_counter_vec!(
     "shale_ingest_rejected_requests_total", "Ingest requests (or bulk items) refused with 429, by limit.", &["limit"]));
 
@@ -57,6 +59,7 @@ pub fn register() {
     LazyLock::force(&PIPELINE_STAGE_SECONDS);
     LazyLock::force(&WAL_MEMORY_BYTES);
     LazyLock::force(&HANDOFFS_DROPPED);
+    LazyLock::force(&DEAD_LETTERS);
     LazyLock::force(&WAL_DISK_BYTES);
     LazyLock::force(&WAL_BACKLOG_BYTES);
     LazyLock::force(&WAL_FSYNCS);

@@ -10,36 +10,90 @@
 //! index before it answers; a periodic refresh from the metastore catches up a node that
 //! missed the call.
 //!
-//! WAL record format: `0x00`, the opstamp as 8 little-endian bytes, then the JSON document.
-//! A record without the marker (written before deletes existed) has opstamp 0.
+//! WAL record format: `0x01`, the opstamp as 8 little-endian bytes, the length of the doc
+//! mapping uid the document was validated with (one byte), that uid, then the JSON document:
+//! a record is indexed with the mapping it was accepted under, whatever updates come between.
+//! Older formats still read: `0x00` + opstamp + JSON (no mapping recorded), and bare JSON
+//! (written before deletes existed: opstamp 0).
 
 use std::collections::HashMap;
 
 use shale_types::IndexUid;
 use tokio::sync::{RwLock, RwLockReadGuard};
 
-/// First byte of a record that carries an opstamp (a JSON document never starts with it).
+/// First byte of a record that carries an opstamp only (a JSON document never starts with it).
 const OPSTAMP_MARKER: u8 = 0x00;
-/// Length of the record prefix.
-pub const RECORD_PREFIX_LEN: usize = 9;
+/// First byte of a record that carries an opstamp and a doc mapping uid.
+const MAPPED_MARKER: u8 = 0x01;
 
-/// The prefix of the WAL records of documents acknowledged at `opstamp`.
-pub fn record_prefix(opstamp: u64) -> [u8; RECORD_PREFIX_LEN] {
-    let mut prefix = [0u8; RECORD_PREFIX_LEN];
-    prefix[0] = OPSTAMP_MARKER;
-    prefix[1..].copy_from_slice(&opstamp.to_le_bytes());
+/// The prefix of the WAL records of documents acknowledged at `opstamp`, validated with the
+/// doc mapping `doc_mapping_uid`.
+pub fn record_prefix(opstamp: u64, doc_mapping_uid: &str) -> Vec<u8> {
+    let uid = doc_mapping_uid.as_bytes();
+    let mut prefix = Vec::with_capacity(10 + uid.len());
+    match u8::try_from(uid.len()) {
+        Ok(len) => {
+            prefix.push(MAPPED_MARKER);
+            prefix.extend_from_slice(&opstamp.to_le_bytes());
+            prefix.push(len);
+            prefix.extend_from_slice(uid);
+        }
+        // Never for a ULID; such a record is read with the shard's current mapping.
+        Err(_) => {
+            prefix.push(OPSTAMP_MARKER);
+            prefix.extend_from_slice(&opstamp.to_le_bytes());
+        }
+    }
     prefix
 }
 
-/// A WAL record's opstamp and document.
-pub fn decode_record(record: &[u8]) -> (u64, &[u8]) {
+/// A WAL record, decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WalRecord<'a> {
+    /// The delete opstamp of the document.
+    pub opstamp: u64,
+    /// The doc mapping it was validated with (`None` for older records).
+    pub doc_mapping_uid: Option<&'a str>,
+    /// The document as ingested.
+    pub json: &'a [u8],
+}
+
+/// Decodes a WAL record (any format).
+pub fn decode_record(record: &[u8]) -> WalRecord<'_> {
+    let opstamp_of = |bytes: &[u8]| {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(&bytes[..8]);
+        u64::from_le_bytes(le)
+    };
     match record {
-        [OPSTAMP_MARKER, rest @ ..] if rest.len() >= 8 => {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(&rest[..8]);
-            (u64::from_le_bytes(bytes), &rest[8..])
+        [MAPPED_MARKER, rest @ ..] if rest.len() >= 9 => {
+            let len = rest[8] as usize;
+            let uid = rest
+                .get(9..9 + len)
+                .and_then(|uid| std::str::from_utf8(uid).ok());
+            match uid {
+                Some(uid) => WalRecord {
+                    opstamp: opstamp_of(rest),
+                    doc_mapping_uid: Some(uid),
+                    json: &rest[9 + len..],
+                },
+                None => WalRecord {
+                    opstamp: 0,
+                    doc_mapping_uid: None,
+                    json: record,
+                },
+            }
         }
-        _ => (0, record),
+        [OPSTAMP_MARKER, rest @ ..] if rest.len() >= 8 => WalRecord {
+            opstamp: opstamp_of(rest),
+            doc_mapping_uid: None,
+            json: &rest[8..],
+        },
+        _ => WalRecord {
+            opstamp: 0,
+            doc_mapping_uid: None,
+            json: record,
+        },
     }
 }
 
@@ -116,12 +170,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_round_trip_and_old_records_have_opstamp_zero() {
-        let mut record = record_prefix(42).to_vec();
+    fn records_round_trip_and_old_records_still_read() {
+        let mut record = record_prefix(42, "01HMAPPING").to_vec();
         record.extend_from_slice(br#"{"a":1}"#);
-        assert_eq!(decode_record(&record), (42, &br#"{"a":1}"#[..]));
-        assert_eq!(decode_record(br#"{"a":1}"#), (0, &br#"{"a":1}"#[..]));
-        assert_eq!(decode_record(b""), (0, &b""[..]));
+        assert_eq!(
+            decode_record(&record),
+            WalRecord {
+                opstamp: 42,
+                doc_mapping_uid: Some("01HMAPPING"),
+                json: &br#"{"a":1}"#[..]
+            }
+        );
+        // The format before doc mappings were recorded.
+        let mut old = vec![OPSTAMP_MARKER];
+        old.extend_from_slice(&7u64.to_le_bytes());
+        old.extend_from_slice(br#"{"a":1}"#);
+        assert_eq!(
+            decode_record(&old),
+            WalRecord {
+                opstamp: 7,
+                doc_mapping_uid: None,
+                json: &br#"{"a":1}"#[..]
+            }
+        );
+        // Before deletes existed: bare JSON.
+        let bare = decode_record(br#"{"a":1}"#);
+        assert_eq!((bare.opstamp, bare.json), (0, &br#"{"a":1}"#[..]));
+        assert_eq!(decode_record(b"").json, b"");
     }
 
     #[tokio::test]

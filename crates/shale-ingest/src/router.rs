@@ -516,12 +516,15 @@ impl IngestRouter {
             .then(|| served.doc_mapper.clone())
     }
 
-    /// Appends validated documents to the open shard `key` and waits as `commit` says.
+    /// Appends documents validated with the doc mapping `doc_mapping_uid` to the open shard
+    /// `key` and waits as `commit` says. The records carry that uid: they are indexed with
+    /// that mapping even if the index is updated before they are.
     pub async fn append(
         &self,
         key: &ShardKey,
         raw: &[bytes::Bytes],
         parsed: Vec<ParsedDoc>,
+        doc_mapping_uid: &str,
         commit: CommitMode,
     ) -> Result<(), IngestError> {
         let queue = key.queue_name();
@@ -557,7 +560,11 @@ impl IngestRouter {
         let positions = self
             .env
             .wal
-            .append_with_prefix(&queue, &crate::opstamps::record_prefix(opstamp), &refs)
+            .append_with_prefix(
+                &queue,
+                &crate::opstamps::record_prefix(opstamp, doc_mapping_uid),
+                &refs,
+            )
             .await?;
         drop(opstamps);
         let mut parsed = parsed;
@@ -576,6 +583,7 @@ impl IngestRouter {
             pipeline.offer_parsed(PreParsed {
                 first_position,
                 docs: parsed,
+                doc_mapping_uid: Arc::from(doc_mapping_uid),
             });
         }
         pipeline.notify_new_records();

@@ -64,6 +64,8 @@ macro_rules! metastore_conformance_tests {
             index_templates_are_created_listed_updated_and_deleted,
             list_indexes_orders_by_index_id,
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
+            doc_mapping_versions_are_kept_and_sort_fields_make_a_new_one,
+            delete_tasks_are_bound_to_the_settings_of_their_creation,
             update_index_config_rejects_index_id_change,
             update_split_maturities_changes_published_splits_only,
             delete_index_returns_its_splits_and_forgets_everything,
@@ -176,6 +178,8 @@ pub fn split_metadata(index_uid: &IndexUid, split_id: &str) -> SplitMetadata {
         sort_key_min: None,
         sort_key_max: None,
         key_level: 0,
+        sort_fields: None,
+        tag_fields: None,
     }
 }
 
@@ -459,6 +463,136 @@ pub async fn update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed(
     assert_eq!(read, updated);
     assert_eq!(read.index_config.doc_mapping.tag_fields, ["body"]);
     assert_eq!(read.index_config.indexing_settings.commit_timeout_secs, 5);
+}
+
+/// Every doc mapping version stays readable with the config of its day; a change of the
+/// sort fields of a locality index is a new version (its splits' keys are encoded
+/// differently).
+pub async fn doc_mapping_versions_are_kept_and_sort_fields_make_a_new_one(
+    metastore: Arc<dyn Metastore>,
+) {
+    let created = create(&metastore, "logs").await;
+    let uid0 = created.index_config.doc_mapping.doc_mapping_uid.clone();
+    let v0 = metastore
+        .doc_mapping_version(&created.index_uid, &uid0)
+        .await
+        .expect("version")
+        .expect("the first version is recorded at creation");
+    assert_eq!(v0, created.index_config);
+
+    let mut config = created.index_config.clone();
+    config.doc_mapping.tag_fields.push("body".to_string());
+    let updated = metastore
+        .update_index_config(&created.index_uid, config)
+        .await
+        .expect("update");
+    let uid1 = updated.index_config.doc_mapping.doc_mapping_uid.clone();
+    assert_ne!(uid1, uid0);
+    let v1 = metastore
+        .doc_mapping_version(&created.index_uid, &uid1)
+        .await
+        .expect("version")
+        .expect("recorded");
+    assert_eq!(v1.doc_mapping.tag_fields, ["body"]);
+    let v0_again = metastore
+        .doc_mapping_version(&created.index_uid, &uid0)
+        .await
+        .expect("version")
+        .expect("still recorded");
+    assert!(v0_again.doc_mapping.tag_fields.is_empty());
+
+    // Same doc mapping, other sort fields: a new version.
+    let locality = |fields: &[&str]| {
+        let mut config = updated.index_config.clone();
+        let settings = serde_json::json!({"sort_fields": fields});
+        config.indexing_settings.merge_policy = shale_config::MergePolicyConfig::Locality(
+            shale_config::LocalityConfig::parse(settings.as_object().expect("object"))
+                .expect("locality settings"),
+        );
+        config
+    };
+    let by_body = metastore
+        .update_index_config(&created.index_uid, locality(&["body"]))
+        .await
+        .expect("update");
+    let uid2 = by_body.index_config.doc_mapping.doc_mapping_uid.clone();
+    assert_ne!(
+        uid2, uid1,
+        "a new merge policy with sort fields is a new layout"
+    );
+    let mut same = by_body.index_config.clone();
+    same.indexing_settings.commit_timeout_secs = 3;
+    let same = metastore
+        .update_index_config(&created.index_uid, same)
+        .await
+        .expect("update");
+    assert_eq!(same.index_config.doc_mapping.doc_mapping_uid, uid2);
+    let by_timestamp = metastore
+        .update_index_config(&created.index_uid, locality(&["timestamp"]))
+        .await
+        .expect("update");
+    assert_ne!(by_timestamp.index_config.doc_mapping.doc_mapping_uid, uid2);
+    assert!(metastore
+        .doc_mapping_version(&created.index_uid, "unknown")
+        .await
+        .expect("version")
+        .is_none());
+    // Deleting the index forgets its versions.
+    metastore
+        .delete_index(&created.index_uid)
+        .await
+        .expect("delete");
+    let again = create(&metastore, "logs").await;
+    assert!(metastore
+        .doc_mapping_version(&again.index_uid, &uid0)
+        .await
+        .expect("version")
+        .is_none());
+}
+
+/// A delete task records the default search fields and doc mapping of its creation; a later
+/// update of the index does not change them.
+pub async fn delete_tasks_are_bound_to_the_settings_of_their_creation(
+    metastore: Arc<dyn Metastore>,
+) {
+    let mut config = index_config("logs");
+    config.search_settings.default_search_fields = vec!["body".to_string()];
+    let created = metastore.create_index(config).await.expect("create");
+    let unfielded = shale_types::DeleteQuery {
+        query: "secret".to_string(),
+        ..Default::default()
+    };
+    let task = metastore
+        .create_delete_task(&created.index_uid, unfielded.clone(), T0)
+        .await
+        .expect("create");
+    assert_eq!(
+        task.default_search_fields.as_deref(),
+        Some(&["body".to_string()][..])
+    );
+    assert_eq!(
+        task.doc_mapping_uid.as_deref(),
+        Some(created.index_config.doc_mapping.doc_mapping_uid.as_str())
+    );
+    assert_eq!(task.search_fields(), Some(&["body".to_string()][..]));
+
+    let mut updated = created.index_config.clone();
+    updated.search_settings.default_search_fields = vec!["timestamp".to_string()];
+    updated.doc_mapping.tag_fields.push("body".to_string());
+    metastore
+        .update_index_config(&created.index_uid, updated)
+        .await
+        .expect("update");
+    let listed = metastore
+        .list_delete_tasks(&created.index_uid, 0)
+        .await
+        .expect("list");
+    assert_eq!(listed, std::slice::from_ref(&task));
+    let later = metastore
+        .create_delete_task(&created.index_uid, unfielded, T0 + 1)
+        .await
+        .expect("create");
+    assert_eq!(later.search_fields(), Some(&["timestamp".to_string()][..]));
 }
 
 /// Maturities are rewritten for Published splits only; the maturity filter of

@@ -428,13 +428,24 @@ pub trait Metastore: Send + Sync + 'static {
     // ----- delete tasks -----
 
     /// Creates a delete task with the index's next opstamp (1 for the first), created at
-    /// `now` (seconds).
+    /// `now` (seconds), bound to the index's current doc mapping uid and default search
+    /// fields (read in the same transaction): what it deletes never changes with a later
+    /// update of the index.
     async fn create_delete_task(
         &self,
         index_uid: &IndexUid,
         delete_query: DeleteQuery,
         now: i64,
     ) -> MetastoreResult<DeleteTask>;
+
+    /// The config of the index the day its doc mapping version `doc_mapping_uid` was created
+    /// (`None` for a version older than this record, or of another index): what splits and
+    /// WAL records of that version were written with.
+    async fn doc_mapping_version(
+        &self,
+        index_uid: &IndexUid,
+        doc_mapping_uid: &str,
+    ) -> MetastoreResult<Option<IndexConfig>>;
 
     /// The delete tasks of `index_uid` whose opstamp is above `opstamp_gt`, by opstamp.
     async fn list_delete_tasks(

@@ -50,6 +50,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "index templates",
         include_str!("../migrations/sqlite/0008_index_templates.sql"),
     ),
+    (
+        9,
+        "doc mapping versions",
+        include_str!("../migrations/sqlite/0009_doc_mapping_versions.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -93,6 +98,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         8,
         "index templates",
         include_str!("../migrations/postgres/0008_index_templates.sql"),
+    ),
+    (
+        9,
+        "doc mapping versions",
+        include_str!("../migrations/postgres/0009_doc_mapping_versions.sql"),
     ),
 ];
 

@@ -304,6 +304,16 @@ impl Metastore for RecordingMetastore {
             .create_delete_task(index_uid, delete_query, now)
             .await
     }
+    async fn doc_mapping_version(
+        &self,
+        index_uid: &IndexUid,
+        doc_mapping_uid: &str,
+    ) -> MetastoreResult<Option<IndexConfig>> {
+        self.inner
+            .doc_mapping_version(index_uid, doc_mapping_uid)
+            .await
+    }
+
     async fn list_delete_tasks(
         &self,
         index_uid: &IndexUid,

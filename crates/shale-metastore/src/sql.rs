@@ -25,10 +25,10 @@ use shale_types::{
     CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, SourceCheckpoint, SourceId, Split, SplitId,
     SplitMetadata, SplitState,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{
-    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row,
-    Transaction, Type,
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -98,30 +98,83 @@ impl<DB: Dialect> std::fmt::Debug for SqlMetastore<DB> {
     }
 }
 
-/// A write transaction, holding the in-process write lock (if any) until it ends.
+/// A transaction on a connection of the pool, holding the in-process write lock (if any)
+/// until it ends.
+///
+/// Transactions are begun and ended with plain `BEGIN`/`COMMIT`/`ROLLBACK` statements rather
+/// than sqlx's `Transaction`: when a `COMMIT` fails (SQLite's `SQLITE_FULL` on a full disk),
+/// sqlx leaves the connection's transaction depth raised and hands the connection back to the
+/// pool, where every later `begin` then fails — the node would need a restart. Here a
+/// connection whose transaction could not be ended cleanly (or that is dropped mid-way, by an
+/// error path or a cancelled call) is closed instead of being reused: SQLite and PostgreSQL
+/// roll back what it held, and the pool opens a fresh one.
 struct WriteTx<'a, DB: Database> {
-    // Declared first so that it is dropped (rolled back) before the lock is released.
-    tx: Transaction<'static, DB>,
+    // Declared first so that it is dropped (closed if need be) before the lock is released.
+    tx: PoolConnection<DB>,
+    /// Whether the transaction ended cleanly (committed or rolled back).
+    ended: bool,
     _guard: Option<MutexGuard<'a, ()>>,
 }
 
-impl<DB: Database> WriteTx<'_, DB> {
-    /// Ends the transaction: commits on `Ok`, rolls back on `Err`. The rollback is awaited
-    /// (sqlx only queues it when a transaction is dropped), so row locks are released before
-    /// the call returns: a claimer skipping locked rows must not miss a task because a failed
-    /// call still holds it.
-    async fn finish<T>(self, result: MetastoreResult<T>) -> MetastoreResult<T> {
+impl<DB> WriteTx<'_, DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    /// Begins a transaction with `begin` on a connection of `pool`.
+    async fn begin<'a>(
+        pool: &Pool<DB>,
+        begin: &'static str,
+        guard: Option<MutexGuard<'a, ()>>,
+    ) -> MetastoreResult<WriteTx<'a, DB>> {
+        let mut conn = pool.acquire().await?;
+        if let Err(err) = sqlx::raw_sql(begin).execute(&mut *conn).await {
+            conn.close_on_drop();
+            return Err(err.into());
+        }
+        Ok(WriteTx {
+            tx: conn,
+            ended: false,
+            _guard: guard,
+        })
+    }
+
+    /// Ends the transaction: commits on `Ok`, rolls back on `Err`. The rollback is awaited,
+    /// so row locks are released before the call returns: a claimer skipping locked rows must
+    /// not miss a task because a failed call still holds it.
+    async fn finish<T>(mut self, result: MetastoreResult<T>) -> MetastoreResult<T> {
         match result {
-            Ok(value) => {
-                self.tx.commit().await?;
-                Ok(value)
-            }
-            Err(err) => {
-                if let Err(rollback_err) = self.tx.rollback().await {
-                    tracing::warn!(error = %rollback_err, "metastore rollback failed");
+            Ok(value) => match sqlx::raw_sql("COMMIT").execute(&mut *self.tx).await {
+                Ok(_) => {
+                    self.ended = true;
+                    Ok(value)
                 }
+                Err(err) => {
+                    self.rollback().await;
+                    Err(err.into())
+                }
+            },
+            Err(err) => {
+                self.rollback().await;
                 Err(err)
             }
+        }
+    }
+
+    async fn rollback(&mut self) {
+        match sqlx::raw_sql("ROLLBACK").execute(&mut *self.tx).await {
+            Ok(_) => self.ended = true,
+            Err(err) => {
+                tracing::warn!(error = %err, "metastore rollback failed; the connection is dropped")
+            }
+        }
+    }
+}
+
+impl<DB: Database> Drop for WriteTx<'_, DB> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.tx.close_on_drop();
         }
     }
 }
@@ -161,13 +214,6 @@ fn index_not_found(index_uid: &IndexUid) -> MetastoreError {
     }
 }
 
-/// The config with its doc mapping uid cleared, to compare doc mappings.
-fn without_doc_mapping_uid(config: &IndexConfig) -> shale_config::DocMapping {
-    let mut doc_mapping = config.doc_mapping.clone();
-    doc_mapping.doc_mapping_uid.clear();
-    doc_mapping
-}
-
 impl<DB> SqlMetastore<DB>
 where
     DB: Dialect,
@@ -198,8 +244,7 @@ where
             Some(lock) => Some(lock.lock().await),
             None => None,
         };
-        let tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
-        let mut write = WriteTx { tx, _guard: guard };
+        let mut write = WriteTx::begin(&self.pool, DB::BEGIN_WRITE, guard).await?;
         if let Some(fence) = &self.fence {
             if let Err(err) = Self::check_fence(&mut write.tx, fence).await {
                 return write.finish(Err(err)).await;
@@ -381,6 +426,28 @@ where
         let mut index = Self::decode_index(&row)?;
         index.checkpoints = Self::load_checkpoints(conn, &index.index_uid).await?;
         Ok(Some(index))
+    }
+
+    /// Records the doc mapping version of `config` (its uid, the config of the day), once.
+    async fn insert_doc_mapping_version(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+        config: &IndexConfig,
+        now: i64,
+    ) -> MetastoreResult<()> {
+        let config_json = serde_json::to_string(config).map_err(serde_err)?;
+        sqlx::query::<DB>(
+            "INSERT INTO doc_mappings (index_uid, doc_mapping_uid, index_config_json, \
+             create_timestamp) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (index_uid, doc_mapping_uid) DO NOTHING",
+        )
+        .bind(index_uid.to_string())
+        .bind(config.doc_mapping.doc_mapping_uid.clone())
+        .bind(config_json)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
     }
 
     /// Decodes a `splits` row selected with [`SPLIT_COLUMNS`].
@@ -643,6 +710,13 @@ where
                 }
                 Err(err) => return Err(err.into()),
             }
+            Self::insert_doc_mapping_version(
+                &mut write.tx,
+                &index.index_uid,
+                &index.index_config,
+                index.create_timestamp,
+            )
+            .await?;
             Ok(index)
         }
         .await;
@@ -650,9 +724,9 @@ where
     }
 
     async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata> {
-        let mut tx = self.pool.begin().await?;
-        let index = Self::load_index(&mut tx, Some(index_id), None).await?;
-        tx.commit().await?;
+        let mut read = WriteTx::begin(&self.pool, "BEGIN", None).await?;
+        let index = Self::load_index(&mut read.tx, Some(index_id), None).await;
+        let index = read.finish(index).await?;
         index.ok_or_else(|| MetastoreError::NotFound {
             kind: "index",
             id: index_id.to_string(),
@@ -680,19 +754,23 @@ where
     }
 
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
-        let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query::<DB>(
-            "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
-             ORDER BY index_id",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        let checkpoint_rows = sqlx::query::<DB>(
-            "SELECT index_uid, source_id, partition_id, position FROM checkpoints",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        let mut read = WriteTx::begin(&self.pool, "BEGIN", None).await?;
+        let rows = async {
+            let rows = sqlx::query::<DB>(
+                "SELECT index_uid, index_config_json, create_timestamp FROM indexes \
+                 ORDER BY index_id",
+            )
+            .fetch_all(&mut *read.tx)
+            .await?;
+            let checkpoint_rows = sqlx::query::<DB>(
+                "SELECT index_uid, source_id, partition_id, position FROM checkpoints",
+            )
+            .fetch_all(&mut *read.tx)
+            .await?;
+            Ok((rows, checkpoint_rows))
+        }
+        .await;
+        let (rows, checkpoint_rows) = read.finish(rows).await?;
         let mut checkpoints = Self::group_checkpoints(&checkpoint_rows)?;
         rows.iter()
             .map(|row| {
@@ -722,12 +800,13 @@ where
             let mut index = Self::load_index(&mut write.tx, None, Some(index_uid))
                 .await?
                 .ok_or_else(|| index_not_found(index_uid))?;
-            index_config.doc_mapping.doc_mapping_uid = if without_doc_mapping_uid(&index_config)
-                == without_doc_mapping_uid(&index.index_config)
-            {
-                index.index_config.doc_mapping.doc_mapping_uid.clone()
-            } else {
+            // A new layout (doc mapping or sort fields) is a new version: its splits are
+            // never merged, pruned or read as those of another.
+            let new_version = !index_config.same_split_layout(&index.index_config);
+            index_config.doc_mapping.doc_mapping_uid = if new_version {
                 shale_types::new_ulid()
+            } else {
+                index.index_config.doc_mapping.doc_mapping_uid.clone()
             };
             let config_json = serde_json::to_string(&index_config).map_err(serde_err)?;
             sqlx::query::<DB>("UPDATE indexes SET index_config_json = $2 WHERE index_uid = $1")
@@ -735,6 +814,29 @@ where
                 .bind(config_json)
                 .execute(&mut *write.tx)
                 .await?;
+            let now = shale_types::now_unix_secs();
+            // The version being replaced is kept (recorded here if it predates versions).
+            Self::insert_doc_mapping_version(&mut write.tx, index_uid, &index.index_config, now)
+                .await?;
+            if new_version {
+                Self::insert_doc_mapping_version(&mut write.tx, index_uid, &index_config, now)
+                    .await?;
+            }
+            // Delete tasks recorded without their binding meant what the settings being
+            // replaced say: bind them to those before they change.
+            let old_fields =
+                serde_json::to_string(&index.index_config.search_settings.default_search_fields)
+                    .map_err(serde_err)?;
+            sqlx::query::<DB>(
+                "UPDATE delete_tasks SET default_search_fields = $2, \
+                 doc_mapping_uid = COALESCE(doc_mapping_uid, $3) \
+                 WHERE index_uid = $1 AND default_search_fields IS NULL",
+            )
+            .bind(index_uid.to_string())
+            .bind(old_fields)
+            .bind(index.index_config.doc_mapping.doc_mapping_uid.clone())
+            .execute(&mut *write.tx)
+            .await?;
             index.index_config = index_config;
             Ok(index)
         }
@@ -794,6 +896,7 @@ where
                 "DELETE FROM merge_task_splits WHERE index_uid = $1",
                 "DELETE FROM merge_tasks WHERE index_uid = $1",
                 "DELETE FROM delete_tasks WHERE index_uid = $1",
+                "DELETE FROM doc_mappings WHERE index_uid = $1",
                 "DELETE FROM compactions WHERE index_uid = $1",
                 "DELETE FROM splits WHERE index_uid = $1",
                 "DELETE FROM checkpoints WHERE index_uid = $1",
@@ -1124,6 +1227,28 @@ where
         now: i64,
     ) -> MetastoreResult<DeleteTask> {
         self.insert_delete_task(index_uid, delete_query, now).await
+    }
+
+    async fn doc_mapping_version(
+        &self,
+        index_uid: &IndexUid,
+        doc_mapping_uid: &str,
+    ) -> MetastoreResult<Option<IndexConfig>> {
+        let row = sqlx::query::<DB>(
+            "SELECT index_config_json FROM doc_mappings \
+             WHERE index_uid = $1 AND doc_mapping_uid = $2",
+        )
+        .bind(index_uid.to_string())
+        .bind(doc_mapping_uid.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => {
+                let json: String = row.try_get("index_config_json")?;
+                Ok(Some(serde_json::from_str(&json).map_err(serde_err)?))
+            }
+            None => Ok(None),
+        }
     }
 
     async fn list_delete_tasks(

@@ -225,7 +225,8 @@ const MAX_OPEN_SPLITS: usize = 512;
 
 struct OpenSplit {
     searcher: Searcher,
-    /// Read by byte ranges from remote storage (else mapped from the split cache).
+    /// Read by byte ranges from remote storage (else mapped: from the split cache, or in
+    /// place for a local storage).
     by_ranges: bool,
     /// What searches of a split read by ranges have warmed.
     warmed: crate::remote::Warmed,
@@ -695,7 +696,7 @@ impl Leaf {
             .get(&split.split_id)
         {
             // An open split pins its cache entry: it is a cache hit that needed no lookup.
-            if !open.by_ranges {
+            if open._cached.is_some() {
                 self.cache.record_hit();
             }
             return Ok(open.clone());
@@ -709,7 +710,12 @@ impl Leaf {
                 warmed: Default::default(),
                 _cached: None,
             }),
-            None => self.open_cached_split(storage.as_ref(), split).await?,
+            None => match storage.local_path(&split.object_key()) {
+                // A local split is mapped where it lies: no copy, so no cache budget spent
+                // and nothing written (a full disk does not stop searches).
+                Some(path) => Self::open_local_split(path).await?,
+                None => self.open_cached_split(storage.as_ref(), split).await?,
+            },
         };
         let mut table = self.open_splits.lock().unwrap_or_else(|p| p.into_inner());
         if table.len() >= MAX_OPEN_SPLITS {
@@ -724,6 +730,24 @@ impl Leaf {
         }
         table.insert(split.split_id.clone(), open.clone());
         Ok(open)
+    }
+
+    /// Opens a split file of a local storage in place.
+    async fn open_local_split(path: std::path::PathBuf) -> Result<Arc<OpenSplit>, (String, bool)> {
+        let searcher = tokio::task::spawn_blocking(move || -> Result<Searcher, String> {
+            let index = shale_index::open_split(&path).map_err(|err| err.to_string())?;
+            let reader = index.reader().map_err(|err| err.to_string())?;
+            Ok(reader.searcher())
+        })
+        .await
+        .map_err(|err| (err.to_string(), false))?
+        .map_err(|err| (err, false))?;
+        Ok(Arc::new(OpenSplit {
+            searcher,
+            by_ranges: false,
+            warmed: Default::default(),
+            _cached: None,
+        }))
     }
 
     /// Opens a split downloaded whole into the split cache.

@@ -904,6 +904,8 @@ fn prune(
     let required_tags = doc_mapper
         .required_tag_terms(&request.query)
         .unwrap_or_default();
+    let current_uid = &doc_mapper.doc_mapping().doc_mapping_uid;
+    let sort_fields = doc_mapper.sort_field_names();
     let kept: Vec<SplitMetadata> = splits
         .into_iter()
         .filter(|split| {
@@ -911,13 +913,34 @@ fn prune(
                 range.intersects(request.start_timestamp, request.end_timestamp)
             })
         })
-        .filter(|split| shale_index::split_may_match_tags(&split.tags, &required_tags))
-        .filter(
-            |split| match (key_filter, &split.sort_key_min, &split.sort_key_max) {
-                (Some(filter), Some(min), Some(max)) => filter.may_match(min, max),
+        .filter(|split| {
+            // A split's tags speak only for the tag fields of the mapping that wrote it.
+            let required: Vec<(String, String)> = required_tags
+                .iter()
+                .filter(|(field, _)| match &split.tag_fields {
+                    Some(tag_fields) => tag_fields.contains(field),
+                    None => &split.doc_mapping_uid == current_uid,
+                })
+                .cloned()
+                .collect();
+            shale_index::split_may_match_tags(&split.tags, &required)
+        })
+        .filter(|split| {
+            // A key range compares only with keys of the sort fields that encoded it.
+            match (
+                key_filter,
+                &split.sort_key_min,
+                &split.sort_key_max,
+                &sort_fields,
+            ) {
+                (Some(filter), Some(min), Some(max), Some(fields))
+                    if split.keys_encoded_with(fields) =>
+                {
+                    filter.may_match(min, max)
+                }
                 _ => true,
-            },
-        )
+            }
+        })
         .collect();
     let pruned = total - kept.len();
     (kept, pruned)

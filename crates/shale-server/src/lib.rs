@@ -1,6 +1,7 @@
 //! The node: wiring of metastore, WAL, storage, ingest and search ([`Node`]), and the REST API
 //! ([`http::router`]), Quickwit- and Elasticsearch-compatible. The only crate that knows HTTP.
 
+pub mod data_dir;
 pub mod distributed;
 pub mod elastic;
 pub mod elastic_read;
@@ -12,6 +13,7 @@ pub mod otlp;
 pub mod otlp_api;
 pub mod routing;
 
+pub use data_dir::DataDirLock;
 pub use node::{Node, NodeError};
 
 use std::sync::Arc;

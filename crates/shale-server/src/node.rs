@@ -47,6 +47,17 @@ pub enum NodeError {
     /// Something else went wrong.
     #[error("{0}")]
     Internal(String),
+    /// Another process holds the data directory.
+    #[error(
+        "data directory {data_dir} is in use by {holder}: one node per data directory (stop it, \
+         or give this one another --data-dir)"
+    )]
+    DataDirInUse {
+        /// The directory.
+        data_dir: String,
+        /// Who holds it, as it wrote in the lock file.
+        holder: String,
+    },
     /// Local directories.
     #[error("data dir {path}: {source}")]
     Io {
@@ -79,6 +90,8 @@ pub struct Node {
     pub membership: Arc<Membership>,
     /// Calls to the other nodes.
     pub client: InternalClient,
+    /// The data directory's lock, held while the node lives (or until released).
+    data_dir_lock: std::sync::Mutex<Option<crate::data_dir::DataDirLock>>,
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -190,6 +203,16 @@ impl Node {
     /// Starts a node: everything it needs is opened, leftovers of a crash are cleaned, and
     /// every index's pipelines resume from their checkpoints.
     pub async fn start(config: NodeConfig) -> Result<Arc<Node>, NodeError> {
+        let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
+        Self::start_locked(config, lock).await
+    }
+
+    /// [`Node::start`] with the data directory already locked (the caller took the lock
+    /// before anything else, e.g. before binding its listen socket).
+    pub async fn start_locked(
+        config: NodeConfig,
+        lock: crate::data_dir::DataDirLock,
+    ) -> Result<Arc<Node>, NodeError> {
         ensure_dir(&config.data_dir)?;
         let metastore = open_metastore(&config.metastore_uri).await?;
         let resolver = StorageResolver::new(s3_options(&config));
@@ -247,6 +270,7 @@ impl Node {
             metastore: node_metastore,
             wal: wal.clone(),
             scratch_dir,
+            dead_letter_dir: config.data_dir.join("dead-letters"),
             writer_heap_bytes: usize::try_from(config.indexer_heap_bytes).unwrap_or(usize::MAX),
             writer_threads: config.indexer_threads,
             on_publish: Some(compaction.planner_notify()),
@@ -302,6 +326,7 @@ impl Node {
             wal,
             compaction,
             membership: membership.clone(),
+            data_dir_lock: std::sync::Mutex::new(Some(lock)),
             background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
@@ -383,6 +408,16 @@ impl Node {
     /// sent any more (the others see this node die after `dead_after_ms`).
     pub async fn halt(&self) {
         self.stop_background().await;
+        // A crashed process's lock goes with it.
+        self.release_data_dir();
+    }
+
+    /// Releases the data directory's lock (once stopped: another node may then open it).
+    pub fn release_data_dir(&self) {
+        self.data_dir_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 
     async fn stop_background(&self) {

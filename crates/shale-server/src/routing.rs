@@ -177,7 +177,7 @@ impl IngestDispatcher {
     ) -> Result<IngestOutcome, IngestError> {
         let index = self.index(index_id).await?;
         let doc_mapper = self.doc_mapper(&index)?;
-        let validated = validate(doc_mapper, docs).await?;
+        let validated = validate(doc_mapper.clone(), docs).await?;
         let mut candidates = self.candidates(&index).await;
         if candidates.is_empty() {
             self.allocate().await?;
@@ -201,15 +201,23 @@ impl IngestDispatcher {
                 let docs = match parsed.take() {
                     Some(docs) => docs,
                     None => {
-                        validate(self.doc_mapper(&index)?, validated.raw.clone())
+                        validate(doc_mapper.clone(), validated.raw.clone())
                             .await?
                             .parsed
                     }
                 };
+                // The records carry the mapping they were validated with: they are indexed
+                // with it, even if the shard's pipeline moved to a newer one meanwhile.
                 match self.ensure_local_shard(&shard.key).await {
                     Ok(_) => {
                         self.router
-                            .append(&shard.key, &validated.raw, docs, commit)
+                            .append(
+                                &shard.key,
+                                &validated.raw,
+                                docs,
+                                &doc_mapper.doc_mapping().doc_mapping_uid,
+                                commit,
+                            )
                             .await
                     }
                     Err(err) => Err(err),
@@ -266,9 +274,15 @@ impl IngestDispatcher {
         commit: CommitMode,
     ) -> Result<IngestOutcome, IngestError> {
         let doc_mapper = self.ensure_local_shard(key).await?;
-        let validated = validate(doc_mapper, docs).await?;
+        let validated = validate(doc_mapper.clone(), docs).await?;
         self.router
-            .append(key, &validated.raw, validated.parsed, commit)
+            .append(
+                key,
+                &validated.raw,
+                validated.parsed,
+                &doc_mapper.doc_mapping().doc_mapping_uid,
+                commit,
+            )
             .await?;
         Ok(validated.outcome)
     }

@@ -283,10 +283,14 @@ async fn a_panicking_handler_is_a_json_500_and_the_server_survives() {
 
 /// The split cache never holds more than its budget: a search over more splits than fit
 /// releases the splits it no longer needs as it goes, and a split larger than the whole cache
-/// is a clean 503, not a crash or an overshoot.
+/// is a clean 503, not a crash or an overshoot. (Splits on S3, downloaded whole: local splits
+/// are mapped in place and never enter the cache.)
 #[tokio::test]
 async fn searches_stay_within_the_split_cache_budget() {
     let tmp = tempfile::tempdir().unwrap();
+    let Some(s3_config) = common::on_s3(config_in(tmp.path()), true) else {
+        return;
+    };
     // Learn the size of one split first.
     let probe = TestNode::start().await;
     probe.create_index(LOGS_INDEX).await;
@@ -297,7 +301,7 @@ async fn searches_stay_within_the_split_cache_budget() {
     let split_size = splits["splits"][0]["size_bytes"].as_u64().unwrap();
     probe.stop().await;
 
-    let mut config = config_in(tmp.path());
+    let mut config = s3_config;
     // Room for about three splits.
     config.split_cache_max_bytes = split_size * 3 + split_size / 2;
     let node = TestNode::start_with(config).await;
@@ -326,7 +330,9 @@ async fn searches_stay_within_the_split_cache_budget() {
 
     // A cache smaller than one split: a clear error, never an overshoot.
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = config_in(tmp.path());
+    let Some(mut config) = common::on_s3(config_in(tmp.path()), true) else {
+        return;
+    };
     config.split_cache_max_bytes = split_size / 2;
     let node = TestNode::start_with(config).await;
     node.create_index(LOGS_INDEX).await;

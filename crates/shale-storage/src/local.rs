@@ -234,6 +234,10 @@ impl Storage for LocalStorage {
         true
     }
 
+    fn local_path(&self, name: &str) -> Option<PathBuf> {
+        self.path(name).ok()
+    }
+
     async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64> {
         let src = self.path(name)?;
         let name = name.to_string();

@@ -46,6 +46,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The file holding object `name` on this machine, for a local storage: searches map it
+    /// in place rather than copying it (no second copy, no space needed on a full disk).
+    fn local_path(&self, _name: &str) -> Option<PathBuf> {
+        None
+    }
+
     /// Downloads object `name` to the local file `dest` (written to a temporary name, then
     /// renamed, so a reader never sees a partial file) and returns its size.
     async fn get_to_file(&self, name: &str, dest: &Path) -> StorageResult<u64>;

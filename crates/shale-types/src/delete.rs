@@ -48,9 +48,27 @@ pub struct DeleteTask {
     pub create_timestamp: i64,
     /// What it deletes.
     pub delete_query: DeleteQuery,
+    /// The index's default search fields when the task was created: the fields its terms
+    /// without a field search (unless the query names `search_field`), whatever the index's
+    /// settings become later. `None` only for tasks recorded before bindings existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_search_fields: Option<Vec<String>>,
+    /// The doc mapping the task was created (and validated) under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc_mapping_uid: Option<String>,
 }
 
 impl DeleteTask {
+    /// The fields its terms without a field search, as bound when it was created: the
+    /// request's `search_field`, else the index's default search fields of that day. `None`
+    /// (the index's current defaults) only for tasks recorded before bindings existed.
+    pub fn search_fields(&self) -> Option<&[String]> {
+        self.delete_query
+            .search_field
+            .as_deref()
+            .or(self.default_search_fields.as_deref())
+    }
+
     /// Whether the task may delete documents of `split`: the split is not clean of it yet and
     /// their time ranges meet.
     pub fn may_touch(&self, split: &SplitMetadata) -> bool {

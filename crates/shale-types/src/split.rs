@@ -114,6 +114,15 @@ pub struct SplitMetadata {
     /// the bucket's level-1 splits do not overlap).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub key_level: u8,
+    /// Locality indexes: the sort fields the split's sort keys (`sort_key_min`/`max` and
+    /// its documents' keys) were encoded with. A key range is comparable only with keys of
+    /// the same fields; `None` for splits written before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_fields: Option<Vec<String>>,
+    /// The tag fields of the doc mapping the split was written with: its `tags` say
+    /// nothing about other fields. `None` for splits written before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag_fields: Option<Vec<String>>,
 }
 
 fn is_zero(level: &u8) -> bool {
@@ -156,6 +165,12 @@ impl SplitMetadata {
             partition_id: self.partition_id,
             doc_mapping_uid: self.doc_mapping_uid.clone(),
         }
+    }
+
+    /// Whether the split's sort-key range was encoded with `sort_fields` (and can be compared
+    /// with keys built from them).
+    pub fn keys_encoded_with(&self, sort_fields: &[String]) -> bool {
+        self.sort_fields.as_deref() == Some(sort_fields)
     }
 
     /// The object key of the split in the index's storage.

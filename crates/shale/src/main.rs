@@ -164,12 +164,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let listen = config.listen_address.clone();
-    // `NodeConfig`'s Debug redacts secrets.
-    tracing::info!(?config, "starting node");
-    let node = shale_server::Node::start(config).await?;
+    // One process per data directory: locked before anything is opened there.
+    let lock = shale_server::DataDirLock::acquire(&config.data_dir)?;
+    // Listening before joining the cluster: a node that cannot serve never registers (and
+    // never fences out an incarnation that can).
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    // `NodeConfig`'s Debug redacts secrets.
+    tracing::info!(?config, "starting node");
+    let node = shale_server::Node::start_locked(config, lock).await?;
     eprintln!("shale node listening on http://{listen}");
     let mut superseded = node.membership.subscribe_superseded();
     let shutdown = async move {

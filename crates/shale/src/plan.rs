@@ -354,6 +354,8 @@ fn parse_split(
         sort_key_min,
         sort_key_max,
         key_level,
+        sort_fields: None,
+        tag_fields: None,
     })
 }
 

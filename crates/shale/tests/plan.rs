@@ -407,6 +407,8 @@ fn plan_over_a_live_index() {
             sort_key_min: None,
             sort_key_max: None,
             key_level: 0,
+            sort_fields: None,
+            tag_fields: None,
         },
     };
     let splits: Vec<Split> = (0..3)

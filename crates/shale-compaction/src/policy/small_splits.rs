@@ -92,6 +92,8 @@ mod tests {
             sort_key_min: None,
             sort_key_max: None,
             key_level: 0,
+            sort_fields: None,
+            tag_fields: None,
         }
     }
 

@@ -46,6 +46,8 @@ pub(crate) fn split(
         sort_key_min: None,
         sort_key_max: None,
         key_level: 0,
+        sort_fields: None,
+        tag_fields: None,
     }
 }
 

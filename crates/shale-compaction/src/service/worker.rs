@@ -185,6 +185,31 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
     if inputs.len() < 2 && task.kind != MergeKind::Delete {
         return Err(inapplicable("fewer than two inputs".to_string()));
     }
+    // The inputs are read and written with the doc mapping version that wrote them (one
+    // per task: merges never mix versions), not the index's current one.
+    let uid = &inputs[0].doc_mapping_uid;
+    if inputs.iter().any(|split| &split.doc_mapping_uid != uid) {
+        return Err(inapplicable(
+            "the inputs are of several doc mapping versions".to_string(),
+        ));
+    }
+    let version_config = if uid == &index.index_config.doc_mapping.doc_mapping_uid {
+        index.index_config.clone()
+    } else {
+        match env
+            .metastore
+            .doc_mapping_version(&index.index_uid, uid)
+            .await?
+        {
+            Some(config) => config,
+            None => {
+                return Err(inapplicable(format!(
+                    "doc mapping version {uid} of the inputs is not recorded (written before \
+                     versions were kept)"
+                )))
+            }
+        }
+    };
     let config = &index.index_config;
     // Every merge applies the delete tasks its inputs are not clean of, those old enough to
     // leave the time-travel window: no merge brings a deleted document back, and a merge that
@@ -209,7 +234,9 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
                 .collect()
         })
         .collect();
-    let locality = match (task.kind, &config.indexing_settings.merge_policy) {
+    // How a locality merge cuts its outputs is the version's (its sort fields encoded the
+    // inputs' keys); the size targets are today's.
+    let locality = match (task.kind, &version_config.indexing_settings.merge_policy) {
         (MergeKind::Merge | MergeKind::Delete, _) => None,
         (MergeKind::Locality, MergePolicyConfig::Locality(settings)) => {
             let bucket = inputs[0].time_bucket_start;
@@ -246,7 +273,11 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
             ))
         }
     };
-    let doc_mapper = DocMapper::for_index(config)?;
+    let doc_mapper = if uid == &index.index_config.doc_mapping.doc_mapping_uid {
+        DocMapper::for_index(config)?
+    } else {
+        DocMapper::for_older_version(&version_config)?
+    };
     let storage = env
         .storages
         .for_index(index.index_id(), config.index_uri.as_deref())?;
@@ -269,7 +300,15 @@ async fn download(
     let bytes_read: u64 = prepared.inputs.iter().map(|s| s.size_bytes).sum();
     let mut paths = Vec::with_capacity(prepared.inputs.len());
     let mut pins = Vec::new();
-    if bytes_read <= env.cache.max_bytes() / 2 {
+    let local: Option<Vec<PathBuf>> = prepared
+        .inputs
+        .iter()
+        .map(|split| prepared.storage.local_path(&split.object_key()))
+        .collect();
+    if let Some(local) = local {
+        // Files of a local storage are read where they lie: nothing copied.
+        paths = local;
+    } else if bytes_read <= env.cache.max_bytes() / 2 {
         for split in &prepared.inputs {
             let pin = env
                 .cache
@@ -438,7 +477,18 @@ fn output_metadata(
         sort_key_min: built.sort_key_min.clone(),
         sort_key_max: built.sort_key_max.clone(),
         key_level,
+        // The inputs' layout carries over (their keys and tags are copied, not recomputed).
+        sort_fields: common(prepared.inputs.iter().map(|s| &s.sort_fields)),
+        tag_fields: common(prepared.inputs.iter().map(|s| &s.tag_fields)),
     }
+}
+
+/// The value every item has, or `None` when they differ.
+fn common<'a, T: PartialEq + Clone + 'a>(
+    mut items: impl Iterator<Item = &'a Option<T>>,
+) -> Option<T> {
+    let first = items.next()?.clone();
+    items.all(|item| *item == first).then_some(first).flatten()
 }
 
 async fn upload(

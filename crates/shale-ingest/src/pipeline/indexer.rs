@@ -16,15 +16,30 @@ use tracing::warn;
 
 use super::StepError;
 
-/// A document to index: parsed at ingest, or raw bytes read back from the WAL.
+/// A document to index: parsed at ingest (with the doc mapping uid it was parsed with), or
+/// raw bytes read back from the WAL (a record: see [`crate::opstamps`]).
 pub(super) enum Record {
-    Parsed(ParsedDoc),
+    Parsed(ParsedDoc, Arc<str>),
     Raw(Vec<u8>),
 }
 
+impl Record {
+    /// The doc mapping the document was accepted under (`None`: a record older than that
+    /// information, read with the shard's current mapping).
+    pub(super) fn doc_mapping_uid(&self) -> Option<&str> {
+        match self {
+            Record::Parsed(_, uid) => Some(uid),
+            Record::Raw(payload) => crate::opstamps::decode_record(payload).doc_mapping_uid,
+        }
+    }
+}
+
 /// Splits being built: one builder per partition and time bucket (`None` unless the index is
-/// a locality index), and the WAL positions they cover.
+/// a locality index), and the WAL positions they cover. Every split of a batch is built with
+/// one doc mapping version: the one its documents were accepted under.
 pub(super) struct Batch {
+    /// The doc mapper of the batch's documents.
+    pub(super) doc_mapper: Arc<DocMapper>,
     builders: BTreeMap<(PartitionId, Option<i64>), SplitBuilder>,
     /// The partitions of `builders` (capped at `max_num_partitions`).
     partitions: BTreeSet<PartitionId>,
@@ -40,6 +55,8 @@ pub(super) struct Batch {
 /// A cut batch: its split bundles (empty partitions left out), the last WAL position it
 /// covers, and the scratch directory holding the bundles.
 pub(super) struct FinishedBatch {
+    /// The doc mapper the splits were built with.
+    pub(super) doc_mapper: Arc<DocMapper>,
     pub(super) splits: Vec<(PartitionId, BuiltSplit)>,
     pub(super) last_position: u64,
     pub(super) scratch: tempfile::TempDir,
@@ -47,8 +64,9 @@ pub(super) struct FinishedBatch {
 
 /// The indexer of one shard's pipeline.
 pub(super) struct Indexer {
-    pub(super) doc_mapper: Arc<DocMapper>,
     pub(super) scratch_dir: PathBuf,
+    /// Where records that cannot be indexed are kept.
+    pub(super) dead_letters: Arc<DeadLetters>,
     pub(super) commit_timeout: Duration,
     pub(super) max_num_partitions: u32,
     pub(super) writer_heap_bytes: usize,
@@ -56,10 +74,11 @@ pub(super) struct Indexer {
 }
 
 impl Indexer {
-    /// An empty batch, due after the commit timeout.
-    pub(super) fn new_batch(&self) -> Result<Batch, StepError> {
+    /// An empty batch of documents of `doc_mapper`'s mapping, due after the commit timeout.
+    pub(super) fn new_batch(&self, doc_mapper: Arc<DocMapper>) -> Result<Batch, StepError> {
         std::fs::create_dir_all(&self.scratch_dir)?;
         Ok(Batch {
+            doc_mapper,
             builders: BTreeMap::new(),
             partitions: BTreeSet::new(),
             num_docs: 0,
@@ -71,13 +90,17 @@ impl Indexer {
         })
     }
 
-    /// Parses (if needed) and adds records to the batch's builders, off the async runtime.
+    /// Parses (if needed) and adds records — all accepted under the batch's doc mapping — to
+    /// the batch's builders, off the async runtime. A record that does not parse (only
+    /// possible for a record older than mapping versions, read with a newer mapping) is kept
+    /// in the dead letters, counted and logged with its position.
     pub(super) async fn add(
         &self,
         mut batch: Batch,
         records: Vec<(u64, Record)>,
     ) -> Result<Batch, StepError> {
-        let doc_mapper = self.doc_mapper.clone();
+        let doc_mapper = batch.doc_mapper.clone();
+        let dead_letters = self.dead_letters.clone();
         let max_partitions = self.max_num_partitions.max(1) as usize;
         let threads = self.writer_threads;
         let has_partitions = doc_mapper.partition_key().is_some();
@@ -93,17 +116,16 @@ impl Indexer {
             for (position, record) in records {
                 batch.last_position = position;
                 let doc = match record {
-                    Record::Parsed(doc) => doc,
+                    Record::Parsed(doc, _) => doc,
                     Record::Raw(payload) => {
-                        let (opstamp, json) = crate::opstamps::decode_record(&payload);
-                        match doc_mapper.parse_doc(json) {
+                        let record = crate::opstamps::decode_record(&payload);
+                        match doc_mapper.parse_doc(record.json) {
                             Ok(mut doc) => {
-                                doc.opstamp = opstamp;
+                                doc.opstamp = record.opstamp;
                                 doc
                             }
                             Err(err) => {
-                                // Validated at ingest: only a mapping change can do this.
-                                warn!(%err, position, "dropping a WAL record that no longer parses");
+                                dead_letters.keep(position, record.json, &err.to_string())?;
                                 continue;
                             }
                         }
@@ -144,6 +166,7 @@ impl Indexer {
     /// Finishes every builder of the batch into a split bundle.
     pub(super) async fn finish(batch: Batch) -> Result<FinishedBatch, StepError> {
         let Batch {
+            doc_mapper,
             builders,
             last_position,
             scratch,
@@ -157,6 +180,7 @@ impl Indexer {
         })
         .await??;
         Ok(FinishedBatch {
+            doc_mapper,
             splits: splits
                 .into_iter()
                 .filter(|(_, split)| split.num_docs > 0)
@@ -164,6 +188,64 @@ impl Indexer {
             last_position,
             scratch,
         })
+    }
+}
+
+/// Records of one shard that could not be indexed, kept in `{dir}/{queue}.ndjson`: one JSON
+/// line per record with its WAL position, the error and the document as ingested. Each line
+/// is fsynced before the record's position can be published past.
+pub(crate) struct DeadLetters {
+    path: PathBuf,
+    queue: String,
+}
+
+impl DeadLetters {
+    /// The dead letters of `queue`, under `dir` (created on the first record kept).
+    pub(crate) fn new(dir: &std::path::Path, queue: &str) -> Self {
+        let file_name: String = queue
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        DeadLetters {
+            path: dir.join(format!("{file_name}.ndjson")),
+            queue: queue.to_string(),
+        }
+    }
+
+    /// Keeps a record that cannot be indexed (blocking: called off the async runtime).
+    pub(crate) fn keep(&self, position: u64, json: &[u8], error: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        warn!(
+            queue = %self.queue,
+            position,
+            %error,
+            path = %self.path.display(),
+            "a WAL record cannot be indexed: kept in the dead letters"
+        );
+        crate::metrics::DEAD_LETTERS.inc();
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let line = serde_json::json!({
+            "queue": self.queue,
+            "position": position,
+            "error": error,
+            "document": String::from_utf8_lossy(json),
+        });
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        file.write_all(&bytes)?;
+        file.sync_all()
     }
 }
 
@@ -194,8 +276,8 @@ doc_mapping:
         let doc_mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
         let scratch = tempfile::tempdir().expect("scratch");
         let indexer = Indexer {
-            doc_mapper: doc_mapper.clone(),
             scratch_dir: scratch.path().to_path_buf(),
+            dead_letters: Arc::new(DeadLetters::new(scratch.path(), "q")),
             commit_timeout: Duration::from_secs(60),
             max_num_partitions: 10,
             writer_heap_bytes: 15_000_000,
@@ -215,9 +297,9 @@ doc_mapping:
             let parsed = doc_mapper
                 .parse_doc(late.to_string().as_bytes())
                 .expect("parses");
-            records.push((1000 + i, Record::Parsed(parsed)));
+            records.push((1000 + i, Record::Parsed(parsed, Arc::from("uid"))));
         }
-        let batch = indexer.new_batch().expect("batch");
+        let batch = indexer.new_batch(doc_mapper.clone()).expect("batch");
         let batch = indexer.add(batch, records).await.expect("added");
         let finished = Indexer::finish(batch).await.expect("finished");
         assert_eq!(finished.last_position, 1004);

@@ -4,7 +4,10 @@
 //!
 //! 1. [`indexer`]: WAL records → `DocMapper::parse_doc` (skipped when the router handed the
 //!    parsed documents over) → one `SplitBuilder` per partition; on commit timeout, doc
-//!    target or forced commit the batch is cut and finished into split bundles;
+//!    target or forced commit the batch is cut and finished into split bundles. Each record
+//!    is indexed with the doc mapping version it was accepted under (recorded in it): a batch
+//!    holds one version, and a record of another version cuts it (after an index update,
+//!    what was accepted before is indexed as it was validated);
 //! 2. [`uploader`]: split metadata → stage in the metastore → upload `{split_id}.split`;
 //! 3. [`publisher`]: publish the splits with the checkpoint delta `(checkpoint, last
 //!    position]` in ONE metastore transaction → truncate the WAL.
@@ -36,7 +39,7 @@ use tracing::{debug, error};
 
 use crate::metrics::stage;
 use crate::wal::Wal;
-use indexer::{Batch, Indexer, Record};
+use indexer::{Batch, DeadLetters, Indexer, Record};
 use publisher::Publisher;
 use uploader::Uploader;
 
@@ -78,6 +81,8 @@ pub struct PipelineEnv {
     pub wal: Arc<Wal>,
     /// Scratch space for split building (`data_dir/indexing`).
     pub scratch_dir: PathBuf,
+    /// Where records that cannot be indexed are kept (`data_dir/dead-letters`).
+    pub dead_letter_dir: PathBuf,
     /// Tantivy writer heap per split builder.
     pub writer_heap_bytes: usize,
     /// Tantivy indexing threads per split builder.
@@ -94,6 +99,8 @@ pub struct PreParsed {
     pub first_position: u64,
     /// The documents, at consecutive positions.
     pub docs: Vec<ParsedDoc>,
+    /// The doc mapping they were parsed with.
+    pub doc_mapping_uid: Arc<str>,
 }
 
 /// Bytes of documents (as ingested JSON) a pipeline holds parsed, waiting to be indexed,
@@ -236,9 +243,15 @@ pub fn spawn_pipeline(
         queue: queue.clone(),
         new_records: new_records.clone(),
         force_commit: force_commit.clone(),
+        mappers: Mappers {
+            index_uid: params.index_uid.clone(),
+            current: params.doc_mapper.clone(),
+            metastore: env.metastore.clone(),
+            older: std::collections::HashMap::new(),
+        },
         indexer: Indexer {
-            doc_mapper: params.doc_mapper.clone(),
             scratch_dir: env.scratch_dir.clone(),
+            dead_letters: Arc::new(DeadLetters::new(&env.dead_letter_dir, &queue)),
             commit_timeout: params.commit_timeout,
             max_num_partitions: params.max_num_partitions,
             writer_heap_bytes: params.writer_heap_bytes.unwrap_or(env.writer_heap_bytes),
@@ -247,7 +260,6 @@ pub fn spawn_pipeline(
         uploader: Arc::new(Uploader {
             node_id: env.node_id.clone(),
             index_uid: params.index_uid.clone(),
-            doc_mapping_uid: params.doc_mapper.doc_mapping().doc_mapping_uid.clone(),
             merge_policy: params.merge_policy.clone(),
             split_num_docs_target: params.split_num_docs_target,
             metastore: env.metastore.clone(),
@@ -284,6 +296,7 @@ struct Pipeline {
     queue: String,
     new_records: Arc<Notify>,
     force_commit: Arc<Notify>,
+    mappers: Mappers,
     indexer: Indexer,
     uploader: Arc<Uploader>,
     publisher: Arc<tokio::sync::Mutex<Publisher>>,
@@ -346,18 +359,28 @@ impl Pipeline {
             let records = self.next_records(next_read).await?;
             if let Some((last, _)) = records.last() {
                 next_read = last + 1;
-                let current = match batch.take() {
-                    Some(batch) => batch,
-                    None => self.indexer.new_batch()?,
-                };
-                let filled = stage("index", self.indexer.add(current, records)).await?;
-                // Cut on the doc target, or on the commit timeout even while a backlog is
-                // being drained.
-                let due = filled.num_docs >= self.uploader.split_num_docs_target
-                    || Instant::now() >= filled.deadline;
-                batch = Some(filled);
-                if due {
-                    self.commit(batch.take()).await?;
+                for (uid, run) in runs_by_mapping(records) {
+                    let doc_mapper = self.mappers.get(uid.as_deref()).await?;
+                    // A batch holds one mapping version: another one cuts it.
+                    if batch.as_ref().is_some_and(|b| {
+                        b.doc_mapper.doc_mapping().doc_mapping_uid
+                            != doc_mapper.doc_mapping().doc_mapping_uid
+                    }) {
+                        self.commit(batch.take()).await?;
+                    }
+                    let current = match batch.take() {
+                        Some(batch) => batch,
+                        None => self.indexer.new_batch(doc_mapper)?,
+                    };
+                    let filled = stage("index", self.indexer.add(current, run)).await?;
+                    // Cut on the doc target, or on the commit timeout even while a backlog
+                    // is being drained.
+                    let due = filled.num_docs >= self.uploader.split_num_docs_target
+                        || Instant::now() >= filled.deadline;
+                    batch = Some(filled);
+                    if due {
+                        self.commit(batch.take()).await?;
+                    }
                 }
                 continue;
             }
@@ -410,12 +433,13 @@ impl Pipeline {
             }
             if batch.first_position <= from {
                 let skip = (from - batch.first_position) as usize;
+                let uid = batch.doc_mapping_uid.clone();
                 return Ok(batch
                     .docs
                     .into_iter()
                     .skip(skip)
                     .enumerate()
-                    .map(|(i, doc)| (from + i as u64, Record::Parsed(doc)))
+                    .map(|(i, doc)| (from + i as u64, Record::Parsed(doc, uid.clone())))
                     .collect());
             }
             // A gap before the handoff: read it from the WAL first.
@@ -479,6 +503,65 @@ impl Pipeline {
         *self.commits.abort.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle.abort_handle());
         self.in_flight = Some(handle);
         Ok(())
+    }
+}
+
+/// Records accepted under one doc mapping version (`None`: unknown), with their positions.
+type MappingRun = (Option<String>, Vec<(u64, Record)>);
+
+/// Consecutive records grouped by the doc mapping they were accepted under (`None`: older
+/// records, read with the current mapping), in order.
+fn runs_by_mapping(records: Vec<(u64, Record)>) -> Vec<MappingRun> {
+    let mut runs: Vec<MappingRun> = Vec::new();
+    for (position, record) in records {
+        let uid = record.doc_mapping_uid().map(str::to_string);
+        match runs.last_mut() {
+            Some((last, run)) if *last == uid => run.push((position, record)),
+            _ => runs.push((uid, vec![(position, record)])),
+        }
+    }
+    runs
+}
+
+/// The doc mappers of a shard's records: the index's current one, and older versions read
+/// from the metastore when records accepted under them are met (an index update while they
+/// waited in the WAL).
+struct Mappers {
+    index_uid: IndexUid,
+    current: Arc<DocMapper>,
+    metastore: Arc<dyn Metastore>,
+    older: std::collections::HashMap<String, Arc<DocMapper>>,
+}
+
+impl Mappers {
+    /// The mapper of version `uid` (`None`: the current one).
+    async fn get(&mut self, uid: Option<&str>) -> Result<Arc<DocMapper>, StepError> {
+        let Some(uid) = uid else {
+            return Ok(self.current.clone());
+        };
+        if uid == self.current.doc_mapping().doc_mapping_uid {
+            return Ok(self.current.clone());
+        }
+        if let Some(mapper) = self.older.get(uid) {
+            return Ok(mapper.clone());
+        }
+        let mapper = match self
+            .metastore
+            .doc_mapping_version(&self.index_uid, uid)
+            .await?
+        {
+            Some(config) => Arc::new(DocMapper::for_index(&config)?),
+            None => {
+                tracing::warn!(
+                    index_uid = %self.index_uid,
+                    doc_mapping_uid = uid,
+                    "WAL records of an unknown doc mapping version: read with the current one"
+                );
+                self.current.clone()
+            }
+        };
+        self.older.insert(uid.to_string(), mapper.clone());
+        Ok(mapper)
     }
 }
 

@@ -27,7 +27,6 @@ pub(super) struct UploadedBatch {
 pub(super) struct Uploader {
     pub(super) node_id: String,
     pub(super) index_uid: IndexUid,
-    pub(super) doc_mapping_uid: String,
     pub(super) merge_policy: MergePolicyConfig,
     pub(super) split_num_docs_target: u64,
     pub(super) metastore: Arc<dyn Metastore>,
@@ -38,6 +37,11 @@ impl Uploader {
     /// Stages the batch's splits, then uploads their objects (durably).
     pub(super) async fn upload(&self, batch: FinishedBatch) -> Result<UploadedBatch, StepError> {
         let now = now_unix_secs();
+        // The splits are of the mapping their documents were accepted under.
+        let doc_mapper = batch.doc_mapper.clone();
+        let doc_mapping_uid = doc_mapper.doc_mapping().doc_mapping_uid.clone();
+        let sort_fields = doc_mapper.sort_field_names();
+        let tag_fields = doc_mapper.tag_fields().to_vec();
         let splits: Vec<(SplitMetadata, PathBuf)> = batch
             .splits
             .into_iter()
@@ -51,7 +55,7 @@ impl Uploader {
                     source_id: INGEST_API_SOURCE_ID.to_string(),
                     node_id: self.node_id.clone(),
                     partition_id,
-                    doc_mapping_uid: self.doc_mapping_uid.clone(),
+                    doc_mapping_uid: doc_mapping_uid.clone(),
                     num_docs: split.num_docs,
                     size_bytes: split.size_bytes,
                     uncompressed_docs_size_bytes: split.uncompressed_docs_size_bytes,
@@ -67,6 +71,8 @@ impl Uploader {
                     sort_key_min: split.sort_key_min,
                     sort_key_max: split.sort_key_max,
                     key_level: 0,
+                    sort_fields: sort_fields.clone(),
+                    tag_fields: Some(tag_fields.clone()),
                 };
                 (meta, split.path)
             })

@@ -24,11 +24,16 @@ where
     fn decode_delete_task(row: &DB::Row) -> MetastoreResult<DeleteTask> {
         let index_uid: String = row.try_get("index_uid")?;
         let query: String = row.try_get("delete_query")?;
+        let fields: Option<String> = row.try_get("default_search_fields")?;
         Ok(DeleteTask {
             index_uid: index_uid.parse().map_err(serde_err)?,
             opstamp: from_db(row.try_get("opstamp")?),
             create_timestamp: row.try_get("create_timestamp")?,
             delete_query: serde_json::from_str(&query).map_err(serde_err)?,
+            default_search_fields: fields
+                .map(|fields| serde_json::from_str(&fields).map_err(serde_err))
+                .transpose()?,
+            doc_mapping_uid: row.try_get("doc_mapping_uid")?,
         })
     }
 
@@ -42,6 +47,18 @@ where
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
             Self::lock_index(&mut write.tx, index_uid).await?;
+            // Bound to the settings of now, read under the index lock: an update of the index
+            // waits for this transaction, and a later one cannot change what the task means.
+            let config_row =
+                sqlx::query::<DB>("SELECT index_config_json FROM indexes WHERE index_uid = $1")
+                    .bind(index_uid.to_string())
+                    .fetch_one(&mut *write.tx)
+                    .await?;
+            let config_json: String = config_row.try_get("index_config_json")?;
+            let config: shale_config::IndexConfig =
+                serde_json::from_str(&config_json).map_err(serde_err)?;
+            let default_search_fields = config.search_settings.default_search_fields.clone();
+            let doc_mapping_uid = config.doc_mapping.doc_mapping_uid.clone();
             let row = sqlx::query::<DB>(
                 "SELECT CAST(COALESCE(MAX(opstamp), 0) AS BIGINT) AS last FROM delete_tasks \
                  WHERE index_uid = $1",
@@ -54,13 +71,15 @@ where
                 .checked_add(1)
                 .ok_or_else(|| MetastoreError::FailedPrecondition("opstamps exhausted".into()))?;
             sqlx::query::<DB>(
-                "INSERT INTO delete_tasks (index_uid, opstamp, create_timestamp, delete_query) \
-                 VALUES ($1, $2, $3, $4)",
+                "INSERT INTO delete_tasks (index_uid, opstamp, create_timestamp, delete_query, \
+                 default_search_fields, doc_mapping_uid) VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(index_uid.to_string())
             .bind(to_db(opstamp))
             .bind(now)
             .bind(query_json)
+            .bind(serde_json::to_string(&default_search_fields).map_err(serde_err)?)
+            .bind(doc_mapping_uid.clone())
             .execute(&mut *write.tx)
             .await?;
             Ok(DeleteTask {
@@ -68,6 +87,8 @@ where
                 opstamp,
                 create_timestamp: now,
                 delete_query,
+                default_search_fields: Some(default_search_fields),
+                doc_mapping_uid: Some(doc_mapping_uid),
             })
         }
         .await;
@@ -83,7 +104,9 @@ where
         // tasks past `opstamp_gt` — no row means no index, one row without a task means none.
         let rows = sqlx::query::<DB>(AssertSqlSafe(
             "SELECT i.index_uid AS index_uid, d.opstamp AS opstamp, \
-             d.create_timestamp AS create_timestamp, d.delete_query AS delete_query \
+             d.create_timestamp AS create_timestamp, d.delete_query AS delete_query, \
+             d.default_search_fields AS default_search_fields, \
+             d.doc_mapping_uid AS doc_mapping_uid \
              FROM indexes i LEFT JOIN delete_tasks d \
              ON d.index_uid = i.index_uid AND d.opstamp > $2 \
              WHERE i.index_uid = $1 ORDER BY d.opstamp"

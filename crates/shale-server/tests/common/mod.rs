@@ -29,6 +29,24 @@ pub fn config_in(dir: &std::path::Path) -> NodeConfig {
     }
 }
 
+/// `config` with its splits in a fresh bucket of the test S3 server (`None`, and a skipped
+/// test, when there is none outside CI), downloaded whole into the split cache rather than
+/// read by ranges when `whole_splits`.
+pub fn on_s3(mut config: NodeConfig, whole_splits: bool) -> Option<NodeConfig> {
+    let (endpoint, bucket) = shale_testkit::s3::test_bucket()?;
+    config.default_index_root_uri = format!("s3://{bucket}/indexes");
+    config.s3.endpoint = Some(endpoint);
+    config.s3.region = Some("us-east-1".into());
+    config.s3.access_key_id = Some(shale_testkit::s3::ACCESS_KEY.into());
+    config.s3.secret_access_key = Some(shale_testkit::s3::SECRET_KEY.into());
+    config.s3.force_path_style = true;
+    config.s3.allow_http = true;
+    if whole_splits {
+        config.range_cache_max_bytes = 0;
+    }
+    Some(config)
+}
+
 impl TestNode {
     /// A node with embedded defaults in a fresh temp dir.
     pub async fn start() -> TestNode {
@@ -80,6 +98,7 @@ impl TestNode {
         }
         self.node.shutdown().await;
         self.node.wal.persist().await.unwrap();
+        self.node.release_data_dir();
         self._tmp.take()
     }
 

@@ -242,5 +242,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     node.shutdown().await;
+    node.release_data_dir();
     Ok(())
 }

@@ -395,6 +395,7 @@ async fn run_policy(
         }
     }
     node.shutdown().await;
+    node.release_data_dir();
     Ok((
         Run {
             final_splits: published.len(),

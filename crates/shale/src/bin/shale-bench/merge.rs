@@ -142,6 +142,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 sort_key_min: None,
                 sort_key_max: None,
                 key_level: 0,
+                sort_fields: None,
+                tag_fields: None,
             });
             ids.push(split_id);
         }

@@ -108,6 +108,7 @@ async fn measure(config: NodeConfig, iterations: usize) -> anyhow::Result<Run> {
     let second_ms = started.elapsed().as_secs_f64() * 1e3;
     let (after_second, _) = fetched(&node);
     node.shutdown().await;
+    node.release_data_dir();
     Ok(Run {
         cold_ms,
         cold_bytes,
@@ -170,6 +171,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     drop(lines);
     let (_, splits) = published_splits(&node, "bench-logs").await?;
     node.shutdown().await;
+    node.release_data_dir();
     let split_bytes: u64 = splits.iter().map(|s| s.split_metadata.size_bytes).sum();
     let hot_bytes: u64 = splits
         .iter()
