@@ -189,3 +189,57 @@ async fn open_metastore_rejects_unknown_schemes() {
         }
     }
 }
+
+/// A full disk fails the writes that need space — and nothing else, for no longer than the
+/// disk is full: once space is freed every connection of the pool works again (a failed
+/// `COMMIT` used to leave its connection inside the transaction, and every later write on it
+/// failed until a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_resume_once_a_full_disk_has_room_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(fs) = shale_testkit::tmpfs::Tmpfs::mount(&dir.path().join("fs"), "4m") else {
+        return;
+    };
+    let path = fs.path().join("metastore.db");
+    let metastore = SqliteMetastore::open(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("open");
+    let logs = metastore
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create")
+        .index_uid;
+    let ballast = fs.fill("ballast", 0);
+    let query = |i: usize| shale_types::DeleteQuery {
+        query: format!("body:{}", "x".repeat(2000 + i)),
+        ..Default::default()
+    };
+    let mut failures = 0;
+    for i in 0..64 {
+        if metastore
+            .create_delete_task(&logs, query(i), 1)
+            .await
+            .is_err()
+        {
+            failures += 1;
+        }
+    }
+    assert!(failures > 0, "the disk never filled up");
+    std::fs::remove_file(&ballast).expect("free space");
+    // Every connection of the pool (several writes and reads in parallel) works again.
+    for round in 0..4 {
+        let writes =
+            (0..8).map(|i| metastore.create_delete_task(&logs, query(100 + round * 8 + i), 2));
+        for result in futures::future::join_all(writes).await {
+            result.expect("writes work again once space is freed");
+        }
+        let reads = (0..8).map(|_| metastore.index_metadata("logs"));
+        for result in futures::future::join_all(reads).await {
+            result.expect("reads work");
+        }
+    }
+    metastore
+        .create_index(conformance::index_config("other"))
+        .await
+        .expect("a new index after the disk was full");
+}

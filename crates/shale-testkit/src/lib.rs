@@ -6,6 +6,7 @@
 pub mod postgres;
 pub mod s3;
 pub mod strace;
+pub mod tmpfs;
 
 use std::net::TcpListener;
 
