@@ -42,6 +42,9 @@ pub struct IndexConfig {
     /// When splits are cut, and how they are merged.
     #[serde(default)]
     pub indexing_settings: IndexingSettings,
+    /// Quickwit's ingest settings: accepted and kept (see [`IndexConfig::inert_keys`]).
+    #[serde(default, skip_serializing_if = "IngestSettings::is_default")]
+    pub ingest_settings: IngestSettings,
     /// Search defaults.
     #[serde(default)]
     pub search_settings: SearchSettings,
@@ -57,7 +60,115 @@ pub struct IndexConfig {
     pub time_travel_retention: Option<String>,
 }
 
+/// Quickwit's `ingest_settings`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    /// Quickwit's minimum number of shards of the index. Shale opens
+    /// `min_shards_per_index` (node config) shards per index, more as the ingest rate grows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_shards: Option<u64>,
+    /// Quickwit's switch to skip validation at ingest. Shale always validates documents
+    /// before acknowledging them, so that bad ones are reported and never reach the WAL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_docs: Option<bool>,
+}
+
+impl IngestSettings {
+    pub(crate) fn is_default(&self) -> bool {
+        self == &IngestSettings::default()
+    }
+}
+
 impl IndexConfig {
+    /// The keys of Quickwit's index config this config sets that Shale accepts (so Quickwit
+    /// configs keep working) but that change nothing in Shale, each with why: to be logged
+    /// when an index is created or updated.
+    pub fn inert_keys(&self) -> Vec<(&'static str, &'static str)> {
+        let settings = &self.indexing_settings;
+        let mut keys = Vec::new();
+        if settings.docstore_compression_level.is_some() {
+            keys.push((
+                "indexing_settings.docstore_compression_level",
+                "splits use Tantivy's default doc store compression",
+            ));
+        }
+        if settings.docstore_blocksize.is_some() {
+            keys.push((
+                "indexing_settings.docstore_blocksize",
+                "splits use Tantivy's default doc store block size",
+            ));
+        }
+        if settings.parquet_merge_policy.is_some() {
+            keys.push((
+                "indexing_settings.parquet_merge_policy",
+                "Shale has no Parquet (metrics) splits yet",
+            ));
+        }
+        if settings.parquet_indexing.is_some() {
+            keys.push((
+                "indexing_settings.parquet_indexing",
+                "Shale has no Parquet (metrics) splits yet",
+            ));
+        }
+        if settings.resources.max_merge_write_throughput.is_some() {
+            keys.push((
+                "indexing_settings.resources.max_merge_write_throughput",
+                "deprecated in Quickwit; merges are not throttled",
+            ));
+        }
+        if self.ingest_settings.min_shards.is_some() {
+            keys.push((
+                "ingest_settings.min_shards",
+                "shards per index follow the node config's min_shards_per_index and the ingest rate",
+            ));
+        }
+        if self.ingest_settings.validate_docs.is_some() {
+            keys.push((
+                "ingest_settings.validate_docs",
+                "documents are always validated before they are acknowledged",
+            ));
+        }
+        keys
+    }
+
+    /// An index config as the metastore stored it. Configs stored before unknown keys were
+    /// refused may carry keys of `indexing_settings` that no longer parse: they are dropped
+    /// (they never had an effect) rather than making the index unreadable.
+    pub fn from_stored_json(json: &str) -> Result<IndexConfig, serde_json::Error> {
+        match serde_json::from_str(json) {
+            Ok(config) => Ok(config),
+            Err(strict) => {
+                let mut value: serde_json::Value = serde_json::from_str(json)?;
+                let Some(settings) = value
+                    .get_mut("indexing_settings")
+                    .and_then(|s| s.as_object_mut())
+                else {
+                    return Err(strict);
+                };
+                const KNOWN: [&str; 8] = [
+                    "commit_timeout_secs",
+                    "split_num_docs_target",
+                    "merge_policy",
+                    "resources",
+                    "docstore_compression_level",
+                    "docstore_blocksize",
+                    "parquet_merge_policy",
+                    "parquet_indexing",
+                ];
+                settings.retain(|key, _| KNOWN.contains(&key.as_str()));
+                if let Some(resources) = settings
+                    .get_mut("resources")
+                    .and_then(|r| r.as_object_mut())
+                {
+                    resources
+                        .retain(|key, _| key == "heap_size" || key == "max_merge_write_throughput");
+                }
+                serde_json::from_value(value).map_err(|_| strict)
+            }
+        }
+    }
+
     /// The time-travel window in seconds (0 when off). Validated configs always parse.
     pub fn time_travel_retention_secs(&self) -> i64 {
         self.time_travel_retention
@@ -107,7 +218,7 @@ pub struct DocMapping {
     #[serde(default)]
     pub index_field_presence: bool,
     /// Keep each document's size in bytes in the `_doc_length` fast field (for aggregations).
-    #[serde(default)]
+    #[serde(default, alias = "document_length")]
     pub store_document_size: bool,
 }
 
@@ -793,8 +904,9 @@ impl Default for DynamicMapping {
     }
 }
 
-/// Indexing settings.
+/// Indexing settings: every key of Quickwit's `indexing_settings`, nothing else.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct IndexingSettings {
     /// A split is cut at the latest this long after its first document.
     #[serde(default = "default_commit_timeout_secs")]
@@ -805,10 +917,43 @@ pub struct IndexingSettings {
     /// The merge policy (typed; validated when the config is parsed).
     #[serde(default)]
     pub merge_policy: crate::MergePolicyConfig,
-    /// Any other Quickwit setting, kept; of them only `resources.heap_size` is used (see
-    /// [`IndexingSettings::heap_size_bytes`]).
-    #[serde(flatten)]
-    pub other: serde_json::Map<String, serde_json::Value>,
+    /// Quickwit's `resources`: the indexing memory of each split being built.
+    #[serde(default, skip_serializing_if = "IndexingResources::is_default")]
+    pub resources: IndexingResources,
+    /// Quickwit's zstd level of the doc store. Accepted and kept; Shale's splits use
+    /// Tantivy's default doc store compression (see [`IndexConfig::inert_keys`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docstore_compression_level: Option<i32>,
+    /// Quickwit's doc store block size in bytes. Accepted and kept, not used (see
+    /// [`IndexConfig::inert_keys`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docstore_blocksize: Option<u64>,
+    /// Quickwit's merge policy of Parquet (metrics) splits. Accepted and kept; Shale has no
+    /// metrics splits yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parquet_merge_policy: Option<serde_json::Value>,
+    /// Quickwit's Parquet (metrics) indexing settings. Accepted and kept; Shale has no
+    /// metrics splits yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parquet_indexing: Option<serde_json::Value>,
+}
+
+/// Quickwit's `indexing_settings.resources`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexingResources {
+    /// `"1GB"`, `"512MiB"` or a number of bytes (see [`IndexingSettings::heap_size_bytes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_size: Option<serde_json::Value>,
+    /// Deprecated in Quickwit (a node-wide limit replaced it); accepted, not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_merge_write_throughput: Option<serde_json::Value>,
+}
+
+impl IndexingResources {
+    fn is_default(&self) -> bool {
+        self == &IndexingResources::default()
+    }
 }
 
 impl IndexingSettings {
@@ -820,7 +965,7 @@ impl IndexingSettings {
             field: field.to_string(),
             message,
         };
-        let Some(value) = self.other.get("resources").and_then(|r| r.get("heap_size")) else {
+        let Some(value) = &self.resources.heap_size else {
             return Ok(None);
         };
         let bytes = match value {
@@ -857,7 +1002,11 @@ impl Default for IndexingSettings {
             commit_timeout_secs: DEFAULT_COMMIT_TIMEOUT_SECS,
             split_num_docs_target: DEFAULT_SPLIT_NUM_DOCS_TARGET,
             merge_policy: crate::MergePolicyConfig::default(),
-            other: Default::default(),
+            resources: IndexingResources::default(),
+            docstore_compression_level: None,
+            docstore_blocksize: None,
+            parquet_merge_policy: None,
+            parquet_indexing: None,
         }
     }
 }

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    CompactionSettings, ConfigError, DocMapping, IndexConfig, IndexingSettings, RetentionPolicy,
-    SearchSettings,
+    CompactionSettings, ConfigError, DocMapping, IndexConfig, IndexingSettings, IngestSettings,
+    RetentionPolicy, SearchSettings,
 };
 
 /// An index template.
@@ -37,6 +37,9 @@ pub struct IndexTemplate {
     /// Their indexing settings.
     #[serde(default)]
     pub indexing_settings: IndexingSettings,
+    /// Their ingest settings (Quickwit's; see [`IndexConfig::inert_keys`]).
+    #[serde(default, skip_serializing_if = "IngestSettings::is_default")]
+    pub ingest_settings: IngestSettings,
     /// Their search settings.
     #[serde(default)]
     pub search_settings: SearchSettings,
@@ -143,6 +146,7 @@ impl IndexTemplate {
             index_uri: root.map(|root| format!("{}/{index_id}", root.trim_end_matches('/'))),
             doc_mapping,
             indexing_settings: self.indexing_settings.clone(),
+            ingest_settings: self.ingest_settings.clone(),
             search_settings: self.search_settings.clone(),
             retention: self.retention.clone(),
             compaction: self.compaction.clone(),

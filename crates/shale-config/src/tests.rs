@@ -159,8 +159,8 @@ fn gharchive_json_parses() {
         })
     );
     assert_eq!(
-        config.indexing_settings.other.get("resources"),
-        Some(&serde_json::json!({"heap_size": "1GB"}))
+        config.indexing_settings.resources.heap_size,
+        Some(serde_json::json!("1GB"))
     );
     assert!(mapping.is_exact_tag_field("type"));
     assert_eq!(
@@ -702,4 +702,174 @@ fn retention_rules() {
         "retention.period",
         "longer than 0",
     );
+}
+
+#[test]
+fn unknown_keys_are_refused_in_every_section_naming_the_key_and_the_valid_ones() {
+    let base = |section: &str| {
+        format!(
+            "index_id: typos\ndoc_mapping:\n  field_mappings:\n    - name: body\n      type: text\n{section}"
+        )
+    };
+    for (section, key, path) in [
+        (
+            "indexing_settings:\n  commit_timout_secs: 1\n",
+            "commit_timout_secs",
+            "indexing_settings",
+        ),
+        (
+            "indexing_settings:\n  resources:\n    heap_sise: 1GB\n",
+            "heap_sise",
+            "indexing_settings.resources",
+        ),
+        (
+            "search_settings:\n  default_search_field: [body]\n",
+            "default_search_field",
+            "search_settings",
+        ),
+        (
+            "retention:\n  period: 1 day\n  shedule: daily\n",
+            "shedule",
+            "retention",
+        ),
+        (
+            "ingest_settings:\n  min_shard: 2\n",
+            "min_shard",
+            "ingest_settings",
+        ),
+        ("docmapping: {}\n", "docmapping", ""),
+    ] {
+        let err = parse(&base(section)).unwrap_err().to_string();
+        assert!(err.contains(&format!("unknown field `{key}`")), "{err}");
+        assert!(err.contains(", expected "), "lists the valid keys: {err}");
+        if !path.is_empty() {
+            assert!(
+                err.contains(&format!("`{path}")),
+                "names the section: {err}"
+            );
+        }
+        assert!(err.contains("line "), "points to the line: {err}");
+    }
+    // The same in JSON.
+    let err = parse(
+        r#"{"index_id": "typos", "doc_mapping": {"field_mappings": []},
+            "indexing_settings": {"commit_timout_secs": 1}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("unknown field `commit_timout_secs`"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn every_key_of_quickwits_index_config_reference_is_accepted() {
+    let config = parse(
+        r#"
+version: 0.9
+index_id: quickwit-keys
+index_uri: file:///tmp/quickwit-keys
+doc_mapping:
+  doc_mapping_uid: 01HZZZZZZZZZZZZZZZZZZZZZZZ
+  mode: dynamic
+  dynamic_mapping:
+    indexed: true
+    stored: true
+    tokenizer: default
+    record: basic
+    expand_dots: true
+    fast: true
+  field_mappings:
+    - name: timestamp
+      type: datetime
+      fast: true
+      input_formats: [unix_timestamp]
+      output_format: rfc3339
+      fast_precision: seconds
+    - name: service
+      type: text
+      tokenizer: raw
+      fast: true
+  tag_fields: [service]
+  timestamp_field: timestamp
+  partition_key: service
+  max_num_partitions: 100
+  index_field_presence: true
+  store_document_size: true
+  store_source: false
+  tokenizers:
+    - name: my_tokenizer
+      type: ngram
+      min_gram: 2
+      max_gram: 3
+indexing_settings:
+  commit_timeout_secs: 30
+  split_num_docs_target: 1000000
+  docstore_compression_level: 8
+  docstore_blocksize: 1000000
+  resources:
+    heap_size: 1GB
+    max_merge_write_throughput: 100MB
+  merge_policy:
+    type: limit_merge
+    max_merge_ops: 3
+    merge_factor: 10
+    max_merge_factor: 12
+    maturation_period: 48h
+  parquet_merge_policy:
+    merge_factor: 10
+  parquet_indexing:
+    window_duration_secs: 900
+ingest_settings:
+  min_shards: 2
+  validate_docs: true
+search_settings:
+  default_search_fields: [service]
+retention:
+  period: 90 days
+  schedule: daily
+"#,
+    )
+    .unwrap();
+    let inert: Vec<&str> = config.inert_keys().iter().map(|(key, _)| *key).collect();
+    assert_eq!(
+        inert,
+        [
+            "indexing_settings.docstore_compression_level",
+            "indexing_settings.docstore_blocksize",
+            "indexing_settings.parquet_merge_policy",
+            "indexing_settings.parquet_indexing",
+            "indexing_settings.resources.max_merge_write_throughput",
+            "ingest_settings.min_shards",
+            "ingest_settings.validate_docs",
+        ]
+    );
+    assert_eq!(
+        config.indexing_settings.heap_size_bytes().unwrap(),
+        Some(1_000_000_000)
+    );
+    // Quickwit's older name of `store_document_size`.
+    let older = parse(&format!(
+        "index_id: older\ndoc_mapping:\n  document_length: true\n  field_mappings: []\n"
+    ))
+    .unwrap();
+    assert!(older.doc_mapping.store_document_size);
+}
+
+#[test]
+fn stored_configs_with_keys_refused_today_still_load() {
+    let mut value = serde_json::to_value(parse(HDFS_LOGS_YAML).unwrap()).unwrap();
+    value["indexing_settings"]["commit_timout_secs"] = serde_json::json!(1);
+    value["indexing_settings"]["resources"] =
+        serde_json::json!({"heap_size": "1GB", "heap_sise": "2GB"});
+    let json = serde_json::to_string(&value).unwrap();
+    assert!(serde_json::from_str::<IndexConfig>(&json).is_err());
+    let config = IndexConfig::from_stored_json(&json).unwrap();
+    assert_eq!(config.indexing_settings.commit_timeout_secs, 10);
+    assert_eq!(
+        config.indexing_settings.heap_size_bytes().unwrap(),
+        Some(1_000_000_000)
+    );
+    // A config broken elsewhere is still an error.
+    value["doc_mapping"]["nonsense"] = serde_json::json!(1);
+    assert!(IndexConfig::from_stored_json(&value.to_string()).is_err());
 }

@@ -61,6 +61,53 @@ fn anchor_negations(ast: &mut UserInputAst) {
     }
 }
 
+/// The date formats query values of datetime fields are read in (Quickwit's).
+const QUERY_DATE_FORMAT_NAMES: [&str; 8] = [
+    "rfc3339",
+    "unix_timestamp",
+    "%a, %d %b %Y %H:%M:%S %z",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d",
+    "%Y/%m/%d",
+];
+
+static QUERY_DATE_FORMATS: std::sync::LazyLock<Vec<shale_config::DateInputFormat>> =
+    std::sync::LazyLock::new(|| {
+        QUERY_DATE_FORMAT_NAMES
+            .iter()
+            .filter_map(|name| shale_config::DateInputFormat::parse(name).ok())
+            .collect()
+    });
+
+/// What a query date value may look like, for error messages.
+fn accepted_date_formats() -> String {
+    format!(
+        "accepted formats: RFC 3339 (2024-01-31T10:00:00Z), RFC 2822 (Wed, 31 Jan 2024 10:00:00 \
+         +0000), a Unix timestamp in seconds, milliseconds, microseconds or nanoseconds, {}",
+        QUERY_DATE_FORMAT_NAMES[3..]
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A query parser error in words, without Rust's debug output of the underlying error.
+fn describe_parser_error(err: &QueryParserError) -> String {
+    match err {
+        QueryParserError::ExpectedInt(_) => "expected an integer".to_string(),
+        QueryParserError::ExpectedFloat(_) => "expected a number".to_string(),
+        QueryParserError::ExpectedBool(_) => "expected `true` or `false`".to_string(),
+        QueryParserError::ExpectedBase64(_) => "expected bytes in base64 or hex".to_string(),
+        QueryParserError::DateFormatError(_) => {
+            format!("invalid date; {}", accepted_date_formats())
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Builds `ast` with the query parser; only negative clauses (`NOT a`) are allowed (they
 /// match all documents but those).
 fn build_leniently(
@@ -73,7 +120,10 @@ fn build_leniently(
         .into_iter()
         .find(|err| !matches!(err, QueryParserError::AllButQueryForbidden))
     {
-        Some(err) => Err(IndexError::InvalidQuery(format!("`{query}`: {err}"))),
+        Some(err) => Err(IndexError::InvalidQuery(format!(
+            "`{query}`: {}",
+            describe_parser_error(&err)
+        ))),
         None => Ok(query_obj),
     }
 }
@@ -203,6 +253,8 @@ impl DocMapper {
             )));
         }
         self.rewrite_ast(&mut ast);
+        self.check_values(&ast)
+            .map_err(|err| IndexError::InvalidQuery(format!("`{query}`: {err}")))?;
         let mut parser = QueryParser::new(
             self.schema().clone(),
             Vec::new(),
@@ -430,22 +482,6 @@ impl DocMapper {
     /// parses. Values no format takes are left for Tantivy to refuse.
     fn normalize_dates(&self, ast: &mut UserInputAst) {
         use tantivy::query_grammar::UserInputBound;
-        static FORMATS: std::sync::LazyLock<Vec<shale_config::DateInputFormat>> =
-            std::sync::LazyLock::new(|| {
-                [
-                    "rfc3339",
-                    "unix_timestamp",
-                    "%a, %d %b %Y %H:%M:%S %z",
-                    "%Y-%m-%dT%H:%M:%S",
-                    "%Y-%m-%d %H:%M:%S.%f",
-                    "%Y-%m-%d %H:%M:%S",
-                    "%Y-%m-%d",
-                    "%Y/%m/%d",
-                ]
-                .iter()
-                .filter_map(|name| shale_config::DateInputFormat::parse(name).ok())
-                .collect()
-            });
         // Values are truncated to the field's precision, as its indexed values are.
         let precision_of = |field: &str| match self.doc_mapping().field_mapping(field) {
             Some(shale_config::FieldMapping {
@@ -456,7 +492,7 @@ impl DocMapper {
         };
         let normalize = |text: &mut String, precision: tantivy::schema::DateTimePrecision| {
             let value = serde_json::Value::String(text.clone());
-            if let Ok(datetime) = crate::date::parse_datetime(&value, &FORMATS) {
+            if let Ok(datetime) = crate::date::parse_datetime(&value, &QUERY_DATE_FORMATS) {
                 *text = crate::date::format_rfc3339(datetime.truncate(precision));
             }
         };
@@ -667,6 +703,83 @@ impl DocMapper {
         self.schema().find_field(name).is_some() || self.dynamic_field().is_some()
     }
 
+    /// Checks that every value compared with a typed field (integers, floats, booleans,
+    /// dates, IP addresses) reads as that type, so that the error names the field, the value
+    /// and what was expected. Runs on the rewritten tree: dates are RFC 3339 by then.
+    fn check_values(&self, ast: &UserInputAst) -> Result<(), String> {
+        use tantivy::query_grammar::UserInputBound;
+        use tantivy::schema::FieldType;
+        let (name, values): (&str, Vec<&str>) = match ast {
+            UserInputAst::Clause(clauses) => {
+                return clauses
+                    .iter()
+                    .try_for_each(|(_, sub)| self.check_values(sub));
+            }
+            UserInputAst::Boost(sub, _) => return self.check_values(sub),
+            UserInputAst::Leaf(leaf) => match leaf.as_ref() {
+                UserInputLeaf::Literal(UserInputLiteral {
+                    field_name: Some(name),
+                    phrase,
+                    ..
+                }) => (name, vec![phrase.as_str()]),
+                UserInputLeaf::Range {
+                    field: Some(name),
+                    lower,
+                    upper,
+                } => {
+                    let bounds = [lower, upper].into_iter().filter_map(|bound| match bound {
+                        UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text)
+                            if text != "*" =>
+                        {
+                            Some(text.as_str())
+                        }
+                        _ => None,
+                    });
+                    (name, bounds.collect())
+                }
+                UserInputLeaf::Set {
+                    field: Some(name),
+                    elements,
+                } => (name, elements.iter().map(String::as_str).collect()),
+                _ => return Ok(()),
+            },
+        };
+        let Ok(field) = self.schema().get_field(name) else {
+            return Ok(());
+        };
+        let (expected, reads): (&str, fn(&str) -> bool) =
+            match self.schema().get_field_entry(field).field_type() {
+                FieldType::U64(_) => ("an unsigned integer", |v| v.parse::<u64>().is_ok()),
+                FieldType::I64(_) => ("an integer", |v| v.parse::<i64>().is_ok()),
+                FieldType::F64(_) => ("a number", |v| v.parse::<f64>().is_ok()),
+                FieldType::Bool(_) => ("`true` or `false`", |v| v.parse::<bool>().is_ok()),
+                FieldType::IpAddr(_) => ("an IP address or CIDR block", |v| {
+                    v.parse::<std::net::IpAddr>().is_ok()
+                }),
+                FieldType::Date(_) => ("a date", |v| {
+                    crate::date::parse_datetime(
+                        &serde_json::Value::String(v.to_string()),
+                        &[shale_config::DateInputFormat::Rfc3339],
+                    )
+                    .is_ok()
+                }),
+                _ => return Ok(()),
+            };
+        match values.into_iter().find(|value| !reads(value.trim())) {
+            Some(value) => {
+                let formats = if expected == "a date" {
+                    format!("; {}", accepted_date_formats())
+                } else {
+                    String::new()
+                };
+                Err(format!(
+                    "`{value}` is not a valid value for field `{name}`: expected {expected}{formats}"
+                ))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Parses the query grammar; a syntax error is an error.
     fn parse_grammar(&self, query: &str) -> Result<UserInputAst, IndexError> {
         check_operators(query)?;
@@ -677,6 +790,7 @@ impl DocMapper {
                 error.pos, error.message
             )));
         }
+        check_field_names(&ast)?;
         Ok(ast)
     }
 
@@ -934,6 +1048,33 @@ impl DocMapper {
     /// Resolves a field name of the schema.
     pub fn field(&self, name: &str) -> Option<Field> {
         self.schema().get_field(name).ok()
+    }
+}
+
+/// Rejects field names with control characters (`\0`, …): no field can be named so, and
+/// Tantivy uses some of them to delimit json paths inside terms.
+fn check_field_names(ast: &UserInputAst) -> Result<(), IndexError> {
+    let name = match ast {
+        UserInputAst::Clause(clauses) => {
+            return clauses
+                .iter()
+                .try_for_each(|(_, sub)| check_field_names(sub));
+        }
+        UserInputAst::Boost(sub, _) => return check_field_names(sub),
+        UserInputAst::Leaf(leaf) => match leaf.as_ref() {
+            UserInputLeaf::Literal(literal) => literal.field_name.as_deref(),
+            UserInputLeaf::Range { field, .. }
+            | UserInputLeaf::Set { field, .. }
+            | UserInputLeaf::Regex { field, .. } => field.as_deref(),
+            UserInputLeaf::Exists { field } => Some(field.as_str()),
+            UserInputLeaf::All => None,
+        },
+    };
+    match name {
+        Some(name) if name.chars().any(char::is_control) => Err(IndexError::InvalidQuery(format!(
+            "field name {name:?} contains a control character"
+        ))),
+        _ => Ok(()),
     }
 }
 

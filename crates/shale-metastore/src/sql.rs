@@ -395,7 +395,7 @@ where
         let create_timestamp: i64 = row.try_get("create_timestamp")?;
         Ok(IndexMetadata {
             index_uid: index_uid.parse().map_err(serde_err)?,
-            index_config: serde_json::from_str(&config_json).map_err(serde_err)?,
+            index_config: IndexConfig::from_stored_json(&config_json).map_err(serde_err)?,
             checkpoints: BTreeMap::new(),
             create_timestamp,
         })
@@ -1245,7 +1245,9 @@ where
         match row {
             Some(row) => {
                 let json: String = row.try_get("index_config_json")?;
-                Ok(Some(serde_json::from_str(&json).map_err(serde_err)?))
+                Ok(Some(
+                    IndexConfig::from_stored_json(&json).map_err(serde_err)?,
+                ))
             }
             None => Ok(None),
         }

@@ -3,8 +3,9 @@
 //! and responses in Elasticsearch's shapes — a status and an error per item (an invalid index
 //! name is a 400 `invalid_index_name_exception` item, an unknown index a 404
 //! `index_not_found_exception` item), while a malformed or unknown action line, or an item
-//! without an index, rejects the whole request with a 400 (`parse_exception`,
-//! `illegal_argument_exception`, `action_request_validation_exception`), as Elasticsearch does.
+//! without an index, rejects the whole request with a 400 (`illegal_argument_exception`
+//! "Malformed action/metadata line [N]…", lines numbered without the blank ones, or
+//! `action_request_validation_exception`), as Quickwit does.
 //! Every response under `/api/v1/_elastic` carries `X-Elastic-Product: Elasticsearch`
 //! ([`product_header`]): the 8.x clients refuse to talk to a server without it.
 
@@ -171,16 +172,17 @@ async fn bulk_inner(
     // Refused as a whole (429) before anything is accepted.
     let _admitted = admit_ingest(&state, &headers)?;
     let body = read_body(&state, &headers, body).await?;
+    // Lines are numbered as Quickwit numbers them: blank lines do not count.
     let mut lines = body
         .split(|b| *b == b'\n')
-        .enumerate()
-        .filter(|(_, line)| line.iter().any(|b| !b.is_ascii_whitespace()));
+        .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+        .enumerate();
     let mut items: Vec<Item> = Vec::new();
     while let Some((line_index, action_line)) = lines.next() {
         let line_no = line_index + 1;
         let action: Value = serde_json::from_slice(action_line).map_err(|err| {
             EsError::bad_request(
-                "parse_exception",
+                "illegal_argument_exception",
                 format!("Malformed action/metadata line [{line_no}]: {err}"),
             )
         })?;

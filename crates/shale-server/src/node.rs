@@ -532,6 +532,7 @@ impl Node {
         // refused before anything is recorded.
         shale_index::DocMapper::for_index(&config)
             .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
+        log_inert_keys(&config);
         // Resolve its storage before recording anything.
         self.storages
             .for_index(&config.index_id, config.index_uri.as_deref())?;
@@ -627,6 +628,7 @@ impl Node {
         }
         shale_index::DocMapper::for_index(&config)
             .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
+        log_inert_keys(&config);
         let old_settings = current.index_config.indexing_settings.clone();
         let updated = self
             .membership
@@ -799,5 +801,13 @@ impl Node {
                 .await;
         }
         Ok(splits)
+    }
+}
+
+/// Notes the keys of Quickwit's index config that `config` sets and that Shale accepts
+/// without acting on them.
+fn log_inert_keys(config: &IndexConfig) {
+    for (key, why) in config.inert_keys() {
+        info!(index_id = %config.index_id, key, "index config key accepted for Quickwit compatibility, no effect: {why}");
     }
 }

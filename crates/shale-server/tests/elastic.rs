@@ -139,12 +139,12 @@ async fn bulk_answers_as_elasticsearch_does() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 400);
     let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["error"]["type"], "parse_exception");
+    assert_eq!(body["error"]["type"], "illegal_argument_exception");
     assert!(
         body["error"]["reason"]
             .as_str()
             .unwrap()
-            .contains("line [3]"),
+            .starts_with("Malformed action/metadata line [3]"),
         "{body}"
     );
     assert_eq!(node.count("logs", "*").await, 3);

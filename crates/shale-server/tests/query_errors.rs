@@ -54,6 +54,10 @@ async fn malformed_and_mistyped_queries_are_400s() {
         ("nosuchfield:x", "nosuchfield"),
         // No default search fields and no `search_field`: a bare term says so.
         ("quick", "default search field"),
+        // Field names with NUL bytes (found by fuzzing: they panicked inside Tantivy).
+        ("\u{0}:x.y>=", "control character"),
+        ("s,\u{0}:v1AND", "control character"),
+        ("level:a OR \u{1}b:c", "control character"),
     ] {
         let (status, body) = node
             .post(
@@ -64,6 +68,50 @@ async fn malformed_and_mistyped_queries_are_400s() {
         assert_eq!(status, 400, "`{query}`: {body}");
         let message = body["message"].as_str().unwrap();
         assert!(message.contains(needle), "`{query}`: {message}");
+    }
+    // Errors name the field, the value and what was expected, never Rust internals.
+    for (query, needles) in [
+        (
+            "status:abc",
+            &["`abc`", "field `status`", "expected an unsigned integer"][..],
+        ),
+        (
+            "delta:[1 TO x]",
+            &["`x`", "field `delta`", "expected an integer"],
+        ),
+        (
+            "delta:1.5",
+            &["`1.5`", "field `delta`", "expected an integer"],
+        ),
+        ("ok:maybe", &["`maybe`", "field `ok`", "`true` or `false`"]),
+        ("status:IN [200 2x]", &["`2x`", "field `status`"]),
+        (
+            "timestamp:[2020-13-01 TO *]",
+            &["`2020-13-01`", "field `timestamp`", "RFC 3339", "%Y-%m-%d"],
+        ),
+        ("timestamp:yesterday", &["`yesterday`", "Unix timestamp"]),
+    ] {
+        let (status, body) = node
+            .post(
+                "/api/v1/typed/search",
+                json!({"query": query, "max_hits": 0}).to_string(),
+            )
+            .await;
+        assert_eq!(status, 400, "`{query}`: {body}");
+        let message = body["message"].as_str().unwrap();
+        for needle in needles {
+            assert!(message.contains(needle), "`{query}`: {message}");
+        }
+        assert!(!message.contains("Error {"), "`{query}`: {message}");
+        assert!(!message.contains("ParseIntError"), "`{query}`: {message}");
+    }
+    // Valid dates in each of Quickwit's query formats still match.
+    for query in [
+        "timestamp:[2023-11-14T22:13:20Z TO *]",
+        "timestamp:[2023-11-14 TO *]",
+        "timestamp:[1699999999 TO *]",
+    ] {
+        assert_eq!(node.count("typed", query).await, 10, "{query}");
     }
     // A bare term with a search field is fine.
     let (status, body) = node

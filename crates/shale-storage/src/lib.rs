@@ -17,7 +17,7 @@ mod storage;
 
 pub use cache::{CachedSplit, PressureHandler, SplitCache, DEFAULT_CACHE_WAIT, SPLIT_FILE_NAME};
 pub use local::LocalStorage;
-pub use range_cache::{RangeCache, RANGE_CHUNK_BYTES};
+pub use range_cache::{RangeCache, RANGE_CHUNK_BYTES, RANGE_FETCH_BYTES};
 pub use s3::S3Storage;
 pub use storage::{IndexStorages, S3Options, Storage, StorageRef, StorageResolver};
 

@@ -8,6 +8,9 @@
 //! round trip, and the reads Tantivy makes next to it (a term dictionary's footer, then its
 //! FST, then its term infos) usually none. Cached objects are immutable (split objects are
 //! never rewritten), so entries never go stale.
+//!
+//! The budget counts the bytes actually kept alive: each chunk is its own allocation (copied
+//! out of the GET's response), so evicting a chunk frees it even if its neighbours stay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -195,7 +198,9 @@ impl RangeCache {
                 if start >= end {
                     return Err(short(name, object_len));
                 }
-                let chunk = bytes.slice(start..end);
+                // A copy: a slice would keep the whole fetched run alive for as long as any
+                // of its chunks stays cached, so the budget would not bound the memory held.
+                let chunk = Bytes::copy_from_slice(&bytes[start..end]);
                 inner.insert(key.clone(), index, chunk.clone(), self.max_bytes);
                 chunks[(index - window_first) as usize] = Some(chunk);
             }

@@ -55,8 +55,8 @@ where
                     .fetch_one(&mut *write.tx)
                     .await?;
             let config_json: String = config_row.try_get("index_config_json")?;
-            let config: shale_config::IndexConfig =
-                serde_json::from_str(&config_json).map_err(serde_err)?;
+            let config =
+                shale_config::IndexConfig::from_stored_json(&config_json).map_err(serde_err)?;
             let default_search_fields = config.search_settings.default_search_fields.clone();
             let doc_mapping_uid = config.doc_mapping.doc_mapping_uid.clone();
             let row = sqlx::query::<DB>(
