@@ -362,3 +362,41 @@ async fn splits_of_an_older_mapping_merge_with_their_own_mapping() {
     let (_, merges) = node.get("/api/v1/indexes/notes/compaction").await;
     assert!(!merges.to_string().contains("different schema"), "{merges}");
 }
+
+/// The reproduced defect: `indexing_settings: {commit_timout_secs: 1}` answered 200 and was
+/// stored beside the real key, on create and on update alike.
+#[tokio::test]
+async fn a_typo_in_an_index_config_is_refused_on_create_and_on_update() {
+    let node = TestNode::start().await;
+    for (typo, key) in [
+        ("commit_timout_secs: 1", "commit_timout_secs"),
+        ("resources: {heap_sise: 1GB}", "heap_sise"),
+    ] {
+        let yaml = NOTES.replace("commit_timeout_secs: 1", typo);
+        let (status, body) = node.post("/api/v1/indexes", yaml).await;
+        assert_eq!(status, 400, "{typo}: {body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("unknown field `{key}`")),
+            "{message}"
+        );
+        assert!(message.contains("line "), "{message}");
+    }
+    node.create_index(NOTES).await;
+    let (status, body) = node
+        .put(
+            "/api/v1/indexes/notes",
+            NOTES.replace("commit_timeout_secs: 1", "commit_timout_secs: 5"),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (_, index) = node.get("/api/v1/indexes/notes").await;
+    assert_eq!(
+        index["index_config"]["indexing_settings"]["commit_timeout_secs"], 1,
+        "the stored config is unchanged: {index}"
+    );
+    assert!(index["index_config"]["indexing_settings"]
+        .get("commit_timout_secs")
+        .is_none());
+    node.stop().await;
+}
