@@ -75,9 +75,10 @@ pub enum IngestError {
     /// An unexpected failure before anything was written to the WAL.
     #[error("internal error, nothing was ingested: {0}")]
     Internal(String),
-    /// The documents were handed to another node, which did not answer: they may or may not
-    /// have been ingested (sending them again may index them twice).
-    #[error("the node holding the shard did not answer, the documents may or may not have been ingested: {0}")]
+    /// The documents were handed to another node, which did not answer or failed after it
+    /// may have appended them: they may or may not have been ingested (sending them again
+    /// may index them twice).
+    #[error("the outcome is unknown, the documents may or may not have been ingested (sending them again may index them twice): {0}")]
     OutcomeUnknown(String),
     /// The shard is not (or no longer) open on this node: try another one.
     #[error("shard `{0}` is not open on this node")]
@@ -90,6 +91,21 @@ pub enum IngestError {
         /// Why.
         reason: String,
     },
+}
+
+impl IngestError {
+    /// Whether this failure guarantees that none of the request's documents reached a WAL,
+    /// so that it may be sent to another shard without indexing anything twice. False when
+    /// the documents were (or may have been) appended: the pipeline stopped after the append,
+    /// the WAL took them but could not make them durable, or a forward got no answer.
+    pub fn nothing_appended(&self) -> bool {
+        !matches!(
+            self,
+            IngestError::PipelineStopped
+                | IngestError::OutcomeUnknown(_)
+                | IngestError::Wal(WalError::NotDurable(_))
+        )
+    }
 }
 
 /// Limits of the ingest path.

@@ -48,6 +48,12 @@ pub enum WalError {
     /// The queue does not exist.
     #[error("WAL queue `{0}` does not exist")]
     MissingQueue(String),
+    /// Records were appended but could not be made durable (the fsync failed): they are in
+    /// the log and may still be indexed.
+    #[error(
+        "WAL sync failed after the append, the documents may or may not have been ingested: {0}"
+    )]
+    NotDurable(String),
 }
 
 /// Result of WAL operations.
@@ -266,7 +272,10 @@ impl Wal {
         drop(inner);
         metrics::WAL_APPENDS.inc();
         if self.policy == PersistPolicy::OnAppend {
-            self.sync_through(seq).await?;
+            self.sync_through(seq).await.map_err(|err| match err {
+                WalError::Io(message) => WalError::NotDurable(message),
+                other => other,
+            })?;
         }
         Ok(Some((first, last)))
     }

@@ -85,7 +85,7 @@ async fn shard_ingest(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let commit = commit_mode(&params, "commit")?;
     let get = |name: &str| {
         params
@@ -101,19 +101,37 @@ async fn shard_ingest(
         shard_id: get("shard_id")?,
     };
     let docs = ndjson_docs(&body);
-    let outcome = state
+    match state
         .node
         .dispatcher
         .ingest_into_local_shard(&key, docs, commit)
         .await
-        .map_err(|err| match err {
-            IngestError::ShardNotOpen(_) => ApiError::new(StatusCode::CONFLICT, err.to_string()),
-            other => ApiError::from(other),
-        })?;
-    Ok(Json(json!({
-        "num_ingested": outcome.num_ingested,
-        "num_rejected": outcome.num_rejected,
-    })))
+    {
+        Ok(outcome) => Ok(Json(json!({
+            "num_ingested": outcome.num_ingested,
+            "num_rejected": outcome.num_rejected,
+        }))
+        .into_response()),
+        // The error says whether the documents can be in the WAL: the sender retries on
+        // another shard only when they cannot.
+        Err(err) => {
+            let nothing_appended = err.nothing_appended();
+            let error = match err {
+                IngestError::ShardNotOpen(_) => {
+                    ApiError::new(StatusCode::CONFLICT, err.to_string())
+                }
+                other => ApiError::from(other),
+            };
+            Ok((
+                error.status,
+                Json(json!({
+                    "message": error.message,
+                    "nothing_appended": nothing_appended,
+                })),
+            )
+                .into_response())
+        }
+    }
 }
 
 async fn control_round(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
@@ -189,7 +207,14 @@ pub enum InternalError {
         status: u16,
         /// Its message.
         message: String,
+        /// Its whole answer.
+        body: Value,
     },
+}
+
+/// Whether an error answer of `shards/ingest` says none of the documents reached the WAL.
+fn err_nothing_appended(err: &InternalError) -> bool {
+    matches!(err, InternalError::Status { body, .. } if body["nothing_appended"] == true)
 }
 
 /// The client side of the internal API.
@@ -257,6 +282,7 @@ impl InternalClient {
                 address: address.to_string(),
                 status,
                 message: value["message"].as_str().unwrap_or_default().to_string(),
+                body: value,
             });
         }
         Ok(value)
@@ -312,6 +338,17 @@ impl InternalClient {
             // Sent, but no answer: the documents may be in that shard.
             Err(err @ InternalError::NoAnswer { .. }) => {
                 Err(IngestError::OutcomeUnknown(err.to_string()))
+            }
+            // Refused before the documents reached its WAL (the answer says so, or the
+            // request itself was refused): another shard may take them. Any other error
+            // answer may come after the append (the pipeline stopped while waiting for the
+            // commit, the WAL could not sync): never sent elsewhere.
+            Err(err @ InternalError::Status { status, .. }) => {
+                if err_nothing_appended(&err) || matches!(status, 400 | 401) {
+                    Err(IngestError::Internal(err.to_string()))
+                } else {
+                    Err(IngestError::OutcomeUnknown(err.to_string()))
+                }
             }
             Err(err) => Err(IngestError::Internal(err.to_string())),
         }

@@ -1,11 +1,13 @@
 //! Ingest routing: any node accepts documents for any index, validates them (per-document
 //! errors are answered by the node that received them), and hands the valid ones to an open
 //! shard of the index — a shard of its own first, else the next one in round-robin order
-//! among the open shards of live nodes, through the internal API. If that shard's node fails
-//! or refuses before taking the batch (shard closed meanwhile, node down), the batch goes to
-//! the next shard; if it took the request but did not answer, the batch is NOT sent again
-//! (it may be in that shard already) and the client is told the outcome is unknown. The
-//! answer comes once the owning node has persisted the batch under the requested commit mode.
+//! among the open shards of live nodes, through the internal API. If that shard's node
+//! refuses before the batch reached its WAL (shard closed meanwhile, node down, an error
+//! answer that says nothing was appended), the batch goes to the next shard. If the batch
+//! may be in that WAL (no answer, the pipeline stopped while the batch waited for its
+//! commit, the WAL could not sync it), it is NOT sent again — it would be indexed twice —
+//! and the client is told the outcome is unknown. The answer comes once the owning node has
+//! persisted the batch under the requested commit mode.
 //!
 //! When an index has no open shard yet (just created), the leader is asked to run a control
 //! round (allocate shards) — inline when this node leads.
@@ -245,9 +247,7 @@ impl IngestDispatcher {
                 }
                 // The documents are (or may be) in that shard's WAL: never send them to another
                 // shard, they would be indexed twice.
-                Err(err @ (IngestError::PipelineStopped | IngestError::OutcomeUnknown(_))) => {
-                    return Err(err)
-                }
+                Err(err) if !err.nothing_appended() => return Err(err),
                 Err(err) => {
                     debug!(shard = %shard.key.queue_name(), node = %shard.node_id, %err, "shard failed; trying the next one");
                     last_error = err.to_string();

@@ -434,3 +434,115 @@ async fn deletes_and_manual_compactions_work_across_the_cluster() {
         node.stop().await;
     }
 }
+
+/// The reproduced defect: a forwarded `wait_for` batch that was appended on the remote shard
+/// and then met a stopping pipeline came back as a 500 and was re-sent to another shard, so
+/// it was indexed twice. Now the entry node answers that the outcome is unknown and sends
+/// it nowhere else; the batch is published once, by the shard that has it.
+#[tokio::test]
+async fn a_forwarded_batch_whose_outcome_is_unknown_is_never_sent_to_another_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let config = |node_id: &str, roles: &str| {
+        let mut config = fast_cluster(tmp.path(), &metastore, node_id);
+        config.cluster.dead_after_ms = 3_000;
+        config.cluster.leader_lease_ms = 2_000;
+        config.roles = shale_config::Role::parse_list(roles).unwrap();
+        config
+    };
+    let a = TestNode::start_with(config("a", "indexer,searcher,compactor")).await;
+    let b = TestNode::start_with(config("b", "indexer,searcher")).await;
+    // c hosts no shard: it forwards everything.
+    let c = TestNode::start_with(config("c", "searcher")).await;
+    wait_for("three live nodes", async || {
+        node_ids(&cluster_state(&c).await, "live_nodes").len() == 3
+    })
+    .await;
+    // A long commit timeout: a `wait_for` batch waits in the pipeline.
+    a.create_index(
+        &common::LOGS_INDEX.replace("commit_timeout_secs: 1", "commit_timeout_secs: 60"),
+    )
+    .await;
+    wait_for("open shards on a and b", async || {
+        let shards = a.node.metastore.list_shards(None).await.unwrap();
+        let mut nodes: Vec<String> = shards
+            .iter()
+            .filter(|s| s.state == shale_metastore::ShardState::Open)
+            .map(|s| s.node_id.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes == ["a", "b"]
+    })
+    .await;
+    // c must know both shards before it forwards.
+    c.node.sync_shards().await.unwrap();
+    let appended = |node: &TestNode| {
+        let router = node.node.router.clone();
+        async move {
+            router
+                .shard_statuses()
+                .await
+                .iter()
+                .map(|s| s.next_position)
+                .sum::<u64>()
+        }
+    };
+
+    let url = c.url("/api/v1/logs/ingest?commit=wait_for");
+    let body = common::log_docs(0, 50, 1_700_000_000, "api");
+    let client = c.client.clone();
+    let request = tokio::spawn(async move {
+        let response = client.post(url).body(body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    });
+    // The batch lands in one shard's WAL, and waits for its commit there.
+    let mut holder = None;
+    wait_for("the batch appended to a shard", async || {
+        for node in [&a, &b] {
+            if appended(node).await > 0 {
+                holder = Some(node.node.clone());
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    let holder = holder.unwrap();
+    let other = if holder.config.node_id == "a" { &b } else { &a };
+    // Its pipeline stops before the commit.
+    holder.router.stop().await;
+    let (status, body) = request.await.unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("may or may not have been ingested"),
+        "the client is told the outcome is unknown: {body}"
+    );
+    assert_eq!(
+        appended(other).await,
+        0,
+        "the batch was not sent to the other shard"
+    );
+    // Once the holder serves its shard again, the batch is published, once.
+    holder.sync_shards().await.unwrap();
+    let holder_node = if holder.config.node_id == "a" { &a } else { &b };
+    let response = holder_node
+        .ingest(
+            "logs",
+            &common::log_docs(50, 1, 1_700_000_100, "api"),
+            "force",
+        )
+        .await;
+    assert_eq!(response["num_ingested_docs"], 1, "{response}");
+    wait_for("the batch published once", async || {
+        c.count("logs", "*").await == 51
+    })
+    .await;
+    for node in [a, b, c] {
+        node.stop().await;
+    }
+}
