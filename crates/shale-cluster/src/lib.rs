@@ -13,4 +13,6 @@ pub mod control;
 pub mod membership;
 pub mod placement;
 
-pub use membership::{now_ms, ClusterError, ClusterView, InfoProvider, Leadership, Membership};
+pub use membership::{
+    now_ms, sync_clock, ClusterError, ClusterView, InfoProvider, Leadership, Membership,
+};

@@ -2,7 +2,8 @@
 //!
 //! At [`Membership::join`] a node registers (its generation grows at every start), then a
 //! background task, every `heartbeat_interval_ms`:
-//! 1. heartbeats with what the node reports about itself — if the metastore refuses because a
+//! 1. reads the metastore's clock (the cluster's one clock, see [`shale_types::clock`]), then
+//!    heartbeats with what the node reports about itself — if the metastore refuses because a
 //!    newer generation of the same node registered, this process is a zombie: the membership
 //!    is marked superseded and stops (the node's fenced writes are refused anyway);
 //! 2. takes or renews the `leader` lease (`leader_lease_ms` long);
@@ -22,12 +23,16 @@ use shale_metastore::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+pub use shale_types::clock::now_ms;
+
+/// Reads the metastore's clock and records this machine's offset to it (see
+/// [`shale_types::clock`]).
+pub async fn sync_clock(metastore: &dyn Metastore) -> Result<(), MetastoreError> {
+    let sent = shale_types::clock::local_ms();
+    let metastore_ms = metastore.clock_ms().await?;
+    let received = shale_types::clock::local_ms();
+    shale_types::clock::record_metastore_clock(sent, metastore_ms, received);
+    Ok(())
 }
 
 /// The cluster as this node last saw it.
@@ -39,7 +44,7 @@ pub struct ClusterView {
     pub self_identity: NodeIdentity,
     /// Every registered node, live or not, by id.
     pub nodes: Vec<NodeRecord>,
-    /// When the view was taken (this node's clock).
+    /// When the view was taken (the cluster's clock).
     pub observed_at_ms: i64,
     /// The liveness threshold.
     pub dead_after_ms: u64,
@@ -128,6 +133,8 @@ pub struct Membership {
     leadership: watch::Sender<Option<Leadership>>,
     superseded: watch::Sender<bool>,
     info: std::sync::Mutex<Option<InfoProvider>>,
+    /// When the last heartbeat the metastore took was sent (this machine's monotonic clock).
+    last_heartbeat: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -151,6 +158,8 @@ impl Membership {
         config: ClusterConfig,
     ) -> Result<Arc<Membership>, ClusterError> {
         let role_names: Vec<String> = roles.iter().map(|r| r.as_str().to_string()).collect();
+        // Every time this node writes is on the metastore's clock, from the first one.
+        sync_clock(metastore.as_ref()).await?;
         let record = metastore
             .register_node(
                 cluster_id,
@@ -179,6 +188,7 @@ impl Membership {
             leadership: watch::channel(None).0,
             superseded: watch::channel(false).0,
             info: std::sync::Mutex::new(None),
+            last_heartbeat: std::sync::Mutex::new(None),
         });
         membership.tick().await?;
         Ok(membership)
@@ -239,9 +249,15 @@ impl Membership {
             .as_ref()
             .map(|provider| provider())
             .unwrap_or_else(|| serde_json::json!({}));
+        sync_clock(self.metastore.as_ref()).await?;
+        let sent = std::time::Instant::now();
         self.metastore
             .heartbeat_node(&self.cluster_id, &self.identity, info, now_ms())
             .await?;
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(sent);
         let lease = self
             .metastore
             .acquire_lease(
@@ -293,6 +309,15 @@ impl Membership {
             leader,
         }));
         Ok(())
+    }
+
+    /// When this node's last heartbeat the metastore took was sent (this machine's
+    /// monotonic clock): the others see it live from then for `dead_after_ms`.
+    pub fn last_heartbeat_sent(&self) -> Option<std::time::Instant> {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// This node's incarnation.

@@ -6,9 +6,15 @@
 //! opstamp until their records are in the WAL; [`DeleteOpstamps::advance`] takes the write
 //! guard. So once `advance(o)` returns, every append still in flight has finished (its
 //! documents carry an older opstamp: the task reaches them) and every later append carries
-//! `o` or more (the task does not). The delete API advances every node hosting a shard of the
-//! index before it answers; a periodic refresh from the metastore catches up a node that
-//! missed the call.
+//! `o` or more (the task does not).
+//!
+//! The delete API advances every node it can reach before it answers. A node it cannot reach
+//! must not go on stamping documents below the task, so what a node knows is good only for a
+//! **lease** ([`DeleteOpstamps::with_lease`]): each refresh from the metastore that follows a
+//! successful heartbeat confirms it for `lease` from the start of that heartbeat; an append
+//! when the knowledge is not confirmed is refused (nothing appended, retry later). The delete
+//! API therefore answers once every node it could not reach has either no heartbeat younger
+//! than the lease (its knowledge has lapsed) or been waited for until it lapsed.
 //!
 //! WAL record format: `0x01`, the opstamp as 8 little-endian bytes, the length of the doc
 //! mapping uid the document was validated with (one byte), that uid, then the JSON document:
@@ -17,6 +23,7 @@
 //! (written before deletes existed: opstamp 0).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use shale_types::IndexUid;
 use tokio::sync::{RwLock, RwLockReadGuard};
@@ -101,6 +108,17 @@ pub fn decode_record(record: &[u8]) -> WalRecord<'_> {
 #[derive(Debug, Default)]
 pub struct DeleteOpstamps {
     known: RwLock<HashMap<IndexUid, u64>>,
+    /// How long a confirmation holds; `None`: no lease (a node alone with its metastore).
+    lease: Option<Duration>,
+    /// Until when what is known is confirmed.
+    confirmed_until: std::sync::Mutex<Option<Instant>>,
+}
+
+/// What a node knows of the delete history is not confirmed by the metastore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unconfirmed {
+    /// How long ago the confirmation lapsed (`None`: never confirmed).
+    pub lapsed_for: Option<Duration>,
 }
 
 /// A read guard: the opstamps cannot advance while it is held.
@@ -114,9 +132,58 @@ impl OpstampGuard<'_> {
 }
 
 impl DeleteOpstamps {
-    /// Nothing known yet.
+    /// Nothing known yet; no lease (appends need no confirmation).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Nothing known yet; appends need a confirmation younger than `lease` (see the module
+    /// docs).
+    pub fn with_lease(lease: Duration) -> Self {
+        DeleteOpstamps {
+            lease: Some(lease),
+            ..Self::default()
+        }
+    }
+
+    /// The lease, if any.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// Records that what is known now was current at `since` (the start of a heartbeat the
+    /// metastore took, followed by a refresh): confirmed until `since + lease`.
+    pub fn confirm(&self, since: Instant) {
+        let Some(lease) = self.lease else {
+            return;
+        };
+        let until = since + lease;
+        let mut confirmed = self
+            .confirmed_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if confirmed.is_none_or(|current| current < until) {
+            *confirmed = Some(until);
+        }
+    }
+
+    /// Whether documents may be stamped with what is known now.
+    pub fn check_confirmed(&self) -> Result<(), Unconfirmed> {
+        if self.lease.is_none() {
+            return Ok(());
+        }
+        let confirmed = *self
+            .confirmed_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match confirmed {
+            Some(until) if until > now => Ok(()),
+            Some(until) => Err(Unconfirmed {
+                lapsed_for: Some(now - until),
+            }),
+            None => Err(Unconfirmed { lapsed_for: None }),
+        }
     }
 
     /// Holds the opstamps still (for the duration of an append).
@@ -197,6 +264,26 @@ mod tests {
         let bare = decode_record(br#"{"a":1}"#);
         assert_eq!((bare.opstamp, bare.json), (0, &br#"{"a":1}"#[..]));
         assert_eq!(decode_record(b"").json, b"");
+    }
+
+    #[test]
+    fn a_lease_confirms_for_its_duration_only() {
+        assert!(DeleteOpstamps::new().check_confirmed().is_ok(), "no lease");
+        let opstamps = DeleteOpstamps::with_lease(Duration::from_millis(200));
+        assert_eq!(
+            opstamps.check_confirmed(),
+            Err(Unconfirmed { lapsed_for: None })
+        );
+        let start = Instant::now();
+        opstamps.confirm(start);
+        assert!(opstamps.check_confirmed().is_ok());
+        // An older confirmation never shortens a newer one.
+        opstamps.confirm(start - Duration::from_secs(10));
+        assert!(opstamps.check_confirmed().is_ok());
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(opstamps.check_confirmed().unwrap_err().lapsed_for.is_some());
+        opstamps.confirm(Instant::now());
+        assert!(opstamps.check_confirmed().is_ok());
     }
 
     #[tokio::test]

@@ -80,6 +80,10 @@ pub enum IngestError {
     /// may index them twice).
     #[error("the outcome is unknown, the documents may or may not have been ingested (sending them again may index them twice): {0}")]
     OutcomeUnknown(String),
+    /// The node cannot confirm which deletes apply to new documents (it has not reached the
+    /// metastore within its lease): nothing was appended.
+    #[error("this node cannot confirm the delete history with the metastore ({0}); nothing was ingested, retry later")]
+    DeletesUnconfirmed(String),
     /// The shard is not (or no longer) open on this node: try another one.
     #[error("shard `{0}` is not open on this node")]
     ShardNotOpen(String),
@@ -289,11 +293,27 @@ impl IngestRouter {
     }
 
     /// Catches up with the delete tasks in the metastore (at start, before serving a shard,
-    /// and periodically, for a delete whose call this node missed).
-    pub async fn refresh_delete_opstamps(&self) -> Result<(), IngestError> {
+    /// and periodically, for a delete whose call this node missed). With `confirmed_since`
+    /// (the start of this node's last heartbeat the metastore took), what is known is
+    /// confirmed from then for the lease (see [`crate::opstamps`]).
+    pub async fn refresh_delete_opstamps(
+        &self,
+        confirmed_since: Option<std::time::Instant>,
+    ) -> Result<(), IngestError> {
+        let started = std::time::Instant::now();
         let last = self.env.metastore.last_delete_opstamps().await?;
         self.opstamps.advance_all(last).await;
+        if let Some(since) = confirmed_since {
+            self.opstamps.confirm(since.min(started));
+        }
         Ok(())
+    }
+
+    /// Has appends wait for a confirmation of the delete history younger than `lease`
+    /// (cluster nodes: see [`crate::opstamps`]).
+    pub fn with_delete_stamp_lease(mut self, lease: std::time::Duration) -> Self {
+        self.opstamps = Arc::new(DeleteOpstamps::with_lease(lease));
+        self
     }
 
     /// The limits.
@@ -419,7 +439,7 @@ impl IngestRouter {
     ) -> Result<(), IngestError> {
         let queue = key.queue_name();
         // Documents acknowledged from now on must carry the index's current opstamp.
-        self.refresh_delete_opstamps().await?;
+        self.refresh_delete_opstamps(None).await?;
         let mut shards = self.shards.write().await;
         if let Some(served) = shards.get(&queue) {
             served
@@ -572,6 +592,16 @@ impl IngestRouter {
         // The opstamp cannot advance until the records are in the WAL: a delete task created
         // meanwhile reaches these documents (acknowledged before it), later ones do not.
         let opstamps = self.opstamps.read().await;
+        if let Err(unconfirmed) = self.opstamps.check_confirmed() {
+            return Err(IngestError::DeletesUnconfirmed(
+                match unconfirmed.lapsed_for {
+                    Some(lapsed) => {
+                        format!("its last confirmation lapsed {} ms ago", lapsed.as_millis())
+                    }
+                    None => "it has not reached the metastore yet".to_string(),
+                },
+            ));
+        }
         let opstamp = opstamps.get(&key.index_uid);
         let positions = self
             .env
@@ -583,6 +613,9 @@ impl IngestRouter {
             )
             .await?;
         drop(opstamps);
+        // The knowledge lapsed while the records were written: a delete created meanwhile may
+        // have been acknowledged without this node, and reach them.
+        let lapsed = self.opstamps.check_confirmed().is_err();
         let mut parsed = parsed;
         for doc in &mut parsed {
             doc.opstamp = opstamp;
@@ -603,6 +636,13 @@ impl IngestRouter {
             });
         }
         pipeline.notify_new_records();
+        if lapsed {
+            return Err(IngestError::OutcomeUnknown(
+                "this node lost contact with the metastore while the documents were written: \
+                 a delete created meanwhile may apply to them"
+                    .to_string(),
+            ));
+        }
         match (commit, positions) {
             (CommitMode::Auto, _) | (CommitMode::WaitFor, None) => {}
             (CommitMode::WaitFor, Some((_, last))) => {

@@ -107,6 +107,7 @@ macro_rules! metastore_conformance_tests {
             delete_merge_tasks_deletes_finished_tasks_only,
             delete_index_deletes_its_merge_tasks,
             nodes_register_with_growing_generations_and_heartbeat,
+            the_metastore_clock_is_read_in_milliseconds,
             leader_lease_has_one_holder_and_a_growing_fencing_token,
             concurrent_lease_candidates_elect_one,
             fenced_writes_are_refused_once_the_fence_is_gone,
@@ -3036,6 +3037,23 @@ fn assert_fenced<T: std::fmt::Debug>(result: Result<T, MetastoreError>) {
         Err(MetastoreError::FailedPrecondition(message)) if message.starts_with("fenced") => {}
         other => panic!("expected a fenced FailedPrecondition, got {other:?}"),
     }
+}
+
+/// The metastore's clock, the cluster's one clock, reads in ms since the epoch and moves
+/// forward (on this machine it agrees with the system clock).
+pub async fn the_metastore_clock_is_read_in_milliseconds(metastore: Arc<dyn Metastore>) {
+    let system = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let before = system();
+    let first = metastore.clock_ms().await.expect("clock");
+    assert!((first - before).abs() < 2_000, "{first} vs {before}");
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let second = metastore.clock_ms().await.expect("clock");
+    assert!(second - first >= 20, "{first} then {second}");
 }
 
 /// A registration returns a new generation each time; heartbeats of an older generation (a

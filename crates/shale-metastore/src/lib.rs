@@ -505,6 +505,10 @@ pub trait Metastore: Send + Sync + 'static {
 
     // ----- cluster -----
 
+    /// The metastore's clock, in ms since the epoch: the cluster's one clock (PostgreSQL's
+    /// `clock_timestamp()`; for SQLite, the clock of the machine holding the file).
+    async fn clock_ms(&self) -> MetastoreResult<i64>;
+
     /// Registers a node (a new incarnation if it was registered before: its generation grows,
     /// fencing the old one out) with a first heartbeat at `now_ms`.
     async fn register_node(

@@ -247,6 +247,9 @@ impl Metastore for RecordingMetastore {
             .heartbeat_node(cluster_id, identity, info, now_ms)
             .await
     }
+    async fn clock_ms(&self) -> MetastoreResult<i64> {
+        self.inner.clock_ms().await
+    }
     async fn list_nodes(&self, cluster_id: &str) -> MetastoreResult<Vec<NodeRecord>> {
         self.inner.list_nodes(cluster_id).await
     }

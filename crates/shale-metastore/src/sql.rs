@@ -66,6 +66,8 @@ pub trait Dialect: Database + sealed::Sealed {
     /// Like [`Dialect::FOR_UPDATE`], but rows locked by other transactions are skipped
     /// instead of waited for (concurrent merge task claimers).
     const FOR_UPDATE_SKIP_LOCKED: &'static str;
+    /// An expression of the database's clock, in ms since the epoch (a 64-bit integer).
+    const NOW_MS: &'static str;
     /// Number of rows a statement inserted, updated or deleted.
     fn rows_affected(result: &Self::QueryResult) -> u64;
 }
@@ -1330,6 +1332,14 @@ where
         now_ms: i64,
     ) -> MetastoreResult<()> {
         self.heartbeat(cluster_id, identity, &info, now_ms).await
+    }
+
+    async fn clock_ms(&self) -> MetastoreResult<i64> {
+        let sql = format!("SELECT {} AS now_ms", DB::NOW_MS);
+        let row = sqlx::query::<DB>(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("now_ms")?)
     }
 
     async fn list_nodes(&self, cluster_id: &str) -> MetastoreResult<Vec<NodeRecord>> {

@@ -108,7 +108,7 @@ impl From<IngestError> for ApiError {
         match err {
             IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
             IngestError::RateLimited(_) => ApiError::too_many_requests(err.to_string()),
-            IngestError::NoShardAvailable { .. } => ApiError {
+            IngestError::NoShardAvailable { .. } | IngestError::DeletesUnconfirmed(_) => ApiError {
                 retry_after_secs: Some(RETRY_AFTER_SECS),
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
             },

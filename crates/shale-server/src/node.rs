@@ -136,6 +136,23 @@ async fn control_loop(node: std::sync::Weak<Node>) {
     }
 }
 
+/// How long what a node knows of the delete history holds after a heartbeat (see
+/// `shale_ingest::opstamps`): the liveness threshold, at least five heartbeats and 5 s, so
+/// that a loaded node does not refuse ingest between two heartbeats.
+pub fn delete_stamp_lease(config: &NodeConfig) -> Duration {
+    let cluster = &config.cluster;
+    Duration::from_millis(
+        cluster
+            .dead_after_ms
+            .max(5 * cluster.heartbeat_interval_ms)
+            .max(5_000),
+    )
+}
+
+/// Extra time a delete waits past the stamp lease of a node it could not reach (clock
+/// offsets measured within a round trip, the time between a heartbeat's stamp and its send).
+const DELETE_STAMP_MARGIN_MS: i64 = 1_000;
+
 /// The leader's shard sizing, from the node config.
 pub fn shard_settings(config: &NodeConfig) -> ShardSettings {
     ShardSettings {
@@ -152,8 +169,10 @@ async fn shard_sync_loop(node: std::sync::Weak<Node>) {
                 if let Err(err) = node.sync_shards().await {
                     warn!(%err, "shard synchronization failed");
                 }
-                // Catches up with a delete whose call did not reach this node.
-                if let Err(err) = node.router.refresh_delete_opstamps().await {
+                // Catches up with a delete whose call did not reach this node, and confirms
+                // what it knows for the stamp lease.
+                let since = node.membership.last_heartbeat_sent();
+                if let Err(err) = node.router.refresh_delete_opstamps(since).await {
                     warn!(%err, "could not refresh the delete opstamps");
                 }
                 node.config.cluster.heartbeat_interval_ms
@@ -275,14 +294,17 @@ impl Node {
             writer_threads: config.indexer_threads,
             on_publish: Some(compaction.planner_notify()),
         };
-        let router = Arc::new(IngestRouter::new(
-            env,
-            storages.clone(),
-            IngestLimits {
-                max_in_flight_bytes: config.max_in_flight_ingest_bytes,
-                max_wal_memory_bytes: config.max_wal_memory_bytes,
-            },
-        ));
+        let router = Arc::new(
+            IngestRouter::new(
+                env,
+                storages.clone(),
+                IngestLimits {
+                    max_in_flight_bytes: config.max_in_flight_ingest_bytes,
+                    max_wal_memory_bytes: config.max_wal_memory_bytes,
+                },
+            )
+            .with_delete_stamp_lease(delete_stamp_lease(&config)),
+        );
         let client = InternalClient::new(config.cluster.cluster_secret.clone())
             .map_err(|err| NodeError::Internal(err.to_string()))?;
         let dispatcher = Arc::new(IngestDispatcher::new(
@@ -346,7 +368,9 @@ impl Node {
                 warn!(%err, "first control round failed");
             }
         }
-        node.router.refresh_delete_opstamps().await?;
+        node.router
+            .refresh_delete_opstamps(membership.last_heartbeat_sent())
+            .await?;
         node.sync_shards().await?;
         let node = Arc::new(node);
         let heartbeat = membership.start();
@@ -710,51 +734,58 @@ impl Node {
             .node_metastore()
             .create_delete_task(&index.index_uid, delete_query, shale_types::now_unix_secs())
             .await?;
-        self.advance_delete_opstamps(&task).await;
+        self.advance_delete_opstamps(&task).await?;
         info!(index_id, opstamp = task.opstamp, "delete task created");
         // The planner checks the delete triggers at once.
         self.compaction.planner_notify().notify_one();
         Ok(task)
     }
 
-    /// Has every node hosting an open shard of the task's index (this one included) stamp
-    /// later documents with the task's opstamp. A node that cannot be reached catches up from
-    /// the metastore within a heartbeat.
-    async fn advance_delete_opstamps(&self, task: &DeleteTask) {
+    /// Makes sure no node stamps documents it acknowledges from now on below the task's
+    /// opstamp: this node at once; every other node with a heartbeat younger than the stamp
+    /// lease is called, and for each that does not confirm, the answer waits until its lease
+    /// has lapsed (it refuses appends from then until it reaches the metastore again and
+    /// learns of the task). Nodes without such a heartbeat cannot be stamping (their lease
+    /// lapsed), whatever they do.
+    async fn advance_delete_opstamps(&self, task: &DeleteTask) -> Result<(), NodeError> {
         self.router
             .delete_opstamps()
             .advance(&task.index_uid, task.opstamp)
             .await;
-        let shards = match self.metastore.list_shards(Some(&task.index_uid)).await {
-            Ok(shards) => shards,
-            Err(err) => {
-                warn!(%err, "could not list the shards to advance the delete opstamp");
-                return;
-            }
-        };
-        let hosts: std::collections::BTreeSet<String> = shards
+        let lease_ms =
+            i64::try_from(delete_stamp_lease(&self.config).as_millis()).unwrap_or(i64::MAX);
+        let nodes = self.metastore.list_nodes(&self.config.cluster_id).await?;
+        let now = shale_types::clock::now_ms();
+        let calls = nodes
             .into_iter()
-            .filter(|shard| shard.state == shale_metastore::ShardState::Open)
-            .map(|shard| shard.node_id)
-            .filter(|node_id| node_id != &self.config.node_id)
-            .collect();
-        let view = self.membership.view();
-        let calls = view
-            .live_nodes()
-            .filter(|node| hosts.contains(&node.node_id))
-            .map(|node| {
-                let address = node.advertise_address.clone();
-                async move {
-                    if let Err(err) = self
-                        .client
-                        .advance_delete_opstamp(&address, &task.index_uid, task.opstamp)
-                        .await
-                    {
-                        warn!(%err, node = %address, "could not advance the delete opstamp");
+            .filter(|node| node.node_id != self.config.node_id)
+            .map(|node| (node.last_heartbeat_ms.saturating_add(lease_ms + DELETE_STAMP_MARGIN_MS), node))
+            .filter(|(lapses_at, _)| *lapses_at > now)
+            .map(|(lapses_at, node)| async move {
+                match self
+                    .client
+                    .advance_delete_opstamp(&node.advertise_address, &task.index_uid, task.opstamp)
+                    .await
+                {
+                    Ok(()) => None,
+                    Err(err) => {
+                        warn!(%err, node = %node.node_id, "could not advance the delete opstamp: waiting for its stamp lease to lapse");
+                        Some(lapses_at)
                     }
                 }
             });
-        futures::future::join_all(calls).await;
+        let lapses_at = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .max();
+        if let Some(lapses_at) = lapses_at {
+            let wait = lapses_at
+                .saturating_sub(shale_types::clock::now_ms())
+                .max(0);
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        Ok(())
     }
 
     /// Records a manual compaction of `index_id` and wakes the planner (the leader's plans

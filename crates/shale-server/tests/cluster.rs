@@ -546,3 +546,97 @@ async fn a_forwarded_batch_whose_outcome_is_unknown_is_never_sent_to_another_sha
         node.stop().await;
     }
 }
+
+/// The reproduced defect: a delete task answered 200 before a node it could not reach had
+/// advanced its opstamp; that node went on stamping new documents below the task, which then
+/// deleted them. Now the answer waits until such a node's stamp lease has lapsed (from then
+/// it refuses appends until it learns of the task), so what any node acknowledges after the
+/// answer is never deleted by it.
+#[tokio::test]
+async fn a_delete_waits_for_the_nodes_it_cannot_reach_and_spares_what_they_acknowledge_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/metastore.db", tmp.path().display());
+    let mut a_config = fast_cluster(tmp.path(), &metastore, "a");
+    a_config.cluster.dead_after_ms = 3_000;
+    a_config.cluster.leader_lease_ms = 2_000;
+    let a = TestNode::start_with(a_config).await;
+    // b refreshes what it knows only every 2 s, and a cannot call it (its advertised address
+    // is closed): a delete cannot reach b in time but by waiting.
+    let mut b_config = fast_cluster(tmp.path(), &metastore, "b");
+    b_config.cluster.heartbeat_interval_ms = 2_000;
+    b_config.cluster.dead_after_ms = 10_000;
+    b_config.cluster.leader_lease_ms = 8_000;
+    b_config.advertise_address = Some(format!("127.0.0.1:{}", shale_testkit::free_port()));
+    let b = TestNode::start_with(b_config).await;
+    wait_for("two live nodes", async || {
+        node_ids(&cluster_state(&a).await, "live_nodes").len() == 2
+    })
+    .await;
+    a.create_index(common::LOGS_INDEX).await;
+    wait_for("an open shard on b", async || {
+        b.node.sync_shards().await.unwrap();
+        !b.node
+            .router
+            .open_shards_of(
+                &a.node
+                    .metastore
+                    .index_metadata("logs")
+                    .await
+                    .unwrap()
+                    .index_uid,
+            )
+            .await
+            .is_empty()
+    })
+    .await;
+    // b hosts a shard: what it is sent lands there.
+    let before = common::log_docs(0, 30, 1_700_000_000, "api");
+    assert_eq!(
+        b.ingest("logs", &before, "force").await["num_ingested_docs"],
+        30
+    );
+    let (status, task) = a
+        .post(
+            "/api/v1/logs/delete-tasks",
+            serde_json::json!({"query": "service:api"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    // At once after the answer, b takes more documents the task would match.
+    let after = common::log_docs(100, 30, 1_700_000_000, "api");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = b
+            .client
+            .post(b.url("/api/v1/logs/ingest?commit=force"))
+            .body(after.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap();
+        if status == 200 {
+            assert_eq!(body["num_ingested_docs"], 30, "{body}");
+            break;
+        }
+        // Refused while b cannot confirm the delete history: retryable, nothing appended.
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "b never took the documents: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for("the later documents searchable", async || {
+        a.count("logs", "*").await == 30
+    })
+    .await;
+    assert_eq!(
+        a.count("logs", "service:api").await,
+        30,
+        "what b acknowledged after the delete answered is not deleted"
+    );
+    for node in [a, b] {
+        node.stop().await;
+    }
+}

@@ -3,6 +3,7 @@
 //! data path (ingest → index → storage/metastore → compaction → search).
 
 mod checkpoint;
+pub mod clock;
 mod delete;
 pub mod sort_key;
 mod split;
@@ -38,9 +39,10 @@ pub fn new_ulid() -> String {
     Ulid::new().to_string()
 }
 
-/// Seconds since the Unix epoch, now.
+/// Seconds since the Unix epoch, now, on the cluster's clock (the metastore's: see
+/// [`clock`]).
 pub fn now_unix_secs() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
+    clock::now_unix_secs()
 }
 
 /// An index's unique id: its `index_id` plus a ULID incarnation, so that an index deleted and

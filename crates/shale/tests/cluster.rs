@@ -547,3 +547,84 @@ async fn a_node_killed_mid_merge_has_its_merge_rerun_elsewhere() {
         acked.len()
     );
 }
+
+/// Nodes whose clocks are 30 s off (one ahead, one behind) in a three-node cluster: every
+/// time they write or compare is the metastore's, so both stay live in every node's view,
+/// neither takes the leader lease from the node that holds it, and every document
+/// acknowledged through any node is found once. Before, the node behind was "dead" for the
+/// others at once (its shards closed, its merges requeued) and the node ahead saw the
+/// leader's lease expired and took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_with_clocks_30_s_off_stay_live_steal_no_lease_and_lose_nothing() {
+    let Some(cluster) = Cluster::start_with_env(
+        3,
+        "cluster",
+        &[
+            (1, "SHALE_TEST_CLOCK_SKEW_MS", "30000"),
+            (2, "SHALE_TEST_CLOCK_SKEW_MS", "-30000"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    for j in 0..3 {
+        wait_until(
+            "every node sees three live nodes",
+            Duration::from_secs(20),
+            async || {
+                let state = cluster.state(j).await.unwrap_or_default();
+                state["live_nodes"].as_array().map_or(0, Vec::len) == 3
+            },
+        )
+        .await;
+    }
+    cluster.create_index(0, &index("skew", MERGE_EAGERLY)).await;
+    let leader = cluster.leader().await.expect("a leader");
+    let token = |state: &Value| state["leader"]["fencing_token"].as_u64();
+    let first_token = token(&cluster.state(0).await.unwrap());
+    let mut expected: Vec<String> = Vec::new();
+    let started = Instant::now();
+    let mut round = 0;
+    // Ten seconds of ingest through every node, all commit modes, while watching the views.
+    while started.elapsed() < Duration::from_secs(10) {
+        let i = round % 3;
+        let commit = ["auto", "wait_for", "force"][round % 3];
+        let (ids, body) = docs(&format!("r{round}"), 0..20, T0 + round as i64);
+        let (status, answer) = cluster.ingest(i, "skew", body, commit).await;
+        assert_eq!(status, 200, "ingest through n{i} ({commit}): {answer}");
+        expected.extend(ids);
+        for j in 0..3 {
+            let state = cluster.state(j).await.expect("cluster state");
+            let live = state["live_nodes"].as_array().map_or(0, Vec::len);
+            assert_eq!(live, 3, "n{j} sees every node live: {state}");
+            assert_eq!(
+                state["leader"]["node_id"],
+                format!("n{leader}"),
+                "n{j}: the lease stays with its holder: {state}"
+            );
+            assert_eq!(token(&state), first_token, "no takeover: {state}");
+        }
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    expected.sort();
+    let to = T0 + round as i64 + 1;
+    wait_until(
+        "every acknowledged document searchable",
+        Duration::from_secs(30),
+        async || found(&cluster, 0, "skew", T0, to).await.len() == expected.len(),
+    )
+    .await;
+    for i in 0..3 {
+        assert_eq!(
+            found(&cluster, i, "skew", T0, to).await,
+            expected,
+            "through n{i}: every document once"
+        );
+    }
+    eprintln!(
+        "{} documents in {round} batches through nodes 30 s ahead and behind: none lost or duplicated",
+        expected.len()
+    );
+}

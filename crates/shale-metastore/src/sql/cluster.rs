@@ -24,12 +24,9 @@ fn fenced(message: String) -> MetastoreError {
     MetastoreError::FailedPrecondition(format!("fenced: {message}"))
 }
 
-/// Milliseconds since the epoch, from this process's clock.
+/// Milliseconds since the epoch on the cluster's clock (the metastore's).
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    shale_types::clock::now_ms()
 }
 
 impl<DB> SqlMetastore<DB>

@@ -23,6 +23,8 @@ pub struct Cluster {
     config: String,
     ports: Vec<u16>,
     children: Vec<Option<Child>>,
+    /// Extra environment of each node's process.
+    envs: Vec<Vec<(String, String)>>,
     client: reqwest::Client,
 }
 
@@ -39,6 +41,16 @@ impl Cluster {
     /// `n` nodes `n0`…, in merge `scope` (`cluster` or `node_local`); `None` when PostgreSQL
     /// or S3 cannot be had outside CI.
     pub async fn start(n: usize, scope: &str) -> Option<Cluster> {
+        Self::start_with_env(n, scope, &[]).await
+    }
+
+    /// Like [`Cluster::start`], node `i` running with the environment variables of the
+    /// entries `(i, name, value)` of `envs`.
+    pub async fn start_with_env(
+        n: usize,
+        scope: &str,
+        envs: &[(usize, &str, &str)],
+    ) -> Option<Cluster> {
         let pg = shale_testkit::postgres::test_database_url().await?;
         let (endpoint, bucket) = shale_testkit::s3::test_bucket()?;
         let tmp = tempfile::tempdir().expect("temp dir");
@@ -73,6 +85,14 @@ compaction:
             config,
             ports: (0..n).map(|_| shale_testkit::free_port()).collect(),
             children: (0..n).map(|_| None).collect(),
+            envs: (0..n)
+                .map(|i| {
+                    envs.iter()
+                        .filter(|(node, _, _)| *node == i)
+                        .map(|(_, name, value)| (name.to_string(), value.to_string()))
+                        .collect()
+                })
+                .collect(),
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()
@@ -113,6 +133,7 @@ compaction:
             .arg("--data-dir")
             .arg(self.data_dir(i))
             .env("SHALE_LOG", "warn")
+            .envs(self.envs[i].iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
