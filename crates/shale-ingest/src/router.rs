@@ -229,6 +229,8 @@ pub struct IngestRouter {
     rates: std::sync::Mutex<(std::time::Instant, HashMap<String, u64>)>,
     /// The delete opstamps stamped on acknowledged documents.
     opstamps: Arc<DeleteOpstamps>,
+    /// Held while the shards to serve are read and served (see [`IngestRouter::sync_lock`]).
+    sync: tokio::sync::Mutex<()>,
 }
 
 /// Permits of the in-flight semaphore count KiB.
@@ -284,12 +286,22 @@ impl IngestRouter {
             )),
             rates: std::sync::Mutex::new((std::time::Instant::now(), HashMap::new())),
             opstamps: Arc::new(DeleteOpstamps::new()),
+            sync: tokio::sync::Mutex::new(()),
         }
     }
 
     /// The delete opstamps this node stamps on the documents it acknowledges.
     pub fn delete_opstamps(&self) -> &Arc<DeleteOpstamps> {
         &self.opstamps
+    }
+
+    /// Serializes the decisions of what to serve: whoever reads the shards table to serve,
+    /// close or drop shards ([`IngestRouter::sync_shards`], or serving one shard on demand)
+    /// holds this from before the read until it is done, so that no decision is taken on a
+    /// read older than a shard served meanwhile (a WAL queue without a row in a stale read
+    /// would be closed, or dropped as a deleted index's, with its acknowledged documents).
+    pub async fn sync_lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.sync.lock().await
     }
 
     /// Catches up with the delete tasks in the metastore (at start, before serving a shard,
@@ -352,6 +364,8 @@ impl IngestRouter {
     /// shards assigned to this node, `indexes` every index. Serves the open ones, closes and
     /// drains the others, and deletes the queues (and rows, through `delete_rows`) of drained
     /// closed shards. Returns the keys whose rows should be deleted.
+    /// The caller holds [`IngestRouter::sync_lock`] since before it read `assigned` and
+    /// `indexes`.
     pub async fn sync_shards(
         &self,
         assigned: &[Shard],

@@ -532,6 +532,9 @@ impl Node {
     /// Follows the shards table: serves this node's open shards, drains its closed ones and
     /// deletes them once drained (an indexer's job; other nodes host no shard).
     pub async fn sync_shards(&self) -> Result<(), NodeError> {
+        // Read and act under the router's sync lock: never on a read older than a shard
+        // served meanwhile.
+        let _sync = self.router.sync_lock().await;
         let shards = self.metastore.list_shards(None).await?;
         let indexes = self.metastore.list_indexes().await?;
         self.dispatcher.refresh(shards.clone(), &indexes).await;

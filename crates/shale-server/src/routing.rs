@@ -293,6 +293,10 @@ impl IngestDispatcher {
         if let Some(mapper) = self.router.open_shard_mapper(key).await {
             return Ok(mapper);
         }
+        let _sync = self.router.sync_lock().await;
+        if let Some(mapper) = self.router.open_shard_mapper(key).await {
+            return Ok(mapper);
+        }
         let me = &self.membership.identity().node_id;
         let shards = self.metastore.list_shards(Some(&key.index_uid)).await?;
         let assigned = shards

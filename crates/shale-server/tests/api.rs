@@ -463,3 +463,45 @@ async fn staged_splits_left_by_a_crash_are_cleaned_at_start() {
     assert_eq!(node.count("logs", "*").await, 5);
     node.stop().await;
 }
+
+/// Shards are synchronized with the shards table every heartbeat, while indexes are created
+/// and their first documents arrive: a synchronization that read the table before a shard
+/// was served must not close it (a 503 for the ingest) or drop its WAL queue as a deleted
+/// index's (losing the acknowledged documents). Seen as a flaky 503 under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_synchronization_racing_index_creation_loses_nothing() {
+    let node = TestNode::start().await;
+    let syncing = {
+        let node = node.node.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = node.sync_shards().await;
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for i in 0..15 {
+        let index = common::LOGS_INDEX.replace("index_id: logs", &format!("index_id: race-{i}"));
+        node.create_index(&index).await;
+        let (status, body) = node
+            .post(
+                &format!("/api/v1/race-{i}/ingest?commit=auto"),
+                common::log_docs(0, 10, 1_700_000_000, "api"),
+            )
+            .await;
+        assert_eq!(status, 200, "race-{i}: {body}");
+    }
+    syncing.abort();
+    for i in 0..15 {
+        let index = format!("race-{i}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while node.count(&index, "*").await != 10 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{index}: acknowledged documents lost"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    node.stop().await;
+}
