@@ -848,10 +848,9 @@ retention:
         Some(1_000_000_000)
     );
     // Quickwit's older name of `store_document_size`.
-    let older = parse(&format!(
-        "index_id: older\ndoc_mapping:\n  document_length: true\n  field_mappings: []\n"
-    ))
-    .unwrap();
+    let older =
+        parse("index_id: older\ndoc_mapping:\n  document_length: true\n  field_mappings: []\n")
+            .unwrap();
     assert!(older.doc_mapping.store_document_size);
 }
 
