@@ -3313,6 +3313,23 @@ pub async fn shards_open_close_and_delete(metastore: Arc<dyn Metastore>) {
     let of_logs = metastore.list_shards(Some(&logs)).await.expect("list");
     assert_eq!(of_logs[0].state, ShardState::Open);
     assert_eq!(of_logs[1].state, ShardState::Closed);
+    // Both shards published something: each has a checkpoint.
+    for (shard, position) in [("s1", 4), ("s2", 9)] {
+        let split = format!("split-{shard}");
+        stage(&metastore, &logs, &[&split]).await;
+        metastore
+            .publish_splits(
+                &logs,
+                &ids(&[&split]),
+                &[],
+                Some((
+                    "_ingest-api-source".to_string(),
+                    CheckpointDelta::single(shard, None, position),
+                )),
+            )
+            .await
+            .expect("publish");
+    }
     metastore
         .delete_shards(&[key(&logs, "s2")])
         .await
@@ -3325,6 +3342,14 @@ pub async fn shards_open_close_and_delete(metastore: Arc<dyn Metastore>) {
             .len(),
         1
     );
+    // The checkpoint of a deleted shard goes with it; the others stay.
+    let checkpoint = metastore
+        .index_metadata("logs")
+        .await
+        .expect("index")
+        .checkpoint("_ingest-api-source");
+    assert_eq!(checkpoint.position("s1"), Some(4));
+    assert_eq!(checkpoint.position("s2"), None);
     assert_not_found(
         metastore
             .open_shards(vec![(key(&IndexUid::new("nope"), "s"), "n1".to_string())])

@@ -528,6 +528,19 @@ where
                     query = query.bind(now);
                 }
                 query.execute(&mut *write.tx).await?;
+                if delete {
+                    // A deleted shard was drained (everything it held is published) and its
+                    // id is never reused: its checkpoint guards nothing any more.
+                    sqlx::query::<DB>(
+                        "DELETE FROM checkpoints WHERE index_uid = $1 AND source_id = $2 \
+                         AND partition_id = $3",
+                    )
+                    .bind(key.index_uid.to_string())
+                    .bind(key.source_id.clone())
+                    .bind(key.shard_id.clone())
+                    .execute(&mut *write.tx)
+                    .await?;
+                }
             }
             Ok(())
         }
