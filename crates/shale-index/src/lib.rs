@@ -44,6 +44,7 @@ mod hotcache;
 mod key_filter;
 mod locality_merge;
 mod merge;
+mod pruning;
 mod query;
 mod remote;
 mod split;
@@ -66,6 +67,7 @@ pub use merge::{
     merge_split_files, merge_split_files_capped, merge_split_files_with_deletes, merge_splits,
     merge_splits_to, merge_splits_with_deletes,
 };
+pub use pruning::SplitPruner;
 pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
 pub use remote::RangeRead;
 pub use shale_config::OTHER_PARTITION_ID;

@@ -7,7 +7,7 @@
 //! and its row are deleted. A WAL queue without a shard row (left by a crash, an older
 //! version, or a deleted index) is drained the same way, or dropped when its index is gone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,6 +202,47 @@ struct ServedShard {
     /// Whether documents are still appended to it (closed shards only drain).
     open: std::sync::atomic::AtomicBool,
     pipeline: PipelineHandle,
+    /// The delete opstamps of its records not published yet.
+    stamps: std::sync::Mutex<StampRuns>,
+}
+
+/// The delete opstamps of a shard's records, by runs: stamps never decrease along a shard
+/// (an append reads its stamp under the lock that advancing takes), so a run starts where
+/// the stamp changes. Records already in the WAL when the shard was served have stamps not
+/// tracked here.
+#[derive(Debug, Default)]
+struct StampRuns {
+    /// Records below this position were in the WAL before the shard was served.
+    untracked_below: u64,
+    /// (first position, stamp) of each run, oldest first.
+    runs: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl StampRuns {
+    fn record(&mut self, first_position: u64, stamp: u64) {
+        if self.runs.back().is_none_or(|(_, last)| *last != stamp) {
+            self.runs.push_back((first_position, stamp));
+        }
+    }
+
+    /// The lowest stamp of the records from `first_unpublished` to `next_position`
+    /// (excluded); `None` when there is none. Runs wholly published are forgotten.
+    fn lowest_pending(&mut self, first_unpublished: u64, next_position: u64) -> Option<u64> {
+        if first_unpublished >= next_position {
+            return None;
+        }
+        if first_unpublished < self.untracked_below {
+            return Some(0);
+        }
+        while self.runs.len() > 1 && self.runs[1].0 <= first_unpublished {
+            self.runs.pop_front();
+        }
+        match self.runs.front() {
+            Some((first, stamp)) if *first <= first_unpublished => Some(*stamp),
+            // Records before the first tracked run: not tracked.
+            _ => Some(0),
+        }
+    }
 }
 
 /// What a node reports about one of its shards.
@@ -472,6 +513,14 @@ impl IngestRouter {
             self.env.wal.truncate(&queue, position).await?;
         }
         let doc_mapper = params.doc_mapper.clone();
+        let untracked_below = self
+            .env
+            .wal
+            .queues()
+            .await
+            .into_iter()
+            .find(|(name, _)| name == &queue)
+            .map_or(0, |(_, next)| next);
         let pipeline = spawn_pipeline(self.env.clone(), params, queue.clone(), position);
         info!(shard = %queue, open, "serving shard");
         shards.insert(
@@ -482,6 +531,10 @@ impl IngestRouter {
                 config: index.index_config.clone(),
                 open: std::sync::atomic::AtomicBool::new(open),
                 pipeline,
+                stamps: std::sync::Mutex::new(StampRuns {
+                    untracked_below,
+                    runs: Default::default(),
+                }),
             }),
         );
         Ok(())
@@ -626,6 +679,13 @@ impl IngestRouter {
                 &refs,
             )
             .await?;
+        if let Some((first, _)) = positions {
+            served
+                .stamps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(first, opstamp);
+        }
         drop(opstamps);
         // The knowledge lapsed while the records were written: a delete created meanwhile may
         // have been acknowledged without this node, and reach them.
@@ -691,6 +751,30 @@ impl IngestRouter {
             .collect()
     }
 
+    /// Per index, the lowest delete opstamp of the records this node holds and has not
+    /// published yet (indexes with none are absent): a delete task at or below it has reached
+    /// every such record (0 when not known). The leader forgets a task only once every node
+    /// holding records of the index reports them above it.
+    pub async fn pending_delete_opstamps(&self) -> BTreeMap<IndexUid, u64> {
+        let served: Vec<Arc<ServedShard>> = self.shards.read().await.values().cloned().collect();
+        let next: HashMap<String, u64> = self.env.wal.queues().await.into_iter().collect();
+        let mut lowest: BTreeMap<IndexUid, u64> = BTreeMap::new();
+        for shard in served {
+            let next_position = next.get(&shard.key.queue_name()).copied().unwrap_or(0);
+            let first_unpublished = shard.pipeline.published_position().map_or(0, |p| p + 1);
+            let pending = shard
+                .stamps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .lowest_pending(first_unpublished, next_position);
+            if let Some(stamp) = pending {
+                let entry = lowest.entry(shard.key.index_uid.clone()).or_insert(stamp);
+                *entry = (*entry).min(stamp);
+            }
+        }
+        lowest
+    }
+
     /// The shards served here, with their positions.
     pub async fn shard_statuses(&self) -> Vec<ShardStatus> {
         let served: Vec<Arc<ServedShard>> = self.shards.read().await.values().cloned().collect();
@@ -732,6 +816,28 @@ impl IngestRouter {
 /// Warns about an error of the background shard synchronization.
 pub fn log_sync_error(err: &IngestError) {
     warn!(%err, "shard synchronization failed");
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use super::StampRuns;
+
+    #[test]
+    fn the_lowest_pending_stamp_follows_publication() {
+        let mut runs = StampRuns {
+            untracked_below: 10,
+            runs: Default::default(),
+        };
+        runs.record(10, 3);
+        runs.record(15, 3);
+        runs.record(20, 5);
+        // Records from before the shard was served: unknown.
+        assert_eq!(runs.lowest_pending(8, 25), Some(0));
+        assert_eq!(runs.lowest_pending(12, 25), Some(3));
+        assert_eq!(runs.lowest_pending(20, 25), Some(5));
+        assert_eq!(runs.runs.len(), 1, "published runs are forgotten");
+        assert_eq!(runs.lowest_pending(25, 25), None, "nothing pending");
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ macro_rules! metastore_conformance_tests {
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
             doc_mapping_versions_are_kept_and_sort_fields_make_a_new_one,
             delete_tasks_are_bound_to_the_settings_of_their_creation,
+            delete_tasks_are_purged_only_behind_every_split_and_the_newest_is_kept,
             update_index_config_rejects_index_id_change,
             update_split_maturities_changes_published_splits_only,
             delete_index_returns_its_splits_and_forgets_everything,
@@ -594,6 +595,129 @@ pub async fn delete_tasks_are_bound_to_the_settings_of_their_creation(
         .await
         .expect("create");
     assert_eq!(later.search_fields(), Some(&["timestamp".to_string()][..]));
+}
+
+/// Purging forgets the tasks every split is clean of, never the newest (opstamps keep
+/// growing), never one a split is not clean of; a split's `delete_opstamp` advances without
+/// a rewrite only from the value the caller saw, and only while Published.
+pub async fn delete_tasks_are_purged_only_behind_every_split_and_the_newest_is_kept(
+    metastore: Arc<dyn Metastore>,
+) {
+    let uid = create(&metastore, "logs").await.index_uid;
+    let query = |q: &str| shale_types::DeleteQuery {
+        query: q.to_string(),
+        ..Default::default()
+    };
+    for i in 1..=5 {
+        let task = metastore
+            .create_delete_task(&uid, query(&format!("body:t{i}")), T0 + i)
+            .await
+            .expect("create");
+        assert_eq!(task.opstamp, i as u64);
+    }
+    let mut a = split_metadata(&uid, "a");
+    a.delete_opstamp = 3;
+    let mut b = split_metadata(&uid, "b");
+    b.delete_opstamp = 5;
+    metastore
+        .stage_splits(&uid, vec![a.clone(), b])
+        .await
+        .expect("stage");
+    publish(&metastore, &uid, &["a", "b"]).await;
+    let remaining = |metastore: Arc<dyn Metastore>, uid: IndexUid| async move {
+        metastore
+            .list_delete_tasks(&uid, 0)
+            .await
+            .expect("list")
+            .iter()
+            .map(|t| t.opstamp)
+            .collect::<Vec<_>>()
+    };
+    // The splits not clean of a task are listed by `delete_opstamp_lt`.
+    let not_clean_of = |opstamp: u64| ListSplitsQuery {
+        delete_opstamp_lt: Some(opstamp),
+        ..ListSplitsQuery::for_index(uid.clone())
+    };
+    assert_eq!(listed_ids(&metastore, not_clean_of(4)).await, ["a"]);
+    assert_eq!(listed_ids(&metastore, not_clean_of(6)).await, ["a", "b"]);
+    // Split a is clean up to 3 only.
+    assert_eq!(
+        metastore
+            .purge_delete_tasks(&uid, 10, 0)
+            .await
+            .expect("purge"),
+        3
+    );
+    assert_eq!(remaining(metastore.clone(), uid.clone()).await, [4, 5]);
+    // An advance from a value the split no longer has changes nothing.
+    let mut advanced = a.clone();
+    advanced.delete_opstamp = 5;
+    assert_eq!(
+        metastore
+            .advance_split_delete_opstamps(&uid, &[(advanced.clone(), 2)])
+            .await
+            .expect("advance"),
+        0
+    );
+    assert_eq!(
+        metastore
+            .advance_split_delete_opstamps(&uid, &[(advanced, 3)])
+            .await
+            .expect("advance"),
+        1
+    );
+    let stored = splits_of(&metastore, &uid).await;
+    assert!(stored.iter().all(|s| s.split_metadata.delete_opstamp == 5));
+    // Every split clean up to 5: all but the newest go.
+    assert_eq!(
+        metastore
+            .purge_delete_tasks(&uid, 10, 0)
+            .await
+            .expect("purge"),
+        1
+    );
+    assert_eq!(remaining(metastore.clone(), uid.clone()).await, [5]);
+    assert_eq!(
+        metastore
+            .purge_delete_tasks(&uid, 10, 0)
+            .await
+            .expect("purge"),
+        0
+    );
+    // Opstamps go on after the newest kept.
+    let next = metastore
+        .create_delete_task(&uid, query("body:t6"), T0 + 6)
+        .await
+        .expect("create");
+    assert_eq!(next.opstamp, 6);
+    assert_eq!(
+        metastore
+            .last_delete_opstamps()
+            .await
+            .expect("last")
+            .get(&uid),
+        Some(&6)
+    );
+    // Splits in every state count: one marked for deletion (its documents may still be
+    // searched) or being staged with documents older than the tasks.
+    let mut staged = split_metadata(&uid, "c");
+    staged.delete_opstamp = 4;
+    metastore
+        .stage_splits(&uid, vec![staged])
+        .await
+        .expect("stage");
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["c"]))
+        .await
+        .expect("mark");
+    assert_eq!(
+        metastore
+            .purge_delete_tasks(&uid, 5, 0)
+            .await
+            .expect("purge"),
+        0
+    );
+    assert_eq!(remaining(metastore.clone(), uid.clone()).await, [5, 6]);
 }
 
 /// Maturities are rewritten for Published splits only; the maturity filter of

@@ -179,6 +179,8 @@ pub struct ListSplitsQuery {
     /// Splits that were Published at the end of this second (time travel): published then,
     /// and still Published or marked for deletion later. Overrides `split_states`.
     pub visible_at: Option<i64>,
+    /// Splits not clean of the delete task with this opstamp (`delete_opstamp` below it).
+    pub delete_opstamp_lt: Option<u64>,
 }
 
 impl ListSplitsQuery {
@@ -456,6 +458,30 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// The last opstamp of every index that has delete tasks.
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>>;
+
+    /// Forgets the delete tasks of `index_uid` up to opstamp `up_to` — clamped so that the
+    /// newest task is kept (the next opstamp follows it) and so that no split that can still
+    /// be searched is less clean than what is forgotten (`delete_opstamp` below it): Staged and
+    /// Published splits, and splits marked for deletion at or after `marked_since` (seconds;
+    /// `as_of` searches may still see them). What the caller checked of documents not in
+    /// splits yet (WAL records), the metastore checks of splits, in one transaction. Returns
+    /// how many tasks were forgotten.
+    async fn purge_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        up_to: u64,
+        marked_since: i64,
+    ) -> MetastoreResult<usize>;
+
+    /// Records that Published splits are clean of more delete tasks without being rewritten
+    /// (the tasks cannot reach them): each `(split, expected)` sets the split's metadata to
+    /// `split` (its new `delete_opstamp`) if the split is still Published with
+    /// `delete_opstamp == expected`. Returns how many were updated.
+    async fn advance_split_delete_opstamps(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[(SplitMetadata, u64)],
+    ) -> MetastoreResult<usize>;
 
     // ----- index templates -----
 

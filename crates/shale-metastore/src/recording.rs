@@ -324,6 +324,25 @@ impl Metastore for RecordingMetastore {
     ) -> MetastoreResult<Vec<shale_types::DeleteTask>> {
         self.inner.list_delete_tasks(index_uid, opstamp_gt).await
     }
+    async fn purge_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        up_to: u64,
+        marked_since: i64,
+    ) -> MetastoreResult<usize> {
+        self.inner
+            .purge_delete_tasks(index_uid, up_to, marked_since)
+            .await
+    }
+    async fn advance_split_delete_opstamps(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[(SplitMetadata, u64)],
+    ) -> MetastoreResult<usize> {
+        self.inner
+            .advance_split_delete_opstamps(index_uid, splits)
+            .await
+    }
     async fn last_delete_opstamps(
         &self,
     ) -> MetastoreResult<std::collections::BTreeMap<IndexUid, u64>> {

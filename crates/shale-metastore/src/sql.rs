@@ -649,6 +649,13 @@ fn split_filters(query: &ListSplitsQuery) -> (String, Vec<Bind>) {
     if let Some(now) = query.immature_at {
         push(&mut sql, " AND maturity_timestamp > $?", Bind::Int(now));
     }
+    if let Some(opstamp) = query.delete_opstamp_lt {
+        push(
+            &mut sql,
+            " AND delete_opstamp < $?",
+            Bind::Int(to_db(opstamp)),
+        );
+    }
     if let Some(at) = query.visible_at {
         push(
             &mut sql,
@@ -1265,6 +1272,47 @@ where
 
     async fn last_delete_opstamps(&self) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
         self.select_last_delete_opstamps().await
+    }
+
+    async fn purge_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        up_to: u64,
+        marked_since: i64,
+    ) -> MetastoreResult<usize> {
+        self.delete_delete_tasks(index_uid, up_to, marked_since)
+            .await
+    }
+
+    async fn advance_split_delete_opstamps(
+        &self,
+        index_uid: &IndexUid,
+        splits: &[(SplitMetadata, u64)],
+    ) -> MetastoreResult<usize> {
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let mut updated = 0;
+            for (split, expected) in splits {
+                let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
+                let result = sqlx::query::<DB>(
+                    "UPDATE splits SET delete_opstamp = $3, split_metadata_json = $4 \
+                     WHERE index_uid = $1 AND split_id = $2 AND split_state = 'Published' \
+                     AND delete_opstamp = $5",
+                )
+                .bind(index_uid.to_string())
+                .bind(split.split_id.clone())
+                .bind(to_db(split.delete_opstamp))
+                .bind(metadata_json)
+                .bind(to_db(*expected))
+                .execute(&mut *write.tx)
+                .await?;
+                updated += DB::rows_affected(&result) as usize;
+            }
+            Ok(updated)
+        }
+        .await;
+        write.finish(result).await
     }
 
     async fn create_index_template(&self, template: IndexTemplate) -> MetastoreResult<()> {

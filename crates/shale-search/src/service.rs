@@ -431,8 +431,7 @@ impl SearchService {
             .into_iter()
             .map(|s: Split| s.split_metadata)
             .collect();
-        let key_filter = self.key_filter(&request, &doc_mapper);
-        let (splits, pruned) = prune(candidates, &request, &doc_mapper, key_filter.as_ref());
+        let (splits, pruned) = prune(candidates, &request, &doc_mapper, self.key_pruning());
         let delete_tasks = self.pending_delete_tasks(&index, &splits, as_of).await?;
         self.execute(
             &index,
@@ -479,15 +478,8 @@ impl SearchService {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn key_filter(
-        &self,
-        request: &SearchRequest,
-        doc_mapper: &DocMapper,
-    ) -> Option<shale_index::KeyFilter> {
-        if !self.key_pruning.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        doc_mapper.sort_key_filter(&request.query)
+    fn key_pruning(&self) -> bool {
+        self.key_pruning.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The fields found in the splits of `index_id` that `request` would search (its time
@@ -511,8 +503,7 @@ impl SearchService {
             .into_iter()
             .map(|s: Split| s.split_metadata)
             .collect();
-        let key_filter = self.key_filter(request, &doc_mapper);
-        let (splits, _) = prune(candidates, request, &doc_mapper, key_filter.as_ref());
+        let (splits, _) = prune(candidates, request, &doc_mapper, self.key_pruning());
         self.leaf
             .list_fields(&index, &splits)
             .await
@@ -533,8 +524,7 @@ impl SearchService {
         let started = Instant::now();
         let _permit = self.admit()?;
         let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
-        let key_filter = self.key_filter(&request, &doc_mapper);
-        let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, key_filter.as_ref());
+        let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, self.key_pruning());
         let delete_tasks = self.pending_delete_tasks(&index, &splits, None).await?;
         self.execute(
             &index,
@@ -892,55 +882,26 @@ fn check_as_of(index: &IndexMetadata, as_of: i64, now: i64) -> Result<i64, Searc
 }
 
 /// Drops the splits that cannot match: time range outside the request's, missing a tag
-/// term the query requires, or (locality indexes) a sort-key range outside `key_filter`.
+/// term the query requires, or (locality indexes, with `key_pruning`) a sort-key range the
+/// query's keys miss.
 /// Returns the kept splits and the number pruned.
 fn prune(
     splits: Vec<SplitMetadata>,
     request: &SearchRequest,
     doc_mapper: &DocMapper,
-    key_filter: Option<&shale_index::KeyFilter>,
+    key_pruning: bool,
 ) -> (Vec<SplitMetadata>, usize) {
     let total = splits.len();
-    let required_tags = doc_mapper
-        .required_tag_terms(&request.query)
-        .unwrap_or_default();
-    let current_uid = &doc_mapper.doc_mapping().doc_mapping_uid;
-    let sort_fields = doc_mapper.sort_field_names();
+    let pruner = shale_index::SplitPruner::new(
+        doc_mapper,
+        &request.query,
+        request.start_timestamp,
+        request.end_timestamp,
+        key_pruning,
+    );
     let kept: Vec<SplitMetadata> = splits
         .into_iter()
-        .filter(|split| {
-            split.time_range.is_none_or(|range| {
-                range.intersects(request.start_timestamp, request.end_timestamp)
-            })
-        })
-        .filter(|split| {
-            // A split's tags speak only for the tag fields of the mapping that wrote it.
-            let required: Vec<(String, String)> = required_tags
-                .iter()
-                .filter(|(field, _)| match &split.tag_fields {
-                    Some(tag_fields) => tag_fields.contains(field),
-                    None => &split.doc_mapping_uid == current_uid,
-                })
-                .cloned()
-                .collect();
-            shale_index::split_may_match_tags(&split.tags, &required)
-        })
-        .filter(|split| {
-            // A key range compares only with keys of the sort fields that encoded it.
-            match (
-                key_filter,
-                &split.sort_key_min,
-                &split.sort_key_max,
-                &sort_fields,
-            ) {
-                (Some(filter), Some(min), Some(max), Some(fields))
-                    if split.keys_encoded_with(fields) =>
-                {
-                    filter.may_match(min, max)
-                }
-                _ => true,
-            }
-        })
+        .filter(|split| pruner.may_match(split))
         .collect();
     let pruned = total - kept.len();
     (kept, pruned)

@@ -92,6 +92,9 @@ pub struct Node {
     pub client: InternalClient,
     /// The data directory's lock, held while the node lives (or until released).
     data_dir_lock: std::sync::Mutex<Option<crate::data_dir::DataDirLock>>,
+    /// What the heartbeats report of the records not published yet (see
+    /// `IngestRouter::pending_delete_opstamps`), refreshed by the shard loop.
+    pending_report: Arc<std::sync::Mutex<serde_json::Value>>,
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -169,12 +172,27 @@ async fn shard_sync_loop(node: std::sync::Weak<Node>) {
                 if let Err(err) = node.sync_shards().await {
                     warn!(%err, "shard synchronization failed");
                 }
-                // Catches up with a delete whose call did not reach this node, and confirms
-                // what it knows for the stamp lease.
+                node.config.cluster.heartbeat_interval_ms
+            }
+            None => return,
+        };
+        tokio::time::sleep(Duration::from_millis(interval)).await;
+    }
+}
+
+/// What this node knows of the delete history, one round per heartbeat, on its own (a shard
+/// synchronization may wait for a pipeline): catches up with a delete whose call did not
+/// reach this node, confirms what it knows for the stamp lease, and records what the next
+/// heartbeats report of the records not published yet.
+async fn delete_stamp_loop(node: std::sync::Weak<Node>) {
+    loop {
+        let interval = match node.upgrade() {
+            Some(node) => {
                 let since = node.membership.last_heartbeat_sent();
                 if let Err(err) = node.router.refresh_delete_opstamps(since).await {
                     warn!(%err, "could not refresh the delete opstamps");
                 }
+                node.report_pending_stamps().await;
                 node.config.cluster.heartbeat_interval_ms
             }
             None => return,
@@ -314,11 +332,20 @@ impl Node {
             client.clone(),
             shard_settings(&config),
         ));
+        let pending_report = Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
         {
             let router = router.clone();
-            membership.set_info_provider(Arc::new(
-                move || serde_json::json!({ "ingest_bytes_per_sec": router.take_ingest_rates() }),
-            ));
+            let pending_report = pending_report.clone();
+            membership.set_info_provider(Arc::new(move || {
+                let pending = pending_report
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                serde_json::json!({
+                    "ingest_bytes_per_sec": router.take_ingest_rates(),
+                    "pending_delete_opstamps": pending,
+                })
+            }));
         }
         let search = Arc::new(SearchService::new(
             metastore.clone(),
@@ -349,6 +376,7 @@ impl Node {
             compaction,
             membership: membership.clone(),
             data_dir_lock: std::sync::Mutex::new(Some(lock)),
+            pending_report,
             background: std::sync::Mutex::new(Vec::new()),
         };
         node.clean_staged_splits().await?;
@@ -377,6 +405,7 @@ impl Node {
         let janitor = tokio::spawn(janitor_loop(Arc::downgrade(&node)));
         let control = tokio::spawn(control_loop(Arc::downgrade(&node)));
         let shard_sync = tokio::spawn(shard_sync_loop(Arc::downgrade(&node)));
+        let delete_stamps = tokio::spawn(delete_stamp_loop(Arc::downgrade(&node)));
         let zombie_guard = {
             let node = Arc::downgrade(&node);
             let mut superseded = membership.subscribe_superseded();
@@ -393,7 +422,14 @@ impl Node {
             })
         };
         if let Ok(mut background) = node.background.lock() {
-            background.extend([heartbeat, janitor, control, shard_sync, zombie_guard]);
+            background.extend([
+                heartbeat,
+                janitor,
+                control,
+                shard_sync,
+                delete_stamps,
+                zombie_guard,
+            ]);
         }
         info!(identity = %membership.identity(), cluster_id = %node.config.cluster_id, "node started");
         Ok(node)
@@ -410,15 +446,101 @@ impl Node {
             .membership
             .leadership()
             .ok_or(CompactionError::NotLeader)?;
-        let report = self
+        let mut report = self
             .compaction
             .janitor()
             .round(&leadership.metastore, now)
             .await?;
+        report.purged_delete_tasks = self.purge_delete_tasks(&leadership.metastore, now).await?;
         for split_id in &report.deleted_split_ids {
             self.search.forget_split(split_id);
         }
         Ok(report)
+    }
+
+    /// Records, for the next heartbeats, the lowest delete opstamp of the records this node
+    /// holds and has not published, per index, with the time of the reading.
+    async fn report_pending_stamps(&self) {
+        let at_ms = shale_types::clock::now_ms();
+        let lowest = self.router.pending_delete_opstamps().await;
+        let by_index: serde_json::Map<String, serde_json::Value> = lowest
+            .into_iter()
+            .map(|(index_uid, stamp)| (index_uid.to_string(), serde_json::json!(stamp)))
+            .collect();
+        *self
+            .pending_report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) =
+            serde_json::json!({ "at_ms": at_ms, "lowest": by_index });
+    }
+
+    /// Forgets the delete tasks every record of their index is past (see
+    /// `shale_compaction::service::delete_purge_limit`): those older than the index's
+    /// time-travel window, once each node holding unpublished records of the index reported,
+    /// after the task was acknowledged, only records stamped above it — and every split is
+    /// clean of it (checked by the metastore). Returns how many were forgotten.
+    async fn purge_delete_tasks(
+        &self,
+        metastore: &Arc<dyn Metastore>,
+        now: i64,
+    ) -> Result<usize, CompactionError> {
+        let last = metastore.last_delete_opstamps().await?;
+        if last.is_empty() {
+            return Ok(0);
+        }
+        let view = self.membership.view();
+        let acknowledged_within_ms = i64::try_from(delete_stamp_lease(&self.config).as_millis())
+            .unwrap_or(i64::MAX)
+            + DELETE_STAMP_MARGIN_MS;
+        let shards = metastore.list_shards(None).await?;
+        let mut purged = 0;
+        for index_uid in last.keys() {
+            let index = match metastore.index_metadata(&index_uid.index_id).await {
+                Ok(index) if &index.index_uid == index_uid => index,
+                Ok(_) | Err(MetastoreError::NotFound { .. }) => continue,
+                Err(err) => return Err(err.into()),
+            };
+            let tasks = metastore.list_delete_tasks(index_uid, 0).await?;
+            if tasks.len() < 2 {
+                continue;
+            }
+            // Every node holding a shard of the index, open or draining, and what it said.
+            let holders: std::collections::BTreeSet<&str> = shards
+                .iter()
+                .filter(|shard| &shard.key.index_uid == index_uid)
+                .map(|shard| shard.node_id.as_str())
+                .collect();
+            let reports: Vec<Option<shale_compaction::service::PendingStamps>> = holders
+                .into_iter()
+                .map(|node_id| {
+                    let node = view.node(node_id).filter(|node| view.is_live(node))?;
+                    let report = &node.info["pending_delete_opstamps"];
+                    Some(shale_compaction::service::PendingStamps {
+                        reported_at_ms: report["at_ms"].as_i64()?,
+                        lowest: report["lowest"][index_uid.to_string()].as_u64(),
+                    })
+                })
+                .collect();
+            let Some(limit) = shale_compaction::service::delete_purge_limit(
+                &tasks,
+                now,
+                index.index_config.time_travel_retention_secs(),
+                acknowledged_within_ms,
+                &reports,
+            ) else {
+                continue;
+            };
+            // Splits marked for deletion before the time-travel window no search sees.
+            let marked_since = now - index.index_config.time_travel_retention_secs();
+            let forgotten = metastore
+                .purge_delete_tasks(index_uid, limit, marked_since)
+                .await?;
+            if forgotten > 0 {
+                info!(index = %index_uid, forgotten, up_to = limit, "delete tasks applied everywhere forgotten");
+            }
+            purged += forgotten;
+        }
+        Ok(purged)
     }
 
     /// Stops the node's background work (pipelines, compaction, janitor, membership) and

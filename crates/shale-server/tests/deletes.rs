@@ -344,3 +344,82 @@ async fn no_merge_brings_a_deleted_document_back() {
     assert!(splits[0]["num_docs"].as_u64().unwrap() >= 1200 - deleted_errors);
     node.stop().await;
 }
+
+/// Delete tasks do not pile up: splits a task cannot reach (its time range, the tags or the
+/// documents it matches) are recorded clean of it without a rewrite, a split it reaches is
+/// rewritten by delete compaction, and once every split and every pending document is past
+/// them the tasks are forgotten — all but the newest, so that opstamps go on growing.
+#[tokio::test]
+async fn delete_tasks_are_forgotten_once_applied_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = fast_planner(common::config_in(tmp.path()));
+    config.compaction.janitor_interval_secs = 1;
+    let node = TestNode::start_with(config).await;
+    node.create_index(&delete_compacted_index("logs", 0.05, 1_000_000_000))
+        .await;
+    node.ingest("logs", &log_docs(0, 100, 1_700_000_000, "api"), "force")
+        .await;
+    node.ingest("logs", &log_docs(100, 100, 1_700_000_000, "web"), "force")
+        .await;
+    let before = published_splits(&node, "logs").await;
+    let web_split = before
+        .iter()
+        .find(|s| s["tags"].to_string().contains("service:web"))
+        .map(|s| s["split_id"].clone())
+        .unwrap();
+    for body in [
+        // Outside every split's time range.
+        json!({"query": "level:ERROR", "start_timestamp": 1_600_000_000, "end_timestamp": 1_600_000_100}),
+        // A tag no split has.
+        json!({"query": "service:db"}),
+        // 20 of the api split's documents: rewritten by delete compaction.
+        json!({"query": "service:api AND status:200"}),
+        // Nothing matches, though no metadata says so.
+        json!({"query": "doc_id:nothing"}),
+        json!({"query": "level:NOPE"}),
+    ] {
+        let (status, task) = delete(&node, "logs", body).await;
+        assert_eq!(status, 200, "{task}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, tasks) = node.get("/api/v1/logs/delete-tasks").await;
+        let opstamps: Vec<u64> = tasks
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["opstamp"].as_u64().unwrap())
+            .collect();
+        if opstamps == [5] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "delete tasks never forgotten: {opstamps:?} {:?}",
+            published_splits(&node, "logs")
+                .await
+                .iter()
+                .map(|s| (s["split_id"].clone(), s["delete_opstamp"].clone()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(node.count("logs", "*").await, 180);
+    assert_eq!(node.count("logs", "service:api").await, 80);
+    let after = published_splits(&node, "logs").await;
+    assert!(
+        after.iter().any(|s| s["split_id"] == web_split),
+        "the split no task reaches is not rewritten: {after:?}"
+    );
+    assert!(
+        after
+            .iter()
+            .all(|s| s["delete_opstamp"].as_u64() >= Some(4)),
+        "{after:?}"
+    );
+    // Opstamps go on after the newest task, which is kept.
+    let (status, task) = delete(&node, "logs", json!({"query": "level:WARN"})).await;
+    assert_eq!(status, 200, "{task}");
+    assert_eq!(task["opstamp"], 6);
+    node.stop().await;
+}

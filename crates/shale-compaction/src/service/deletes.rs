@@ -114,21 +114,97 @@ pub async fn purgeable_delete_tasks(
         .collect())
 }
 
+/// The opstamp `split` is clean up to without being rewritten: past its own, each next task
+/// (in opstamp order) that cannot reach it by its metadata (time range, tags, key range), or
+/// that is known to delete none of its documents (`zero_through`: every purgeable task up to
+/// that opstamp was counted and deletes nothing in it). A prefix, so that "clean up to `o`"
+/// keeps meaning every task up to `o`.
+fn clean_without_rewrite(
+    split: &SplitMetadata,
+    tasks: &[(DeleteTask, shale_index::SplitPruner)],
+    zero_through: Option<u64>,
+) -> u64 {
+    let mut clean = split.delete_opstamp;
+    for (task, pruner) in tasks {
+        if task.opstamp <= clean {
+            continue;
+        }
+        let passes =
+            zero_through.is_some_and(|zero| task.opstamp <= zero) || !pruner.may_match(split);
+        if !passes {
+            break;
+        }
+        clean = task.opstamp;
+    }
+    clean
+}
+
+/// What a node holding records of an index (a shard of it, open or draining) last reported
+/// of those it has not published yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingStamps {
+    /// When the report was made (the cluster's clock, ms).
+    pub reported_at_ms: i64,
+    /// The lowest delete opstamp among those records (`None`: there are none).
+    pub lowest: Option<u64>,
+}
+
+/// The opstamp up to which the delete tasks of an index may be forgotten, if any: a prefix
+/// of `tasks` (by opstamp) whose every task is older than the time-travel window
+/// (`window_secs`) and reached every record not yet in a split — each holder of such records
+/// reported, after the task was acknowledged (`acknowledged_within_ms` after its creation),
+/// only records stamped at or above it. A holder that did not report (`None`: dead, or not
+/// reporting) keeps every task. What splits hold is checked by the metastore
+/// ([`Metastore::purge_delete_tasks`]).
+pub fn delete_purge_limit(
+    tasks: &[DeleteTask],
+    now_secs: i64,
+    window_secs: i64,
+    acknowledged_within_ms: i64,
+    holders: &[Option<PendingStamps>],
+) -> Option<u64> {
+    let holders: Vec<PendingStamps> = holders.iter().copied().collect::<Option<_>>()?;
+    tasks
+        .iter()
+        .take_while(|task| {
+            // Creation times are whole seconds: the task may have been created up to 1 s later.
+            let acknowledged_by_ms = (task.create_timestamp + 1)
+                .saturating_mul(1000)
+                .saturating_add(acknowledged_within_ms);
+            task.create_timestamp <= now_secs - window_secs
+                && holders.iter().all(|holder| {
+                    holder.reported_at_ms > acknowledged_by_ms
+                        && holder.lowest.is_none_or(|lowest| lowest >= task.opstamp)
+                })
+        })
+        .last()
+        .map(|task| task.opstamp)
+}
+
 /// The published splits of `index`, not in `busy` (and, when given, made by one of
-/// `live_nodes`), whose purgeable delete tasks pass a trigger, with the trigger.
+/// `live_nodes`), whose purgeable delete tasks pass a trigger, with the trigger. On the way,
+/// splits the next tasks cannot reach are recorded as clean of them without a rewrite
+/// ([`Metastore::advance_split_delete_opstamps`]): searches then list fewer tasks, and the
+/// tasks can be purged.
 pub async fn plan_delete_compactions(
     env: &CompactionEnv,
     metastore: &Arc<dyn Metastore>,
     index: &IndexMetadata,
     busy: &HashSet<String>,
     live_nodes: Option<&HashSet<String>>,
+    last_opstamp: Option<u64>,
     now: i64,
 ) -> Result<Vec<(SplitMetadata, DeleteTrigger)>, CompactionError> {
+    // Only the splits not clean of the last task: the others have nothing to do here.
+    let Some(last_opstamp) = last_opstamp else {
+        return Ok(Vec::new());
+    };
     let published: Vec<SplitMetadata> = metastore
-        .list_splits(
-            ListSplitsQuery::for_index(index.index_uid.clone())
-                .with_states(&[SplitState::Published]),
-        )
+        .list_splits(ListSplitsQuery {
+            delete_opstamp_lt: Some(last_opstamp),
+            ..ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published])
+        })
         .await?
         .into_iter()
         .map(|split| split.split_metadata)
@@ -140,16 +216,38 @@ pub async fn plan_delete_compactions(
     let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
         return Ok(Vec::new());
     };
-    let tasks = purgeable_delete_tasks(metastore.as_ref(), index, min_clean, now).await?;
-    if tasks.is_empty() {
+    let all_tasks = metastore
+        .list_delete_tasks(&index.index_uid, min_clean)
+        .await?;
+    if all_tasks.is_empty() {
         return Ok(Vec::new());
     }
+    let purge_before = now - index.index_config.time_travel_retention_secs();
+    let tasks: Vec<DeleteTask> = all_tasks
+        .iter()
+        .take_while(|task| task.create_timestamp <= purge_before)
+        .cloned()
+        .collect();
     let settings = &index.index_config.compaction;
     let doc_mapper = Arc::new(shale_index::DocMapper::for_index(&index.index_config)?);
+    let pruners: Vec<(DeleteTask, shale_index::SplitPruner)> = all_tasks
+        .into_iter()
+        .map(|task| {
+            let pruner = shale_index::SplitPruner::new(
+                &doc_mapper,
+                &task.delete_query.query,
+                task.delete_query.start_timestamp,
+                task.delete_query.end_timestamp,
+                true,
+            );
+            (task, pruner)
+        })
+        .collect();
     let storage = env
         .storages
         .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
     let mut planned = Vec::new();
+    let mut advanced = Vec::new();
     for split in published {
         // node_local: only a live node's splits (its own workers claim their tasks).
         if busy.contains(&split.split_id)
@@ -162,48 +260,71 @@ pub async fn plan_delete_compactions(
             .filter(|task| task.may_touch(&split))
             .cloned()
             .collect();
-        let Some(up_to) = touching.last().map(|task| task.opstamp) else {
-            continue;
+        let deleted = match touching.last().map(|task| task.opstamp) {
+            None => None,
+            Some(up_to) => match env
+                .delete_counts
+                .get(&index.index_uid, &split.split_id, up_to)
+            {
+                Some(count) => Some((up_to, count)),
+                None => {
+                    let pin = match env
+                        .cache
+                        .get_split(storage.as_ref(), &split.split_id, split.size_bytes)
+                        .await
+                    {
+                        Ok(pin) => pin,
+                        Err(err) => {
+                            warn!(%err, split_id = %split.split_id, "cannot count deleted documents");
+                            continue;
+                        }
+                    };
+                    let path = pin.split_file();
+                    let doc_mapper = doc_mapper.clone();
+                    let count = tokio::task::spawn_blocking(move || {
+                        let index = shale_index::open_split(&path)?;
+                        shale_index::count_deleted(&doc_mapper, &index, &touching)
+                    })
+                    .await??;
+                    drop(pin);
+                    env.delete_counts
+                        .set(&index.index_uid, &split.split_id, up_to, count);
+                    Some((up_to, count))
+                }
+            },
         };
-        let deleted = match env
-            .delete_counts
-            .get(&index.index_uid, &split.split_id, up_to)
-        {
-            Some(count) => count,
-            None => {
-                let pin = match env
-                    .cache
-                    .get_split(storage.as_ref(), &split.split_id, split.size_bytes)
-                    .await
-                {
-                    Ok(pin) => pin,
-                    Err(err) => {
-                        warn!(%err, split_id = %split.split_id, "cannot count deleted documents");
-                        continue;
-                    }
-                };
-                let path = pin.split_file();
-                let doc_mapper = doc_mapper.clone();
-                let count = tokio::task::spawn_blocking(move || {
-                    let index = shale_index::open_split(&path)?;
-                    shale_index::count_deleted(&doc_mapper, &index, &touching)
-                })
-                .await??;
-                drop(pin);
-                env.delete_counts
-                    .set(&index.index_uid, &split.split_id, up_to, count);
-                count
+        if let Some((_, deleted)) = deleted {
+            if let Some(trigger) = delete_trigger(
+                settings,
+                split.num_docs,
+                split.uncompressed_docs_size_bytes,
+                deleted,
+            ) {
+                debug!(split_id = %split.split_id, deleted, trigger = trigger.as_str(), "delete compaction");
+                planned.push((split, trigger));
+                continue;
             }
-        };
-        if let Some(trigger) = delete_trigger(
-            settings,
-            split.num_docs,
-            split.uncompressed_docs_size_bytes,
-            deleted,
-        ) {
-            debug!(split_id = %split.split_id, deleted, trigger = trigger.as_str(), "delete compaction");
-            planned.push((split, trigger));
         }
+        // Every purgeable task up to the last one touching the split deletes nothing in it
+        // when that count is zero (those not touching it cannot reach it at all).
+        let zero_through = match deleted {
+            Some((up_to, 0)) => Some(up_to),
+            Some(_) => None,
+            None => tasks.last().map(|task| task.opstamp),
+        };
+        let clean = clean_without_rewrite(&split, &pruners, zero_through);
+        if clean > split.delete_opstamp {
+            let expected = split.delete_opstamp;
+            let mut split = split;
+            split.delete_opstamp = clean;
+            advanced.push((split, expected));
+        }
+    }
+    if !advanced.is_empty() {
+        let num_advanced = metastore
+            .advance_split_delete_opstamps(&index.index_uid, &advanced)
+            .await?;
+        debug!(index = %index.index_uid, num_advanced, "splits clean of more delete tasks without a rewrite");
     }
     Ok(planned)
 }
@@ -245,6 +366,67 @@ pub async fn create_delete_tasks(
         }
     }
     Ok(created.len())
+}
+
+#[cfg(test)]
+mod purge_tests {
+    use super::*;
+
+    fn task(opstamp: u64, create_timestamp: i64) -> DeleteTask {
+        DeleteTask {
+            index_uid: IndexUid::new("logs"),
+            opstamp,
+            create_timestamp,
+            delete_query: Default::default(),
+            default_search_fields: None,
+            doc_mapping_uid: None,
+        }
+    }
+
+    #[test]
+    fn tasks_are_forgotten_only_once_every_pending_record_is_above_them() {
+        let tasks = [task(1, 100), task(2, 200), task(3, 300)];
+        let report = |at_secs: i64, lowest: Option<u64>| {
+            Some(PendingStamps {
+                reported_at_ms: at_secs * 1000,
+                lowest,
+            })
+        };
+        // No holder: every task old enough goes (the metastore keeps the newest).
+        assert_eq!(delete_purge_limit(&tasks, 1000, 0, 6000, &[]), Some(3));
+        // The time-travel window keeps the young ones.
+        assert_eq!(delete_purge_limit(&tasks, 1000, 750, 6000, &[]), Some(2));
+        assert_eq!(delete_purge_limit(&tasks, 1000, 950, 6000, &[]), None);
+        // A holder with records stamped 2 pending: task 2 still has to reach them.
+        assert_eq!(
+            delete_purge_limit(
+                &tasks,
+                1000,
+                0,
+                6000,
+                &[report(900, Some(2)), report(900, None)]
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            delete_purge_limit(&tasks, 1000, 0, 6000, &[report(900, Some(1))]),
+            Some(1)
+        );
+        assert_eq!(
+            delete_purge_limit(&tasks, 1000, 0, 6000, &[report(900, Some(0))]),
+            None
+        );
+        // A report from before a task was acknowledged says nothing of it.
+        assert_eq!(
+            delete_purge_limit(&tasks, 1000, 0, 6000, &[report(250, None)]),
+            Some(2)
+        );
+        // A holder that did not report keeps everything.
+        assert_eq!(
+            delete_purge_limit(&tasks, 1000, 0, 6000, &[report(900, None), None]),
+            None
+        );
+    }
 }
 
 #[cfg(test)]

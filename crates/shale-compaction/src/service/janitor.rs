@@ -40,6 +40,8 @@ pub struct JanitorReport {
     pub deleted_split_ids: Vec<String>,
     /// Finished merge tasks forgotten.
     pub deleted_tasks: usize,
+    /// Delete tasks forgotten (applied everywhere, outside every time-travel window).
+    pub purged_delete_tasks: usize,
 }
 
 /// The janitor of a node; remembers when each index's retention is next due.

@@ -17,7 +17,7 @@ use shale_config::CompactionConfig;
 use shale_metastore::{Metastore, MetastoreError};
 use shale_storage::{IndexStorages, SplitCache};
 
-pub use deletes::{delete_trigger, DeleteCounts, DeleteTrigger};
+pub use deletes::{delete_purge_limit, delete_trigger, DeleteCounts, DeleteTrigger, PendingStamps};
 pub use janitor::{Janitor, JanitorReport};
 pub use manual::manual_round;
 pub use planner::{plan_round, RELEASED_FOR_SCOPE_MODE};

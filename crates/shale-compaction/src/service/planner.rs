@@ -183,15 +183,16 @@ pub async fn plan_round(
             }
         }
         // Delete compaction of the splits no merge takes (merges apply deletes themselves).
-        if !last_opstamps.contains_key(&index.index_uid) {
+        let Some(last_opstamp) = last_opstamps.get(&index.index_uid).copied() else {
             continue;
-        }
+        };
         let planned = super::deletes::plan_delete_compactions(
             env,
             metastore,
             &index,
             &busy,
             node_local.then_some(live_nodes),
+            Some(last_opstamp),
             now,
         )
         .await?;

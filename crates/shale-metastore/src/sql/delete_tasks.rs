@@ -129,6 +129,55 @@ where
         Ok(tasks)
     }
 
+    /// See [`crate::Metastore::purge_delete_tasks`].
+    pub(super) async fn delete_delete_tasks(
+        &self,
+        index_uid: &IndexUid,
+        up_to: u64,
+        marked_since: i64,
+    ) -> MetastoreResult<usize> {
+        let mut write = self.begin_write().await?;
+        let result: MetastoreResult<_> = async {
+            // Under the index lock: no split is published or merged meanwhile.
+            Self::lock_index(&mut write.tx, index_uid).await?;
+            let row = sqlx::query::<DB>(
+                "SELECT CAST(COALESCE(MAX(opstamp), 0) AS BIGINT) AS newest FROM delete_tasks \
+                 WHERE index_uid = $1",
+            )
+            .bind(index_uid.to_string())
+            .fetch_one(&mut *write.tx)
+            .await?;
+            let newest: i64 = row.try_get("newest")?;
+            let row = sqlx::query::<DB>(
+                "SELECT CAST(MIN(delete_opstamp) AS BIGINT) AS least_clean FROM splits \
+                 WHERE index_uid = $1 AND (split_state <> 'MarkedForDeletion' \
+                 OR update_timestamp >= $2)",
+            )
+            .bind(index_uid.to_string())
+            .bind(marked_since)
+            .fetch_one(&mut *write.tx)
+            .await?;
+            let least_clean: Option<i64> = row.try_get("least_clean")?;
+            let mut limit = up_to.min(from_db(newest).saturating_sub(1));
+            if let Some(least_clean) = least_clean {
+                limit = limit.min(from_db(least_clean));
+            }
+            if limit == 0 {
+                return Ok(0);
+            }
+            let deleted = sqlx::query::<DB>(
+                "DELETE FROM delete_tasks WHERE index_uid = $1 AND opstamp <= $2",
+            )
+            .bind(index_uid.to_string())
+            .bind(to_db(limit))
+            .execute(&mut *write.tx)
+            .await?;
+            Ok(DB::rows_affected(&deleted) as usize)
+        }
+        .await;
+        write.finish(result).await
+    }
+
     pub(super) async fn select_last_delete_opstamps(
         &self,
     ) -> MetastoreResult<BTreeMap<IndexUid, u64>> {
