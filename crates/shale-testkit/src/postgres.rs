@@ -137,7 +137,7 @@ impl PrivateCluster {
             }
         };
         // On failure, dropping the watchdog's pipe makes it clean up right away.
-        let url = Self::start_in(&bin, &dir)?;
+        let url = Self::start_in(&bin, &dir, false)?;
         Ok(PrivateCluster {
             url,
             _watchdog: watchdog,
@@ -145,7 +145,11 @@ impl PrivateCluster {
     }
 
     /// Creates and starts the cluster in `dir`; returns the URL of its `postgres` database.
-    fn start_in(bin: &Path, dir: &Path) -> Result<String, String> {
+    /// With `durable_commits`, a commit is answered once in the server's WAL (written to the
+    /// OS, not fsynced): it survives a crash of the server, not of the machine. Without, a
+    /// crash of the server loses the last commits (faster: what tests that never crash it
+    /// want).
+    fn start_in(bin: &Path, dir: &Path, durable_commits: bool) -> Result<String, String> {
         let as_owner = unprivileged_prefix(dir)?;
         let data = dir.join("data");
         let initdb = run(
@@ -172,8 +176,9 @@ impl PrivateCluster {
             let port = crate::free_port();
             let options = format!(
                 "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off \
-                 -c synchronous_commit=off -c full_page_writes=off -c max_connections=300",
-                dir.display()
+                 -c synchronous_commit={} -c full_page_writes=off -c max_connections=300",
+                dir.display(),
+                if durable_commits { "on" } else { "off" }
             );
             let started = run(
                 &as_owner,
@@ -205,6 +210,79 @@ impl PrivateCluster {
             }
         }
         Err(last_err)
+    }
+}
+
+/// A private cluster of a test's own, which the test may restart or crash (the shared server
+/// of [`server_url`] is never restarted: other tests use it). Its commits survive a crash of
+/// the server (`synchronous_commit=on`; not fsynced: a crash of the machine is not tested).
+/// Stopped, and its directory deleted, when dropped or when the process exits.
+pub struct DedicatedCluster {
+    url: String,
+    bin: PathBuf,
+    dir: PathBuf,
+    _watchdog: ChildStdin,
+}
+
+impl DedicatedCluster {
+    /// `initdb` and `pg_ctl start` in a fresh temporary directory, on a free loopback port.
+    pub fn start() -> Result<DedicatedCluster, String> {
+        let bin = find_bin_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("shale-pg-own-")
+            .tempdir()
+            .map_err(|err| format!("cannot create a temporary directory: {err}"))?
+            .keep();
+        let watchdog = match spawn_watchdog(&dir) {
+            Ok(watchdog) => watchdog,
+            Err(err) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(err);
+            }
+        };
+        // Commits must survive the crashes the test causes.
+        let url = PrivateCluster::start_in(&bin, &dir, true)?;
+        Ok(DedicatedCluster {
+            url,
+            bin,
+            dir,
+            _watchdog: watchdog,
+        })
+    }
+
+    /// The URL of a fresh, empty database on this cluster.
+    pub async fn database_url(&self) -> Result<String, String> {
+        let name = format!(
+            "shale_test_{}",
+            ulid::Ulid::new().to_string().to_ascii_lowercase()
+        );
+        create_database(&self.url, &name).await?;
+        Ok(with_database(&self.url, &name))
+    }
+
+    /// `pg_ctl restart -m immediate`: every connection is cut at once, as in a crash, and
+    /// the server recovers from its WAL; returns once it accepts connections again.
+    pub fn restart_immediate(&self) -> Result<(), String> {
+        let as_owner = unprivileged_prefix(&self.dir)?;
+        let data = self.dir.join("data");
+        let log = self.dir.join("postgres.log");
+        run(
+            &as_owner,
+            &self.bin.join("pg_ctl"),
+            &self.dir,
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-m".as_ref(),
+                "immediate".as_ref(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                "60".as_ref(),
+                "restart".as_ref(),
+            ],
+        )
     }
 }
 

@@ -52,6 +52,16 @@ impl Cluster {
         envs: &[(usize, &str, &str)],
     ) -> Option<Cluster> {
         let pg = shale_testkit::postgres::test_database_url().await?;
+        Self::start_on(n, scope, envs, &pg).await
+    }
+
+    /// Like [`Cluster::start_with_env`], on the metastore at `pg` (a PostgreSQL URL).
+    pub async fn start_on(
+        n: usize,
+        scope: &str,
+        envs: &[(usize, &str, &str)],
+        pg: &str,
+    ) -> Option<Cluster> {
         let (endpoint, bucket) = shale_testkit::s3::test_bucket()?;
         let tmp = tempfile::tempdir().expect("temp dir");
         let config = format!(

@@ -17,6 +17,9 @@
 //!   split, bytes reclaimed.
 //! - `shale-bench remote`: search on S3 (moto unless `--s3-endpoint`): 10 splits x 100 000
 //!   docs read by byte ranges vs downloaded whole, cold and warm, latency and bytes fetched.
+//! - `shale-bench metadata`: the metastore cost of a search and of a planning round with
+//!   10 000 published splits and 1 000 delete tasks, with the delete history bounded as Shale
+//!   keeps it vs unbounded, on SQLite and PostgreSQL.
 
 mod cluster;
 mod compaction;
@@ -25,6 +28,7 @@ mod deletes;
 mod ingest;
 mod locality;
 mod merge;
+mod metadata;
 mod remote;
 mod search;
 
@@ -54,6 +58,9 @@ enum Command {
     Search(search::Args),
     /// Search on S3: splits read by byte ranges vs downloaded whole (cold and warm).
     Remote(remote::Args),
+    /// Metastore cost of a search and a planning round with 10 000 splits and 1 000 delete
+    /// tasks, bounded vs unbounded delete history, SQLite and PostgreSQL.
+    Metadata(metadata::Args),
 }
 
 #[tokio::main]
@@ -74,5 +81,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Deletes(args) => deletes::run(args).await,
         Command::Search(args) => search::run(args).await,
         Command::Remote(args) => remote::run(args).await,
+        Command::Metadata(args) => metadata::run(args).await,
     }
 }
