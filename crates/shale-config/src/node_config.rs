@@ -879,6 +879,30 @@ s3:
     }
 
     #[test]
+    fn unknown_keys_are_refused_in_every_section_with_their_line() {
+        for (yaml, key) in [
+            ("listen_adress: 1.2.3.4:80", "listen_adress"),
+            ("node_id: n1\nlisten_adress: 1.2.3.4:80", "listen_adress"),
+            (
+                "cluster:\n  heartbeat_intervall_ms: 5",
+                "heartbeat_intervall_ms",
+            ),
+            ("compaction:\n  planner_interval: 5", "planner_interval"),
+            ("s3:\n  regoin: eu-west-1", "regoin"),
+        ] {
+            let err = NodeConfig::from_yaml(yaml.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("unknown field `{key}`")),
+                "{yaml}: {err}"
+            );
+            assert!(err.contains("expected"), "lists the valid keys: {err}");
+            assert!(err.contains("line "), "points to the line: {err}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         for (yaml, needle) in [
             ("listen_adress: 1.2.3.4:80", "listen_adress"),

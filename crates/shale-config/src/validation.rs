@@ -59,6 +59,13 @@ pub(crate) fn deserialize_with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result
                 message = tail.to_string();
             }
         }
+        // serde_yaml leaves the position out for some errors (a key on the first line):
+        // point at the first line holding the unknown key.
+        if !message.contains(" line ") {
+            if let Some(line) = unknown_key_line(bytes, &message) {
+                message = format!("{message} at line {line}");
+            }
+        }
         if path == "." || path.is_empty() {
             ConfigError::Parse(message)
         } else {
@@ -66,6 +73,23 @@ pub(crate) fn deserialize_with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result
             ConfigError::Parse(format!("`{path}`{context}: {message}"))
         }
     })
+}
+
+/// The 1-based line of the first key named like the unknown field of `message`, if any.
+fn unknown_key_line(bytes: &[u8], message: &str) -> Option<usize> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let key = &rest[..rest.find('`')?];
+    let text = std::str::from_utf8(bytes).ok()?;
+    let quoted = format!("\"{key}\"");
+    text.lines()
+        .position(|line| {
+            let line = line.trim_start().trim_start_matches("- ").trim_start();
+            [key, quoted.as_str()].iter().any(|k| {
+                line.strip_prefix(k)
+                    .is_some_and(|after| after.trim_start().starts_with(':'))
+            })
+        })
+        .map(|index| index + 1)
 }
 
 /// For errors inside `doc_mapping.field_mappings[i]`, names the field mapping (serde loses the
