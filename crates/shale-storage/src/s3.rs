@@ -1,16 +1,34 @@
 //! [`S3Storage`]: objects in a bucket of an S3-compatible server, through `object_store`.
 //! Uploads are multipart for large files; an object becomes visible whole when its upload
 //! completes, and S3 acknowledges a completed upload only once it is durable.
+//!
+//! **Requests S3 never answers.** `object_store` retries a failed request (5xx, reset
+//! connection, timeout) up to 10 times within 3 minutes, each attempt bounded by a 30 s
+//! request timeout (its defaults, kept). With that timeout alone, a read or write that S3
+//! accepted but never answered cost 30 s, and a server that stopped answering held every
+//! search, upload and merge for 3 minutes. So an attempt to read or write an object (GET,
+//! HEAD, PUT of an object or a part, creation of a multipart upload) must also see its answer
+//! start within 5 s of its body having had time to go out (at 1 MiB/s, see `answer_timeout`);
+//! otherwise it fails as a timeout and is retried. A lost answer costs seconds, and a silent
+//! server fails a read in about a minute. Long downloads are not cut: only the wait for the
+//! head of the answer is bounded. Requests a server may take long to start answering
+//! (listings, multipart completion, deletes) keep the 30 s request timeout only.
 
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::buffered::BufWriter;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
+    ReqwestConnector,
+};
 use object_store::path::Path as ObjectPath;
+use object_store::ClientOptions;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -19,6 +37,75 @@ use crate::{io_err, StorageError, StorageResult};
 
 /// Part size of multipart uploads.
 const UPLOAD_CHUNK: usize = 8 * 1024 * 1024;
+
+/// How long an object read or write waits for the start of its answer (status and headers),
+/// counted from when its body had time to go out. S3 starts answering them in milliseconds.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The upload rate a request body is given time for before `ANSWER_TIMEOUT` starts: an
+/// 8 MiB part may take 8 s more.
+const MIN_UPLOAD_BYTES_PER_SEC: f64 = 1024.0 * 1024.0;
+
+/// How long an attempt of `request` waits for its answer to start: `None` (only the request
+/// timeout) but for object reads and writes (GET and HEAD but listings, PUT of an object or
+/// a part, and the creation of a multipart upload, which S3 answers at once).
+fn answer_timeout(request: &HttpRequest) -> Option<Duration> {
+    let query = request.uri().query().unwrap_or_default();
+    let has_param = |name: &str| {
+        query
+            .split('&')
+            .any(|pair| pair.split('=').next() == Some(name))
+    };
+    let object_io = match request.method().as_str() {
+        "GET" | "HEAD" => !has_param("list-type"),
+        "PUT" => true,
+        "POST" => has_param("uploads"),
+        _ => false,
+    };
+    if !object_io {
+        return None;
+    }
+    let body_bytes = request.body().content_length();
+    Some(ANSWER_TIMEOUT + Duration::from_secs_f64(body_bytes as f64 / MIN_UPLOAD_BYTES_PER_SEC))
+}
+
+/// `object_store`'s reqwest client (with every option of the builder), an attempt of which
+/// fails as a timeout (retried like one) when its answer does not start in time (see
+/// `answer_timeout`).
+#[derive(Debug, Default)]
+struct AnswerTimeoutConnector;
+
+impl HttpConnector for AnswerTimeoutConnector {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let inner = ReqwestConnector::default().connect(options)?;
+        Ok(HttpClient::new(AnswerTimeout { inner }))
+    }
+}
+
+/// See [`AnswerTimeoutConnector`].
+#[derive(Debug)]
+struct AnswerTimeout {
+    inner: HttpClient,
+}
+
+/// An attempt whose answer did not start in time.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the object store within {0:?}")]
+struct NoAnswer(Duration);
+
+#[async_trait]
+impl HttpService for AnswerTimeout {
+    async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let Some(limit) = answer_timeout(&request) else {
+            return self.inner.execute(request).await;
+        };
+        // The client's future resolves with the answer's head; its body is read afterwards.
+        match tokio::time::timeout(limit, self.inner.execute(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(HttpError::new(HttpErrorKind::Timeout, NoAnswer(limit))),
+        }
+    }
+}
 
 /// A prefix inside one bucket.
 #[derive(Clone, Debug)]
@@ -58,7 +145,9 @@ impl S3Storage {
         let path_style = options
             .force_path_style
             .unwrap_or(options.endpoint.is_some());
-        builder = builder.with_virtual_hosted_style_request(!path_style);
+        builder = builder
+            .with_virtual_hosted_style_request(!path_style)
+            .with_http_connector(AnswerTimeoutConnector);
         let store = builder.build().map_err(|err| StorageError::InvalidUri {
             uri: uri.clone(),
             // object_store's builder errors name settings, never their values.
