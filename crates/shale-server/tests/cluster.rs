@@ -52,6 +52,24 @@ fn node_ids(state: &Value, key: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until the open shards (of every index) are on exactly the nodes `expected` (sorted).
+/// Open shards only: under a loaded machine a node can be declared dead for a moment, and the
+/// leader then closes its shard and opens another once it is back.
+async fn wait_open_shards_on(node: &TestNode, expected: &[&str]) {
+    wait_for("open shards on the indexers", async || {
+        let shards = node.node.metastore.list_shards(None).await.unwrap();
+        let mut nodes: Vec<String> = shards
+            .iter()
+            .filter(|s| s.state == shale_metastore::ShardState::Open)
+            .map(|s| s.node_id.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes == expected
+    })
+    .await;
+}
+
 async fn wait_for(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !check().await {
@@ -210,20 +228,7 @@ async fn ingest_through_any_node_is_routed_to_the_shards() {
     .await;
     a.create_index(common::LOGS_INDEX).await;
     // Two shards (min_shards_per_index), on the two indexers.
-    // Open shards only: under a loaded machine a node can be declared dead for a moment, and
-    // the leader then closes its shard and opens another once it is back.
-    wait_for("open shards on a and b", async || {
-        let shards = a.node.metastore.list_shards(None).await.unwrap();
-        let mut nodes: Vec<String> = shards
-            .iter()
-            .filter(|s| s.state == shale_metastore::ShardState::Open)
-            .map(|s| s.node_id.clone())
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        nodes == ["a", "b"]
-    })
-    .await;
+    wait_open_shards_on(&a, &["a", "b"]).await;
     for (i, node) in [&a, &b, &c].into_iter().enumerate() {
         let response = node
             .ingest(
@@ -358,18 +363,7 @@ async fn deletes_and_manual_compactions_work_across_the_cluster() {
         "  commit_timeout_secs: 1\n  merge_policy:\n    type: no_merge\n",
     );
     a.create_index(&index).await;
-    wait_for("open shards on a and b", async || {
-        let shards = a.node.metastore.list_shards(None).await.unwrap();
-        let mut nodes: Vec<String> = shards
-            .iter()
-            .filter(|s| s.state == shale_metastore::ShardState::Open)
-            .map(|s| s.node_id.clone())
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        nodes == ["a", "b"]
-    })
-    .await;
+    wait_open_shards_on(&a, &["a", "b"]).await;
     for (i, node) in [&a, &b, &c].into_iter().enumerate() {
         node.ingest(
             "logs",
@@ -463,18 +457,7 @@ async fn a_forwarded_batch_whose_outcome_is_unknown_is_never_sent_to_another_sha
         &common::LOGS_INDEX.replace("commit_timeout_secs: 1", "commit_timeout_secs: 60"),
     )
     .await;
-    wait_for("open shards on a and b", async || {
-        let shards = a.node.metastore.list_shards(None).await.unwrap();
-        let mut nodes: Vec<String> = shards
-            .iter()
-            .filter(|s| s.state == shale_metastore::ShardState::Open)
-            .map(|s| s.node_id.clone())
-            .collect();
-        nodes.sort();
-        nodes.dedup();
-        nodes == ["a", "b"]
-    })
-    .await;
+    wait_open_shards_on(&a, &["a", "b"]).await;
     // c must know both shards before it forwards.
     c.node.sync_shards().await.unwrap();
     let appended = |node: &TestNode| {

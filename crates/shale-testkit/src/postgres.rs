@@ -67,7 +67,7 @@ pub fn server_url() -> Option<String> {
     }
     static CLUSTER: OnceLock<Option<PrivateCluster>> = OnceLock::new();
     CLUSTER
-        .get_or_init(|| match PrivateCluster::start() {
+        .get_or_init(|| match PrivateCluster::start(false) {
             Ok(cluster) => Some(cluster),
             Err(err) if crate::under_ci() => panic!(
                 "cannot start a private PostgreSQL cluster, and CI must not skip PostgreSQL \
@@ -112,16 +112,23 @@ fn with_database(server_url: &str, name: &str) -> String {
     }
 }
 
-/// A cluster this process started; stopped by its watchdog when the process exits.
+/// A cluster this process started; stopped by its watchdog when the process exits (or when
+/// dropped).
 struct PrivateCluster {
     /// URL of its `postgres` database.
     url: String,
+    /// Where `initdb` and `pg_ctl` are.
+    bin: PathBuf,
+    /// Its directory (data, log, socket).
+    dir: PathBuf,
     /// Write end of the watchdog's pipe: never written, closed by the kernel at exit.
     _watchdog: ChildStdin,
 }
 
 impl PrivateCluster {
-    fn start() -> Result<PrivateCluster, String> {
+    /// A new cluster in a fresh temporary directory (see [`PrivateCluster::start_in`] for
+    /// `durable_commits`).
+    fn start(durable_commits: bool) -> Result<PrivateCluster, String> {
         let bin = find_bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("shale-pg-")
@@ -137,9 +144,11 @@ impl PrivateCluster {
             }
         };
         // On failure, dropping the watchdog's pipe makes it clean up right away.
-        let url = Self::start_in(&bin, &dir, false)?;
+        let url = Self::start_in(&bin, &dir, durable_commits)?;
         Ok(PrivateCluster {
             url,
+            bin,
+            dir,
             _watchdog: watchdog,
         })
     }
@@ -218,35 +227,15 @@ impl PrivateCluster {
 /// the server (`synchronous_commit=on`; not fsynced: a crash of the machine is not tested).
 /// Stopped, and its directory deleted, when dropped or when the process exits.
 pub struct DedicatedCluster {
-    url: String,
-    bin: PathBuf,
-    dir: PathBuf,
-    _watchdog: ChildStdin,
+    cluster: PrivateCluster,
 }
 
 impl DedicatedCluster {
     /// `initdb` and `pg_ctl start` in a fresh temporary directory, on a free loopback port.
     pub fn start() -> Result<DedicatedCluster, String> {
-        let bin = find_bin_dir()?;
-        let dir = tempfile::Builder::new()
-            .prefix("shale-pg-own-")
-            .tempdir()
-            .map_err(|err| format!("cannot create a temporary directory: {err}"))?
-            .keep();
-        let watchdog = match spawn_watchdog(&dir) {
-            Ok(watchdog) => watchdog,
-            Err(err) => {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(err);
-            }
-        };
         // Commits must survive the crashes the test causes.
-        let url = PrivateCluster::start_in(&bin, &dir, true)?;
         Ok(DedicatedCluster {
-            url,
-            bin,
-            dir,
-            _watchdog: watchdog,
+            cluster: PrivateCluster::start(true)?,
         })
     }
 
@@ -256,20 +245,21 @@ impl DedicatedCluster {
             "shale_test_{}",
             ulid::Ulid::new().to_string().to_ascii_lowercase()
         );
-        create_database(&self.url, &name).await?;
-        Ok(with_database(&self.url, &name))
+        create_database(&self.cluster.url, &name).await?;
+        Ok(with_database(&self.cluster.url, &name))
     }
 
     /// `pg_ctl restart -m immediate`: every connection is cut at once, as in a crash, and
     /// the server recovers from its WAL; returns once it accepts connections again.
     pub fn restart_immediate(&self) -> Result<(), String> {
-        let as_owner = unprivileged_prefix(&self.dir)?;
-        let data = self.dir.join("data");
-        let log = self.dir.join("postgres.log");
+        let PrivateCluster { bin, dir, .. } = &self.cluster;
+        let as_owner = unprivileged_prefix(dir)?;
+        let data = dir.join("data");
+        let log = dir.join("postgres.log");
         run(
             &as_owner,
-            &self.bin.join("pg_ctl"),
-            &self.dir,
+            &bin.join("pg_ctl"),
+            dir,
             &[
                 "-D".as_ref(),
                 data.as_os_str(),

@@ -38,64 +38,106 @@ struct Ledger {
 }
 
 /// Three writers, one per commit mode, each sending 20-document batches with fresh ids to
-/// one node and moving to the next on a failure, until `stop`.
-fn start_writers(
-    cluster: &Cluster,
+/// one node and moving to the next on a failure, until they are finished.
+struct Writers {
     index: &'static str,
     stop: Arc<AtomicBool>,
     ledger: Arc<Mutex<Ledger>>,
+    /// Seconds of `ts` the documents span (from `T0`).
     seconds: Arc<AtomicUsize>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let bases: Vec<String> = (0..3).map(|i| cluster.base(i)).collect();
-    (0..3)
-        .map(|w| {
-            let (stop, ledger, bases, seconds) =
-                (stop.clone(), ledger.clone(), bases.clone(), seconds.clone());
-            tokio::spawn(async move {
-                let client = reqwest::Client::builder()
-                    .timeout(Duration::from_secs(30))
-                    .build()
-                    .unwrap();
-                let commit: &'static str = ["auto", "wait_for", "force"][w];
-                let mut target = w;
-                let mut batch = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    let second = batch / 10;
-                    seconds.fetch_max(second + 1, Ordering::Relaxed);
-                    let (ids, body) = docs(&format!("w{w}-b{batch}"), 0..20, T0 + second as i64);
-                    let resp = client
-                        .post(format!(
-                            "{}/api/v1/{index}/ingest?commit={commit}",
-                            bases[target]
-                        ))
-                        .body(body)
-                        .send()
-                        .await;
-                    let ok = match resp {
-                        Ok(resp) if resp.status().is_success() => {
-                            let v: Value = resp.json().await.unwrap_or(Value::Null);
-                            v["num_ingested_docs"] == 20
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn start(cluster: &Cluster, index: &'static str) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ledger: Arc<Mutex<Ledger>> = Arc::default();
+        let seconds = Arc::new(AtomicUsize::new(0));
+        let bases: Vec<String> = (0..3).map(|i| cluster.base(i)).collect();
+        let handles = (0..3)
+            .map(|w| {
+                let (stop, ledger, bases, seconds) =
+                    (stop.clone(), ledger.clone(), bases.clone(), seconds.clone());
+                tokio::spawn(async move {
+                    let client = reqwest::Client::builder()
+                        .timeout(Duration::from_secs(30))
+                        .build()
+                        .unwrap();
+                    let commit: &'static str = ["auto", "wait_for", "force"][w];
+                    let mut target = w;
+                    let mut batch = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        let second = batch / 10;
+                        seconds.fetch_max(second + 1, Ordering::Relaxed);
+                        let (ids, body) =
+                            docs(&format!("w{w}-b{batch}"), 0..20, T0 + second as i64);
+                        let resp = client
+                            .post(format!(
+                                "{}/api/v1/{index}/ingest?commit={commit}",
+                                bases[target]
+                            ))
+                            .body(body)
+                            .send()
+                            .await;
+                        let ok = match resp {
+                            Ok(resp) if resp.status().is_success() => {
+                                let v: Value = resp.json().await.unwrap_or(Value::Null);
+                                v["num_ingested_docs"] == 20
+                            }
+                            _ => false,
+                        };
+                        {
+                            let mut ledger = ledger.lock().unwrap();
+                            if ok {
+                                ledger.acked.extend(ids);
+                                *ledger.acked_batches.entry(commit).or_default() += 1;
+                            } else {
+                                ledger.failed_batches += 1;
+                            }
                         }
-                        _ => false,
-                    };
-                    {
-                        let mut ledger = ledger.lock().unwrap();
-                        if ok {
-                            ledger.acked.extend(ids);
-                            *ledger.acked_batches.entry(commit).or_default() += 1;
-                        } else {
-                            ledger.failed_batches += 1;
+                        if !ok {
+                            target = (target + 1) % 3;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
                         }
+                        batch += 1;
                     }
-                    if !ok {
-                        target = (target + 1) % 3;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    batch += 1;
-                }
+                })
             })
-        })
-        .collect()
+            .collect();
+        Writers {
+            index,
+            stop,
+            ledger,
+            seconds,
+            handles,
+        }
+    }
+
+    /// Documents acknowledged so far.
+    fn acked(&self) -> usize {
+        self.ledger.lock().unwrap().acked.len()
+    }
+
+    /// A little more ingest on a calm cluster, then stops the writers and checks, once every
+    /// node runs, that every acknowledged document is found exactly once. Returns the ledger,
+    /// the documents found and the published splits.
+    async fn finish(self, cluster: &Cluster) -> (Ledger, usize, usize) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.stop.store(true, Ordering::Relaxed);
+        for writer in self.handles {
+            writer.await.unwrap();
+        }
+        cluster.wait_live(3).await;
+        let ledger = std::mem::take(&mut *self.ledger.lock().unwrap());
+        let (found, splits) = check_exactly_once(
+            cluster,
+            self.index,
+            &ledger,
+            self.seconds.load(Ordering::Relaxed),
+        )
+        .await;
+        (ledger, found, splits)
+    }
 }
 
 /// Waits until every acknowledged id of `ledger` is found through node 0, then checks that
@@ -158,16 +200,7 @@ async fn kill_9_chaos_loses_and_duplicates_nothing() {
     cluster
         .create_index(0, &common::kill_test_index("chaos", MERGE_EAGERLY))
         .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let ledger: Arc<Mutex<Ledger>> = Arc::default();
-    let seconds = Arc::new(AtomicUsize::new(0));
-    let writers = start_writers(
-        &cluster,
-        "chaos",
-        stop.clone(),
-        ledger.clone(),
-        seconds.clone(),
-    );
+    let writers = Writers::start(&cluster, "chaos");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let started = Instant::now();
     let mut killed_leaders = 0;
@@ -185,16 +218,7 @@ async fn kill_9_chaos_loses_and_duplicates_nothing() {
         cluster.wait_ready(victim).await;
     }
     let chaos = started.elapsed();
-    // A little more ingest on a calm cluster, then stop.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    for writer in writers {
-        writer.await.unwrap();
-    }
-    cluster.wait_live(3).await;
-    let ledger = ledger.lock().unwrap().clone_ledger();
-    let (found, splits) =
-        check_exactly_once(&cluster, "chaos", &ledger, seconds.load(Ordering::Relaxed)).await;
+    let (ledger, found, splits) = writers.finish(&cluster).await;
     eprintln!(
         "kill -9 chaos: {kills} kills ({killed_leaders} of the leader) in {:.0} s, seed {seed}; \
          {} documents acknowledged (batches per mode: {:?}), {} batches failed; {found} found, \
@@ -226,27 +250,18 @@ async fn postgres_restarted_during_publishes_and_merges_loses_and_duplicates_not
     cluster
         .create_index(0, &common::kill_test_index("pgrestart", MERGE_EAGERLY))
         .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let ledger: Arc<Mutex<Ledger>> = Arc::default();
-    let seconds = Arc::new(AtomicUsize::new(0));
-    let writers = start_writers(
-        &cluster,
-        "pgrestart",
-        stop.clone(),
-        ledger.clone(),
-        seconds.clone(),
-    );
+    let writers = Writers::start(&cluster, "pgrestart");
     let restarts = 4;
     let mut acked_between = Vec::new();
     for _ in 0..restarts {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let before = ledger.lock().unwrap().acked.len();
+        let before = writers.acked();
         postgres
             .restart_immediate()
             .expect("pg_ctl restart -m immediate");
         // The cluster takes ingest again once the nodes have reconnected.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while ledger.lock().unwrap().acked.len() <= before {
+        while writers.acked() <= before {
             assert!(
                 Instant::now() < deadline,
                 "no ingest acknowledged after the restart:\n{}",
@@ -254,22 +269,9 @@ async fn postgres_restarted_during_publishes_and_merges_loses_and_duplicates_not
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        acked_between.push(ledger.lock().unwrap().acked.len() - before);
+        acked_between.push(writers.acked() - before);
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    for writer in writers {
-        writer.await.unwrap();
-    }
-    cluster.wait_live(3).await;
-    let ledger = ledger.lock().unwrap().clone_ledger();
-    let (found, splits) = check_exactly_once(
-        &cluster,
-        "pgrestart",
-        &ledger,
-        seconds.load(Ordering::Relaxed),
-    )
-    .await;
+    let (ledger, found, splits) = writers.finish(&cluster).await;
     // Merges went on after the restarts: fewer splits than commits.
     let batches: usize = ledger.acked_batches.values().sum();
     eprintln!(
@@ -281,14 +283,4 @@ async fn postgres_restarted_during_publishes_and_merges_loses_and_duplicates_not
         ledger.acked_batches,
         ledger.failed_batches,
     );
-}
-
-impl Ledger {
-    fn clone_ledger(&self) -> Ledger {
-        Ledger {
-            acked: self.acked.clone(),
-            failed_batches: self.failed_batches,
-            acked_batches: self.acked_batches.clone(),
-        }
-    }
 }

@@ -326,7 +326,11 @@ pub(crate) enum StepError {
 
 impl Pipeline {
     async fn run(mut self) {
-        let mut backoff = Duration::from_millis(100);
+        const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+        let mut backoff = FIRST_BACKOFF;
+        // Where the checkpoint was at the last failure: a failure after progress is a new
+        // episode, retried quickly again (not 10 s because of failures long past).
+        let mut failed_at: Option<Option<u64>> = None;
         loop {
             match self.run_until_error().await {
                 Ok(()) => return,
@@ -334,6 +338,11 @@ impl Pipeline {
                     error!(queue = %self.queue, %err, "indexing pipeline failed; rebuilding from the WAL");
                     // Let a running commit end (it may publish) before reading where to restart.
                     let _ = self.settle().await;
+                    let checkpoint = self.publisher.lock().await.checkpoint;
+                    if failed_at != Some(checkpoint) {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    failed_at = Some(checkpoint);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                     // Re-read the checkpoint: a publish may have succeeded before the error.
