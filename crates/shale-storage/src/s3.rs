@@ -22,7 +22,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
-use object_store::buffered::BufWriter;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
     ReqwestConnector,
@@ -31,12 +30,15 @@ use object_store::path::Path as ObjectPath;
 use object_store::ClientOptions;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::warn;
 
 use crate::storage::{check_name, S3Options, Storage};
 use crate::{io_err, StorageError, StorageResult};
 
-/// Part size of multipart uploads.
+/// Part size of multipart uploads (and the size above which a file is uploaded in parts).
 const UPLOAD_CHUNK: usize = 8 * 1024 * 1024;
+/// Parts of one multipart upload sent at once.
+const MAX_PARTS_IN_FLIGHT: usize = 8;
 
 /// How long an object read or write waits for the start of its answer (status and headers),
 /// counted from when its body had time to go out. S3 starts answering them in milliseconds.
@@ -199,30 +201,51 @@ impl Storage for S3Storage {
         let mut file = tokio::fs::File::open(local)
             .await
             .map_err(|err| io_err(local, err))?;
-        let mut writer = BufWriter::with_capacity(self.store.clone(), key, UPLOAD_CHUNK);
+        let len = file
+            .metadata()
+            .await
+            .map_err(|err| io_err(local, err))?
+            .len();
+        // Small files: one PUT.
+        if len <= UPLOAD_CHUNK as u64 {
+            let mut bytes = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut bytes)
+                .await
+                .map_err(|err| io_err(local, err))?;
+            let total = bytes.len() as u64;
+            self.store.put(&key, bytes.into()).await?;
+            return Ok(total);
+        }
+        // Large files: a multipart upload, aborted on any failure (a part, or the
+        // completion), so that no unfinished upload is left in the bucket to be paid for.
+        let upload = self.store.put_multipart(&key).await?;
+        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_CHUNK);
         let mut buf = vec![0u8; 1024 * 1024];
         let mut total = 0u64;
-        loop {
-            let n = match file.read(&mut buf).await {
-                Ok(n) => n,
-                Err(err) => {
-                    let _ = writer.abort().await;
-                    return Err(io_err(local, err));
+        let written: StorageResult<()> = async {
+            loop {
+                let n = file
+                    .read(&mut buf)
+                    .await
+                    .map_err(|err| io_err(local, err))?;
+                if n == 0 {
+                    break;
                 }
-            };
-            if n == 0 {
-                break;
+                total += n as u64;
+                writer.wait_for_capacity(MAX_PARTS_IN_FLIGHT).await?;
+                writer.write(&buf[..n]);
             }
-            total += n as u64;
-            if let Err(err) = writer.write_all(&buf[..n]).await {
-                let _ = writer.abort().await;
-                return Err(StorageError::ObjectStore(err.to_string()));
-            }
+            Ok(())
         }
-        writer
-            .shutdown()
-            .await
-            .map_err(|err| StorageError::ObjectStore(err.to_string()))?;
+        .await;
+        if let Err(err) = written {
+            if let Err(abort) = writer.abort().await {
+                warn!(%abort, key = %key, "could not abort a failed multipart upload");
+            }
+            return Err(err);
+        }
+        // Completes, or aborts when completing fails.
+        writer.finish().await?;
         Ok(total)
     }
 
