@@ -41,6 +41,8 @@ metric!(WAL_FSYNCS: IntCounter = register_int_counter!(
     "shale_wal_fsync_rounds_total", "WAL fsync rounds (each covers every append before it: group commit)."));
 metric!(WAL_APPENDS: IntCounter = register_int_counter!(
     "shale_wal_appends_total", "WAL appends (one per ingest request and shard)."));
+metric!(WAL_REOPENS: IntCounter = register_int_counter!(
+    "shale_wal_reopens_total", "WAL reopened from its files after a failed write (a full disk)."));
 metric!(HANDOFFS_DROPPED: IntCounter = register_int_counter!(
     "shale_indexing_handoffs_dropped_total", "Ingest requests whose parsed documents the pipeline could not hold (it parses them again from the WAL)."));
 metric!(DEAD_LETTERS: IntCounter = register_int_counter!(
@@ -64,6 +66,7 @@ pub fn register() {
     LazyLock::force(&WAL_BACKLOG_BYTES);
     LazyLock::force(&WAL_FSYNCS);
     LazyLock::force(&WAL_APPENDS);
+    LazyLock::force(&WAL_REOPENS);
     LazyLock::force(&INGEST_REJECTED_REQUESTS);
 }
 

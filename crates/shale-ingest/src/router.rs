@@ -103,12 +103,11 @@ impl IngestError {
     /// the documents were (or may have been) appended: the pipeline stopped after the append,
     /// the WAL took them but could not make them durable, or a forward got no answer.
     pub fn nothing_appended(&self) -> bool {
-        !matches!(
-            self,
-            IngestError::PipelineStopped
-                | IngestError::OutcomeUnknown(_)
-                | IngestError::Wal(WalError::NotDurable(_))
-        )
+        match self {
+            IngestError::PipelineStopped | IngestError::OutcomeUnknown(_) => false,
+            IngestError::Wal(err) => err.nothing_appended(),
+            _ => true,
+        }
     }
 }
 

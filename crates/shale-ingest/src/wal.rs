@@ -13,6 +13,13 @@
 //! - `on-delay(interval)`: a background task fsyncs at most `interval` apart; a power loss
 //!   may lose the documents acknowledged (with `commit=auto`) in the last `interval`.
 //!
+//! A write that fails (a full disk) can leave part of its bytes in mrecordlog's buffered
+//! writer, which would write them ahead of the next operation: a refused batch would come
+//! back, under a position the next batch reuses, and the log would then fail to open. So a
+//! failed write reopens the log from its files, as after a crash (a partial tail is
+//! ignored), and the append reports what the files hold: the batch is there (success) or it
+//! is not (nothing appended, safe to retry).
+//!
 //! An fsync round covers every WAL file written since the previous round — including files
 //! mrecordlog rolled over to in between — and the directory when files were created. Rounds
 //! are group commits: appends that arrive while a round runs wait for the next round, which
@@ -56,6 +63,13 @@ pub enum WalError {
     NotDurable(String),
 }
 
+impl WalError {
+    /// Whether the failed operation certainly appended nothing (a retry cannot duplicate).
+    pub fn nothing_appended(&self) -> bool {
+        !matches!(self, WalError::NotDurable(_))
+    }
+}
+
 /// Result of WAL operations.
 pub type WalResult<T> = Result<T, WalError>;
 
@@ -63,6 +77,8 @@ struct Inner {
     log: MultiRecordLog,
     /// Next position to assign, per queue.
     next_positions: HashMap<String, u64>,
+    /// A failed write could not be followed by a reopen: the next write reopens first.
+    needs_reopen: bool,
 }
 
 /// What the fsync rounds know about the files.
@@ -153,6 +169,7 @@ impl Wal {
             inner: Mutex::new(Inner {
                 log,
                 next_positions,
+                needs_reopen: false,
             }),
             written_seq: AtomicU64::new(0),
             synced_seq: AtomicU64::new(0),
@@ -201,6 +218,47 @@ impl Wal {
         queues
     }
 
+    /// Replaces the log by one reopened from its files, after a failed write (see the module
+    /// docs); the backlog is counted again from what the files hold.
+    async fn reopen(&self, inner: &mut Inner) -> WalResult<()> {
+        match MultiRecordLog::open_with_prefs(&self.dir, SyncPolicy::OnAppend).await {
+            Ok(log) => {
+                let backlog: u64 = log
+                    .list_queues()
+                    .map(|queue| queue_bytes(&log, queue, ..))
+                    .sum();
+                inner.log = log;
+                inner.needs_reopen = false;
+                self.backlog_bytes.store(backlog, Ordering::Release);
+                metrics::WAL_REOPENS.inc();
+                tracing::warn!(dir = %self.dir.display(), "WAL reopened after a failed write");
+                Ok(())
+            }
+            Err(err) => {
+                inner.needs_reopen = true;
+                Err(io(format!("reopening the WAL after a failed write: {err}")))
+            }
+        }
+    }
+
+    /// Reopens the log if a failed write left it in doubt; done before any write.
+    async fn ready_to_write(&self, inner: &mut Inner) -> WalResult<()> {
+        if inner.needs_reopen {
+            self.reopen(inner).await?;
+        }
+        Ok(())
+    }
+
+    /// After a failed write other than an append: the log is reopened (what the failed
+    /// operation did, if anything, is what its files say) and `err` returned.
+    async fn failed_write<E: std::fmt::Display>(&self, inner: &mut Inner, err: E) -> WalError {
+        let message = err.to_string();
+        match self.reopen(inner).await {
+            Ok(()) => WalError::Io(message),
+            Err(reopen) => WalError::Io(format!("{message}; {reopen}")),
+        }
+    }
+
     /// Records that an operation reached the OS; returns its sequence number.
     fn mark_written(&self) -> u64 {
         self.written_seq.fetch_add(1, Ordering::AcqRel) + 1
@@ -212,7 +270,10 @@ impl Wal {
         let mut inner = self.inner.lock().await;
         let mut created = None;
         if !inner.log.queue_exists(queue) {
-            inner.log.create_queue(queue).await.map_err(io)?;
+            self.ready_to_write(&mut inner).await?;
+            if let Err(err) = inner.log.create_queue(queue).await {
+                return Err(self.failed_write(&mut inner, err).await);
+            }
             inner.next_positions.insert(queue.to_string(), 0);
             created = Some(self.mark_written());
         }
@@ -252,22 +313,45 @@ impl Wal {
             .next_positions
             .get(queue)
             .ok_or_else(|| WalError::MissingQueue(queue.to_string()))?;
-        inner
+        self.ready_to_write(&mut inner).await?;
+        let last = first + records.len() as u64 - 1;
+        let appended = inner
             .log
             .append_records(
                 queue,
                 Some(first),
                 records.iter().map(|record| prefix.chain(*record)),
             )
-            .await
-            .map_err(io)?;
-        let last = first + records.len() as u64 - 1;
+            .await;
+        if let Err(err) = appended {
+            let message = err.to_string();
+            if let Err(reopen) = self.reopen(&mut inner).await {
+                return Err(WalError::NotDurable(format!("{message}; {reopen}")));
+            }
+            // What the files hold decides: all of the batch, or none of it.
+            let present = inner
+                .log
+                .range(queue, first..=last)
+                .map(|found| found.count())
+                .unwrap_or(0);
+            if present == 0 {
+                return Err(WalError::Io(message));
+            }
+            if present != records.len() {
+                return Err(WalError::NotDurable(format!(
+                    "{message}; {present} of the {} records are in the WAL",
+                    records.len()
+                )));
+            }
+            tracing::warn!(%message, queue, "a WAL append reported an error but is in the files");
+        } else {
+            let bytes: u64 = records
+                .iter()
+                .map(|r| (prefix.len() + r.len()) as u64)
+                .sum();
+            self.backlog_bytes.fetch_add(bytes, Ordering::AcqRel);
+        }
         inner.next_positions.insert(queue.to_string(), last + 1);
-        let bytes: u64 = records
-            .iter()
-            .map(|r| (prefix.len() + r.len()) as u64)
-            .sum();
-        self.backlog_bytes.fetch_add(bytes, Ordering::AcqRel);
         let seq = self.mark_written();
         drop(inner);
         metrics::WAL_APPENDS.inc();
@@ -310,8 +394,11 @@ impl Wal {
     pub async fn truncate(&self, queue: &str, position: u64) -> WalResult<()> {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
+            self.ready_to_write(&mut inner).await?;
             let dropped = queue_bytes(&inner.log, queue, ..=position);
-            inner.log.truncate(queue, position).await.map_err(io)?;
+            if let Err(err) = inner.log.truncate(queue, position).await {
+                return Err(self.failed_write(&mut inner, err).await);
+            }
             self.backlog_bytes.fetch_sub(dropped, Ordering::AcqRel);
             self.mark_written();
         }
@@ -322,8 +409,11 @@ impl Wal {
     pub async fn delete_queue(&self, queue: &str) -> WalResult<()> {
         let mut inner = self.inner.lock().await;
         if inner.log.queue_exists(queue) {
+            self.ready_to_write(&mut inner).await?;
             let dropped = queue_bytes(&inner.log, queue, ..);
-            inner.log.delete_queue(queue).await.map_err(io)?;
+            if let Err(err) = inner.log.delete_queue(queue).await {
+                return Err(self.failed_write(&mut inner, err).await);
+            }
             self.backlog_bytes.fetch_sub(dropped, Ordering::AcqRel);
             self.mark_written();
         }
