@@ -156,7 +156,8 @@ pub struct SplitFailure {
     pub split_id: String,
     /// Why.
     pub message: String,
-    /// The split cache was full (another node may do better, or later).
+    /// The split cache was full or the object store did not answer (another node may do
+    /// better, or later): a search failing on every split for this answers 503.
     pub unavailable: bool,
 }
 
@@ -703,9 +704,7 @@ impl Leaf {
         }
         let open = match self.ranges_for(storage) {
             Some(ranges) => Arc::new(OpenSplit {
-                searcher: crate::remote::open_remote_split(storage.clone(), split, ranges)
-                    .await
-                    .map_err(|err| (err, false))?,
+                searcher: crate::remote::open_remote_split(storage.clone(), split, ranges).await?,
                 by_ranges: true,
                 warmed: Default::default(),
                 _cached: None,
@@ -761,7 +760,7 @@ impl Leaf {
             .get_split(storage, &split.split_id, split.size_bytes)
             .await
             .map_err(|err| {
-                let unavailable = matches!(err, shale_storage::StorageError::CacheFull { .. });
+                let unavailable = err.is_transient();
                 (err.to_string(), unavailable)
             })?;
         let path = cached.split_file();

@@ -78,7 +78,7 @@ pub(crate) async fn open_remote_split(
     storage: StorageRef,
     split: &SplitMetadata,
     cache: Arc<RangeCache>,
-) -> Result<Searcher, String> {
+) -> Result<Searcher, (String, bool)> {
     let name = shale_types::split_object_key(&split.split_id);
     let len = split.size_bytes;
     let (footer_start, footer_end) = split.footer_offsets;
@@ -90,18 +90,21 @@ pub(crate) async fn open_remote_split(
     let mut tail = storage
         .get_range(&name, tail_start..len)
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| (err.to_string(), err.is_transient()))?;
     cache.record_fetch(tail.len() as u64);
     let mut tail_start = tail_start;
-    let needed = BundleDirectory::tail_needed(&tail).map_err(|err| err.to_string())?;
+    let needed = BundleDirectory::tail_needed(&tail).map_err(|err| (err.to_string(), false))?;
     if needed > tail.len() as u64 {
-        tail_start = len
-            .checked_sub(needed)
-            .ok_or_else(|| format!("split `{name}` has a footer longer than itself"))?;
+        tail_start = len.checked_sub(needed).ok_or_else(|| {
+            (
+                format!("split `{name}` has a footer longer than itself"),
+                false,
+            )
+        })?;
         tail = storage
             .get_range(&name, tail_start..len)
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| (err.to_string(), err.is_transient()))?;
         cache.record_fetch(tail.len() as u64);
     }
     let ranges = Arc::new(StorageRanges {
@@ -130,7 +133,8 @@ pub(crate) async fn open_remote_split(
         Ok(reader.searcher())
     })
     .await
-    .map_err(|err| err.to_string())?
+    .map_err(|err| (err.to_string(), false))?
+    .map_err(|err| (err, false))
 }
 
 /// Most reads a warm-up runs at once.

@@ -82,6 +82,17 @@ pub enum StorageError {
     },
 }
 
+impl StorageError {
+    /// Whether trying again later (or on another node) may succeed: the object store failed
+    /// to answer, or the split cache had no room.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StorageError::ObjectStore(_) | StorageError::CacheFull { .. }
+        )
+    }
+}
+
 impl From<object_store::Error> for StorageError {
     fn from(err: object_store::Error) -> Self {
         match err {
