@@ -236,6 +236,9 @@ impl DocMapper {
         }
         let field_names = search_fields.unwrap_or(self.default_search_fields());
         for name in field_names {
+            // Search fields become the field names of unfielded terms: the same rule applies
+            // (a NUL inside a json path made Tantivy's query parser panic; found by fuzzing).
+            check_field_name(name)?;
             // A split of an older mapping may lack a search field: its terms there match
             // nothing (the request was checked against the current mapping).
             if !self.older_schema && !self.resolves_field(name) {
@@ -650,8 +653,15 @@ impl DocMapper {
                 // Literal parts and wildcards, escapes resolved.
                 let mut parts: Vec<(String, Option<&str>)> = vec![(String::new(), None)];
                 let mut has_wildcard = false;
+                // `**` is `*`: runs of them only grow Tantivy's regex automaton (a query of
+                // `a**…**b` took a second of CPU; found by fuzzing).
+                let mut after_star = false;
                 let mut chars = literal.phrase.chars();
                 while let Some(c) = chars.next() {
+                    if c == '*' && std::mem::replace(&mut after_star, true) {
+                        continue;
+                    }
+                    after_star = c == '*';
                     match c {
                         '\\' => {
                             if let Some(next) = chars.next() {
@@ -1070,12 +1080,17 @@ fn check_field_names(ast: &UserInputAst) -> Result<(), IndexError> {
             UserInputLeaf::All => None,
         },
     };
-    match name {
-        Some(name) if name.chars().any(char::is_control) => Err(IndexError::InvalidQuery(format!(
+    name.map_or(Ok(()), check_field_name)
+}
+
+/// Rejects a field name with a control character (see [`check_field_names`]).
+fn check_field_name(name: &str) -> Result<(), IndexError> {
+    if name.chars().any(char::is_control) {
+        return Err(IndexError::InvalidQuery(format!(
             "field name {name:?} contains a control character"
-        ))),
-        _ => Ok(()),
+        )));
     }
+    Ok(())
 }
 
 /// Rejects a boolean operator without an operand on each side (`a AND`, `AND AND`,

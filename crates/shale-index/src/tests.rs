@@ -565,6 +565,29 @@ fn query_errors() {
     assert!(mapper.time_range_query(None, None).is_none());
 }
 
+/// Found by fuzzing: a search field (`search_field=`, Elasticsearch's `default_field`) with a
+/// NUL inside a json path made Tantivy's query parser panic; it is refused like a field name.
+#[test]
+fn search_fields_with_control_characters_are_refused() {
+    let mapper = mapper();
+    for field in [
+        ".\0\0\0ibutes",
+        "resource.\0region",
+        "undeclared\0",
+        "body\u{1}",
+    ] {
+        let err = mapper
+            .parse_query("eu", Some(&[field.to_string()]))
+            .err()
+            .unwrap_or_else(|| panic!("{field:?} accepted"))
+            .to_string();
+        assert!(err.contains("control character"), "{field:?}: {err}");
+    }
+    assert!(mapper
+        .parse_query("eu", Some(&["resource.region".to_string()]))
+        .is_ok());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Splits
 

@@ -479,9 +479,9 @@ pub fn field_types(mapper: &DocMapper) -> Vec<(String, &'static str, bool, bool)
 fn date_value(value: &Value, format: Option<&str>) -> Result<String, String> {
     // A custom (Java) pattern among the formats: `yyyy/MM/dd HH:mm:ss`.
     if let (Some(formats), Value::String(text)) = (format, value) {
+        let is_named = |pattern: &str| pattern.chars().all(|c| c.is_ascii_lowercase() || c == '_');
         for pattern in formats.split("||").map(str::trim) {
-            let named = pattern.chars().all(|c| c.is_ascii_lowercase() || c == '_');
-            if named {
+            if is_named(pattern) {
                 continue;
             }
             if let Some(nanos) = shale_index::parse_with_java_format(text.trim(), pattern) {
@@ -491,6 +491,14 @@ fn date_value(value: &Value, format: Option<&str>) -> Result<String, String> {
                     .format(&time::format_description::well_known::Rfc3339)
                     .map_err(|err| err.to_string());
             }
+        }
+        // Only custom patterns, and none matched: the date is refused, as Elasticsearch and
+        // Quickwit refuse it (date math from `now` needs no format).
+        let text = text.trim();
+        if !text.starts_with("now") && !formats.split("||").map(str::trim).any(is_named) {
+            return Err(format!(
+                "failed to parse date field [{text}] with format [{formats}]"
+            ));
         }
     }
     let seconds = matches!(format, Some(f) if f.split("||").any(|f| f == "epoch_second"));
@@ -1288,6 +1296,23 @@ doc_mapping:
             "{}",
             t.request.query
         );
+        // A date that matches none of the given patterns is refused, naming both; `now`
+        // needs no pattern, and a named format keeps the usual forms.
+        let Err(err) = translate(json!({"query": {"range": {"ts": {
+            "gte": "2015-02-01", "format": "dd/MM/yyyy"}}}}))
+        else {
+            panic!("a date the format does not match was accepted");
+        };
+        assert!(
+            err.contains("[2015-02-01]") && err.contains("[dd/MM/yyyy]"),
+            "{err}"
+        );
+        assert!(translate(json!({"query": {"range": {"ts": {
+            "gte": "now-1d", "format": "dd/MM/yyyy"}}}}))
+        .is_ok());
+        assert!(translate(json!({"query": {"range": {"ts": {
+            "gte": "2015-02-01", "format": "strict_date_optional_time||dd/MM/yyyy"}}}}))
+        .is_ok());
         // Lenient: a path under a field that is not an object is skipped.
         let t = translate(json!({"query": {"query_string": {
             "query": "x", "fields": ["service", "status.nope"], "lenient": true}}}))

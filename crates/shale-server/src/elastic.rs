@@ -137,13 +137,18 @@ pub async fn bulk_index(
     bulk_inner(state, Some(index_id), params, headers, body).await
 }
 
-/// One item of the bulk request.
-struct Item {
-    action: String,
-    index_id: String,
-    doc_id: String,
-    /// Either a document to ingest, or an error already known.
-    outcome: Result<Bytes, (u16, &'static str, String)>,
+/// One item of a `_bulk` body, as [`parse_bulk_body`] reads it.
+#[derive(Debug)]
+pub struct BulkItem {
+    /// The action: `index`, `create`, `delete` or `update`.
+    pub action: String,
+    /// The target index: the action's `_index`, else the URL's.
+    pub index_id: String,
+    /// The action's `_id` (a non-string one as JSON), else a new ULID.
+    pub doc_id: String,
+    /// Either the document line to ingest (a slice of the body), or the item's error
+    /// already known: (status, Elasticsearch error type, reason).
+    pub outcome: Result<Bytes, (u16, &'static str, String)>,
 }
 
 /// The actions Elasticsearch knows.
@@ -160,24 +165,21 @@ fn invalid_index_name(name: &str) -> Option<String> {
     })
 }
 
-async fn bulk_inner(
-    state: AppState,
-    default_index: Option<String>,
-    params: HashMap<String, String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Json<Value>, EsError> {
-    let started = Instant::now();
-    let commit = commit_mode(&params, "refresh")?;
-    // Refused as a whole (429) before anything is accepted.
-    let _admitted = admit_ingest(&state, &headers)?;
-    let body = read_body(&state, &headers, body).await?;
+/// Parses a `_bulk` body (NDJSON: an action line, then a document line unless the action is
+/// `delete`) into its items, `default_index` standing for a missing `_index`. A malformed or
+/// unknown action line, a missing document line, or an item without an index rejects the
+/// whole body (a 400 in Elasticsearch's shape); an invalid index name or an unsupported
+/// action is that item's error.
+pub fn parse_bulk_body(
+    body: &Bytes,
+    default_index: Option<&str>,
+) -> Result<Vec<BulkItem>, EsError> {
     // Lines are numbered as Quickwit numbers them: blank lines do not count.
     let mut lines = body
         .split(|b| *b == b'\n')
         .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
         .enumerate();
-    let mut items: Vec<Item> = Vec::new();
+    let mut items: Vec<BulkItem> = Vec::new();
     while let Some((line_index, action_line)) = lines.next() {
         let line_no = line_index + 1;
         let action: Value = serde_json::from_slice(action_line).map_err(|err| {
@@ -221,7 +223,7 @@ async fn bulk_inner(
             .get("_index")
             .and_then(Value::as_str)
             .map(str::to_string)
-            .or_else(|| default_index.clone())
+            .or_else(|| default_index.map(str::to_string))
         else {
             return Err(EsError::bad_request(
                 "action_request_validation_exception",
@@ -260,13 +262,29 @@ async fn bulk_inner(
                 format!("action [{other}] is not supported: only [index] and [create] are"),
             )),
         };
-        items.push(Item {
+        items.push(BulkItem {
             action: name.clone(),
             index_id,
             doc_id,
             outcome,
         });
     }
+    Ok(items)
+}
+
+async fn bulk_inner(
+    state: AppState,
+    default_index: Option<String>,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, EsError> {
+    let started = Instant::now();
+    let commit = commit_mode(&params, "refresh")?;
+    // Refused as a whole (429) before anything is accepted.
+    let _admitted = admit_ingest(&state, &headers)?;
+    let body = read_body(&state, &headers, body).await?;
+    let mut items = parse_bulk_body(&body, default_index.as_deref())?;
 
     // Ingest per index, keeping each document's item number.
     let mut per_index: BTreeMap<String, Vec<usize>> = BTreeMap::new();
