@@ -880,15 +880,16 @@ s3:
 
     #[test]
     fn unknown_keys_are_refused_in_every_section_with_their_line() {
-        for (yaml, key) in [
-            ("listen_adress: 1.2.3.4:80", "listen_adress"),
-            ("node_id: n1\nlisten_adress: 1.2.3.4:80", "listen_adress"),
+        for (yaml, key, line) in [
+            ("listen_adress: 1.2.3.4:80", "listen_adress", 1),
+            ("node_id: n1\nlisten_adress: 1.2.3.4:80", "listen_adress", 2),
             (
-                "cluster:\n  heartbeat_intervall_ms: 5",
+                "node_id: n1\ncluster:\n  heartbeat_intervall_ms: 5",
                 "heartbeat_intervall_ms",
+                3,
             ),
-            ("compaction:\n  planner_interval: 5", "planner_interval"),
-            ("s3:\n  regoin: eu-west-1", "regoin"),
+            ("compaction:\n  planner_interval: 5", "planner_interval", 2),
+            ("s3:\n  region: eu-west-1\n  regoin: eu-west-1", "regoin", 3),
         ] {
             let err = NodeConfig::from_yaml(yaml.as_bytes())
                 .unwrap_err()
@@ -898,7 +899,10 @@ s3:
                 "{yaml}: {err}"
             );
             assert!(err.contains("expected"), "lists the valid keys: {err}");
-            assert!(err.contains("line "), "points to the line: {err}");
+            assert!(
+                err.contains(&format!("line {line}")),
+                "points to line {line}: {err}"
+            );
         }
     }
 

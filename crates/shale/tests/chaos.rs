@@ -129,6 +129,14 @@ impl Writers {
         }
         cluster.wait_live(3).await;
         let ledger = std::mem::take(&mut *self.ledger.lock().unwrap());
+        // Every commit mode was exercised: a run that acknowledged nothing proves nothing.
+        for mode in ["auto", "wait_for", "force"] {
+            assert!(
+                ledger.acked_batches.get(mode).copied().unwrap_or(0) > 0,
+                "no batch acknowledged with commit={mode}: {:?}",
+                ledger.acked_batches
+            );
+        }
         let (found, splits) = check_exactly_once(
             cluster,
             self.index,
