@@ -40,6 +40,7 @@ mod deletes;
 mod doc_mapper;
 mod error;
 mod exclusion;
+mod glob;
 mod hotcache;
 mod key_filter;
 mod locality_merge;

@@ -11,6 +11,7 @@ use tantivy::{DateTime, Term};
 
 use crate::doc_mapper::{DocMapper, TagKind, DYNAMIC_FIELD_NAME};
 use crate::error::IndexError;
+use crate::glob::{parse_glob_regex, GlobQuery};
 
 /// Above this many distinct values of a tag field in a split, the split records only the
 /// `field!` marker ("any value") for that field.
@@ -126,6 +127,13 @@ fn build_leniently(
         ))),
         None => Ok(query_obj),
     }
+}
+
+/// The start of every text term of `path` inside json `field`.
+fn json_text_prefix(field: Field, path: &str, expand_dots: bool) -> Term {
+    let mut prefix = Term::from_field_json_path(field, path, expand_dots);
+    prefix.append_type_and_str("");
+    prefix
 }
 
 /// A character as a regex literal.
@@ -294,6 +302,38 @@ impl DocMapper {
         }
     }
 
+    /// A regex leaf of glob shape (every wildcard term, and regexes like `/err.*/`) on a text
+    /// field or a path inside a json field, as a [`GlobQuery`]: no automaton to determinize
+    /// first (see [`crate::glob`]).
+    fn glob_leaf(&self, leaf: &UserInputLeaf) -> Option<GlobQuery> {
+        use tantivy::schema::FieldType;
+        let UserInputLeaf::Regex {
+            field: Some(name),
+            pattern,
+        } = leaf
+        else {
+            return None;
+        };
+        let parts = parse_glob_regex(pattern)?;
+        let (field, path) = self.schema().find_field(name)?;
+        match self.schema().get_field_entry(field).field_type() {
+            FieldType::Str(options)
+                if path.is_empty() && options.get_indexing_options().is_some() =>
+            {
+                Some(GlobQuery::new(field, b"", &parts))
+            }
+            FieldType::JsonObject(options) if !path.is_empty() => {
+                let prefix = json_text_prefix(field, path, options.is_expand_dots_enabled());
+                Some(GlobQuery::new(
+                    field,
+                    prefix.serialized_value_bytes(),
+                    &parts,
+                ))
+            }
+            _ => None,
+        }
+    }
+
     fn needs_own_build(&self, ast: &UserInputAst) -> bool {
         match ast {
             UserInputAst::Clause(clauses) => {
@@ -301,7 +341,9 @@ impl DocMapper {
             }
             UserInputAst::Boost(sub, _) => self.needs_own_build(sub),
             UserInputAst::Leaf(leaf) => {
-                self.json_regex_target(leaf).is_some() || self.fast_only_range(leaf).is_some()
+                self.glob_leaf(leaf).is_some()
+                    || self.json_regex_target(leaf).is_some()
+                    || self.fast_only_range(leaf).is_some()
             }
         }
     }
@@ -450,6 +492,12 @@ impl DocMapper {
                     None => build_leniently(parser, UserInputAst::Leaf(leaf), query),
                 }
             }
+            UserInputAst::Leaf(leaf) if self.glob_leaf(&leaf).is_some() => {
+                match self.glob_leaf(&leaf) {
+                    Some(glob) => Ok(Box::new(glob)),
+                    None => build_leniently(parser, UserInputAst::Leaf(leaf), query),
+                }
+            }
             UserInputAst::Leaf(leaf) => match self.json_regex_target(&leaf) {
                 Some((field, path, pattern)) => {
                     let expand_dots = match self.schema().get_field_entry(field).field_type() {
@@ -458,8 +506,7 @@ impl DocMapper {
                         }
                         _ => true,
                     };
-                    let mut prefix = Term::from_field_json_path(field, path, expand_dots);
-                    prefix.append_type_and_str("");
+                    let prefix = json_text_prefix(field, path, expand_dots);
                     let mut full = String::new();
                     for c in String::from_utf8_lossy(prefix.serialized_value_bytes()).chars() {
                         if c.is_ascii_control() {

@@ -2135,6 +2135,20 @@ fn wildcards_inside_terms() {
     assert_eq!(q("code:AB*3"), 1);
     assert_eq!(q("extra:s*ll"), 1, "undeclared fields too");
     assert_eq!(q("body:*nal"), 1, "a leading wildcard");
+    assert_eq!(q("code:A*?*-*1*?*"), 2, "many wildcards in one term");
+    assert_eq!(q("code:A*?*-*1*?*3"), 1);
+    assert_eq!(
+        q("extra:*?*?e*?*"),
+        1,
+        "many wildcards on an undeclared field"
+    );
+    assert_eq!(q("body:/jour.*/"), 3, "a regex of glob shape");
+    assert_eq!(q("body:/jour(nal|ney)/"), 2, "any other regex");
+    // Found by fuzzing: Tantivy's regex automaton took seconds to build for this term; the
+    // glob automaton takes none.
+    let slow = "GGGGs******************/******n**********?TT$TTTTTTTTTT*******deletes*******\
+                ******GGG]GG?*GGGs*********TTTTTTTTT*******delet4s*************GGG]GG?*GGGGG";
+    assert_eq!(q(&format!("body:{slow} code:{slow}")), 0);
 }
 
 #[test]
