@@ -2,23 +2,54 @@
 # A short run of every fuzz target of fuzz/ on its corpus (fuzz/README.md): builds the
 # targets, runs each for at most FUZZ_SECONDS (30) seconds in one process, and fails on the
 # first crash (its input is left in fuzz/artifacts/<target>/). The toolchain is stable:
-# cargo-fuzz's nightly flags are enabled with RUSTC_BOOTSTRAP=1.
+# `cargo fuzz` needs nightly flags, enabled with RUSTC_BOOTSTRAP=1.
+#
+# Two builds:
+#   scripts/fuzz-smoke.sh            `cargo fuzz build`: release, every crate instrumented for
+#                                    coverage (~10 min on 2 cores from nothing); the build of
+#                                    long runs.
+#   scripts/fuzz-smoke.sh --shared   what .ci/run does: the dev profile in the root workspace's
+#                                    target directory, only Shale's crates instrumented, so
+#                                    every dependency built by the test build is reused
+#                                    (a few minutes after `cargo nextest run`).
 set -euo pipefail
-cd "$(dirname "$0")/../fuzz"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root/fuzz"
 
 seconds=${FUZZ_SECONDS:-30}
-export RUSTC_BOOTSTRAP=1
-command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+mode=${1:-cargo-fuzz}
 
-cargo fuzz build --sanitizer none
-for target in $(cargo fuzz list); do
-    mkdir -p "corpus/$target"
+targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v '^shale-fuzz$')
+
+case "$mode" in
+cargo-fuzz)
+    command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+    RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer none
+    bin_dir=target/x86_64-unknown-linux-gnu/release
+    ;;
+--shared)
+    # libFuzzer's coverage flags, as `cargo fuzz` passes them, on Shale's crates only (see
+    # fuzz/sancov-rustc). Shale's crates are not members of this workspace, so the profile's
+    # `package."*"` section builds them apart from the root's; every other crate hashes as
+    # in the root workspace and is reused from its target directory.
+    CARGO_TARGET_DIR="$root/target" RUSTC_WRAPPER="$root/fuzz/sancov-rustc" \
+        cargo build --locked --bins
+    bin_dir=$root/target/debug
+    ;;
+*)
+    echo "usage: $0 [--shared]" >&2
+    exit 2
+    ;;
+esac
+
+for target in $targets; do
+    mkdir -p "corpus/$target" "artifacts/$target"
     printf '\n=== fuzz %s (%ss)\n' "$target" "$seconds"
     # New inputs go to a scratch directory: the kept corpus only changes by `cargo fuzz cmin`.
     scratch=$(mktemp -d)
     status=0
-    cargo fuzz run --sanitizer none "$target" "$scratch" "corpus/$target" -- \
-        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 || status=$?
+    "$bin_dir/$target" -artifact_prefix="artifacts/$target/" -max_total_time="$seconds" \
+        -timeout=10 -print_final_stats=1 "$scratch" "corpus/$target" || status=$?
     rm -rf "$scratch"
     if [ "$status" -ne 0 ]; then
         echo "fuzz target $target failed (exit $status): see fuzz/artifacts/$target/" >&2
