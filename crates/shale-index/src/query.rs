@@ -136,6 +136,52 @@ fn json_text_prefix(field: Field, path: &str, expand_dots: bool) -> Term {
     prefix
 }
 
+/// The type Tantivy gives a range bound's text on a json path (its order of attempts: an
+/// RFC 3339 date, a number, a boolean, else text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JsonBoundKind {
+    Date,
+    I64,
+    U64,
+    F64,
+    Bool,
+    Text,
+}
+
+impl JsonBoundKind {
+    /// The type in words; numbers of any type are one ("a number").
+    fn name(self) -> &'static str {
+        match self {
+            JsonBoundKind::Date => "a date",
+            JsonBoundKind::I64 | JsonBoundKind::U64 | JsonBoundKind::F64 => "a number",
+            JsonBoundKind::Bool => "a boolean",
+            JsonBoundKind::Text => "text",
+        }
+    }
+}
+
+fn json_bound_kind(text: &str) -> JsonBoundKind {
+    let text = text.trim();
+    if crate::date::parse_datetime(
+        &serde_json::Value::String(text.to_string()),
+        &[shale_config::DateInputFormat::Rfc3339],
+    )
+    .is_ok()
+    {
+        JsonBoundKind::Date
+    } else if text.parse::<i64>().is_ok() {
+        JsonBoundKind::I64
+    } else if text.parse::<u64>().is_ok() {
+        JsonBoundKind::U64
+    } else if text.parse::<f64>().is_ok() {
+        JsonBoundKind::F64
+    } else if text.parse::<bool>().is_ok() {
+        JsonBoundKind::Bool
+    } else {
+        JsonBoundKind::Text
+    }
+}
+
 /// A character as a regex literal.
 fn regex_escape(c: char) -> String {
     if "\\.+*?()|[]{}^$#&-~".contains(c) {
@@ -363,7 +409,9 @@ impl DocMapper {
             return None;
         };
         let Some(mapping) = self.doc_mapping().field_mapping(name) else {
-            return self.json_text_range(name, lower, upper);
+            return self
+                .json_text_range(name, lower, upper)
+                .or_else(|| self.json_number_range(name, lower, upper));
         };
         if !mapping.is_fast() || mapping.is_indexed() {
             return None;
@@ -457,6 +505,62 @@ impl DocMapper {
             UserInputBound::Unbounded => Bound::Unbounded,
         };
         Some(RangeQuery::new(bound(lower), bound(upper)))
+    }
+
+    /// A range on a path inside a json field whose bounds are numbers of different types
+    /// (`[1 TO 2.5]`: Tantivy reads `1` as an integer and `2.5` as a float, and its json range
+    /// search requires one type), as a range with both bounds as floats; the search converts
+    /// them to the column's type. `None` for other ranges.
+    fn json_number_range(
+        &self,
+        name: &str,
+        lower: &tantivy::query_grammar::UserInputBound,
+        upper: &tantivy::query_grammar::UserInputBound,
+    ) -> Option<RangeQuery> {
+        use tantivy::query_grammar::UserInputBound;
+        let (field, path) = self.schema().find_field(name)?;
+        if path.is_empty() {
+            return None;
+        }
+        let tantivy::schema::FieldType::JsonObject(options) =
+            self.schema().get_field_entry(field).field_type()
+        else {
+            return None;
+        };
+        let number = |bound: &UserInputBound| match bound {
+            UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text)
+                if text.trim() != "*" =>
+            {
+                Some(json_bound_kind(text))
+            }
+            _ => None,
+        };
+        let is_number = |kind| {
+            matches!(
+                kind,
+                JsonBoundKind::I64 | JsonBoundKind::U64 | JsonBoundKind::F64
+            )
+        };
+        let (Some(a), Some(b)) = (number(lower), number(upper)) else {
+            return None;
+        };
+        if a == b || !is_number(a) || !is_number(b) {
+            return None;
+        }
+        let expand_dots = options.is_expand_dots_enabled();
+        let bound = |bound: &UserInputBound| -> Option<Bound<Term>> {
+            let float = |text: &str| -> Option<Term> {
+                let mut term = Term::from_field_json_path(field, path, expand_dots);
+                term.append_type_and_fast_value(text.trim().parse::<f64>().ok()?);
+                Some(term)
+            };
+            Some(match bound {
+                UserInputBound::Inclusive(text) => Bound::Included(float(text)?),
+                UserInputBound::Exclusive(text) => Bound::Excluded(float(text)?),
+                UserInputBound::Unbounded => Bound::Unbounded,
+            })
+        };
+        Some(RangeQuery::new(bound(lower)?, bound(upper)?))
     }
 
     /// Builds `ast` clause by clause: regexes on json paths become regex queries over the
@@ -802,6 +906,23 @@ impl DocMapper {
             },
         };
         let Ok(field) = self.schema().get_field(name) else {
+            // A path inside a json field: Tantivy types each bound by itself, and searching
+            // a range whose bounds have different types panics (`x:[1 TO %]`; found by
+            // fuzzing). Numbers of different types are searched as floats (see
+            // `json_number_range`).
+            if let UserInputAst::Leaf(leaf) = ast {
+                if let (UserInputLeaf::Range { .. }, [a, b]) = (leaf.as_ref(), values.as_slice()) {
+                    let (kind_a, kind_b) = (json_bound_kind(a), json_bound_kind(b));
+                    if kind_a.name() != kind_b.name() {
+                        return Err(format!(
+                            "the bounds of a range on `{name}` must be of one type: `{a}` is {} \
+                             and `{b}` is {}",
+                            kind_a.name(),
+                            kind_b.name()
+                        ));
+                    }
+                }
+            }
             return Ok(());
         };
         let (expected, reads): (&str, fn(&str) -> bool) =

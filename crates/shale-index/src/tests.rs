@@ -2173,3 +2173,36 @@ fn text_ranges_on_json_paths_use_the_normalized_column() {
     assert_eq!(q("actor.login:{hector TO *]"), 2);
     assert_eq!(q("actor.login:[10 TO 20]"), 1, "numbers stay numbers");
 }
+
+/// Found by fuzzing: Tantivy types each bound of a json range by itself and panicked
+/// searching `nested.deep.value:[1 TO %]` (a number and text).
+#[test]
+fn json_ranges_with_bounds_of_different_types() {
+    let yaml =
+        "index_id: jsonrange\ndoc_mapping:\n  mode: dynamic\n  dynamic_mapping:\n    fast: true\n";
+    let docs = (0..5)
+        .map(|i| json!({"nested": {"deep": {"value": i}}, "ratio": i as f64 / 2.0}))
+        .collect();
+    let (mapper, index, _dir) = split_of(yaml, docs);
+    let q = |query: &str| count_query(&mapper, &index, query);
+    let err = mapper
+        .parse_query("nested.deep.value:[1 TO %]", None)
+        .expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("must be of one type: `1` is a number and `%` is text"),
+        "{err}"
+    );
+    let err = mapper
+        .parse_query("nested.deep.value:[2024-01-01T00:00:00Z TO 5]", None)
+        .expect_err("refused");
+    assert!(err.to_string().contains("is a date"), "{err}");
+    assert_eq!(
+        q("nested.deep.value:[1 TO 2.5]"),
+        2,
+        "an integer and a float"
+    );
+    assert_eq!(q("nested.deep.value:[1 TO 18446744073709551615]"), 4);
+    assert_eq!(q("ratio:[0.5 TO 1]"), 2);
+    assert_eq!(q("nested.deep.value:[1 TO 3]"), 3);
+}
