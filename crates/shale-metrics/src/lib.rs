@@ -1,0 +1,42 @@
+//! The metrics data path's own concepts: series (label sets and their ids), samples, label
+//! matchers, and the Parquet split that stores the samples of one time bucket sorted by
+//! (metric name, sort labels, series id, timestamp), with its reader.
+//!
+//! Everything here is pure: bytes in, bytes out. The WAL, routing, the metastore and object
+//! storage are shared with logs and live in their own crates.
+
+mod labels;
+mod matcher;
+mod reader;
+pub mod remote_write;
+mod split;
+
+pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
+pub use matcher::{MatchOp, Matcher};
+pub use reader::{read_split, ReadStats, SplitRead};
+pub use split::{
+    bucket_start_ms, sort_key_kinds, MetricsSplitWriter, SplitSummary, SERIES_ID_COLUMN,
+    TIMESTAMP_COLUMN, VALUE_COLUMN,
+};
+
+/// What can go wrong writing or reading a metrics split, or building a matcher.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The Parquet writer or reader failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// An Arrow array could not be built or read.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+    /// The file is not a metrics split of this version (a column is missing or of another type).
+    #[error("invalid metrics split: {0}")]
+    InvalidSplit(String),
+    /// A label matcher's regex does not compile.
+    #[error("invalid regex `{regex}` in a label matcher: {reason}")]
+    InvalidRegex {
+        /// The regex as given.
+        regex: String,
+        /// Why it does not compile.
+        reason: String,
+    },
+}

@@ -1,0 +1,322 @@
+//! Reads the series of a metrics split that a selector matches within a time range. Before
+//! decoding anything it rules out row groups: by the statistics of `__timestamp__`, by the
+//! statistics of every label an `=` matcher requires, and by the bloom filters of
+//! `__name__` and the sort labels. A matcher on a label the split has no column for is
+//! decided for the whole split.
+
+use std::collections::HashMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use arrow_array::{Array, DictionaryArray, RecordBatch};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::properties::ReaderProperties;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::serialized_reader::ReadOptionsBuilder;
+use parquet::file::statistics::Statistics;
+
+use crate::split::{FORMAT_VERSION, VERSION_KEY};
+use crate::{
+    Labels, Matcher, MetricsError, Sample, SeriesSamples, METRIC_NAME_LABEL, TIMESTAMP_COLUMN,
+    VALUE_COLUMN,
+};
+
+/// What reading a split cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Row groups in the split.
+    pub row_groups: usize,
+    /// Row groups decoded (the others were ruled out).
+    pub row_groups_read: usize,
+    /// Rows decoded.
+    pub rows_read: u64,
+    /// Samples returned.
+    pub samples: u64,
+}
+
+/// The series a read found, sorted by labels, and what it cost.
+#[derive(Clone, Debug, Default)]
+pub struct SplitRead {
+    /// Matching series with their samples in `[start_ms, end_ms]`.
+    pub series: Vec<SeriesSamples>,
+    /// The cost.
+    pub stats: ReadStats,
+}
+
+/// The series of the split `bytes` that every matcher matches, with their samples whose
+/// timestamps are in `[start_ms, end_ms]` (series without such a sample are left out).
+pub fn read_split(
+    bytes: Bytes,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<SplitRead, MetricsError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?;
+    let metadata = builder.metadata().clone();
+    check_version(&metadata)?;
+    let schema = builder.schema().clone();
+    let mut read = SplitRead {
+        stats: ReadStats {
+            row_groups: metadata.num_row_groups(),
+            ..ReadStats::default()
+        },
+        ..SplitRead::default()
+    };
+    // A label without a column is missing from every series of the split.
+    if matchers
+        .iter()
+        .any(|m| schema.index_of(&m.name).is_err() && !m.matches_missing())
+    {
+        return Ok(read);
+    }
+    let column_of = |name: &str| -> Option<usize> {
+        metadata
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == name)
+    };
+    let timestamp_column = column_of(TIMESTAMP_COLUMN)
+        .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column")))?;
+    let required: Vec<(usize, &str)> = matchers
+        .iter()
+        .filter_map(|m| Some((column_of(&m.name)?, m.required_value()?)))
+        .collect();
+
+    let mut candidates = Vec::new();
+    for (i, row_group) in metadata.row_groups().iter().enumerate() {
+        let overlaps_time = match row_group.column(timestamp_column).statistics() {
+            Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
+                (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
+                _ => true,
+            },
+            _ => true,
+        };
+        let within_stats =
+            required.iter().all(
+                |(column, value)| match row_group.column(*column).statistics() {
+                    Some(Statistics::ByteArray(stats)) => {
+                        match (stats.min_opt(), stats.max_opt()) {
+                            (Some(min), Some(max)) => {
+                                min.data() <= value.as_bytes() && value.as_bytes() <= max.data()
+                            }
+                            _ => true,
+                        }
+                    }
+                    _ => true,
+                },
+            );
+        if overlaps_time && within_stats {
+            candidates.push(i);
+        }
+    }
+    if !candidates.is_empty() && !required.is_empty() {
+        candidates = filter_by_bloom(bytes, &candidates, &required)?;
+    }
+    read.stats.row_groups_read = candidates.len();
+    if candidates.is_empty() {
+        return Ok(read);
+    }
+
+    let reader = builder.with_row_groups(candidates).build()?;
+    let mut series = SeriesMap::default();
+    for batch in reader {
+        let batch = batch?;
+        read.stats.rows_read += batch.num_rows() as u64;
+        collect_batch(&batch, matchers, start_ms, end_ms, &mut series)?;
+    }
+    let mut out: Vec<SeriesSamples> = series
+        .list
+        .into_iter()
+        .map(|(labels, mut samples)| {
+            samples.sort_by_key(|s| s.timestamp_ms);
+            SeriesSamples { labels, samples }
+        })
+        .collect();
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    read.stats.samples = out.iter().map(|s| s.samples.len() as u64).sum();
+    read.series = out;
+    Ok(read)
+}
+
+fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsError> {
+    let version = metadata
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kvs| kvs.iter().find(|kv| kv.key == VERSION_KEY))
+        .and_then(|kv| kv.value.as_deref());
+    match version {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(MetricsError::InvalidSplit(format!(
+            "format version {other}, this build reads version {FORMAT_VERSION}"
+        ))),
+        None => Err(MetricsError::InvalidSplit(
+            "no format version: not a metrics split".to_string(),
+        )),
+    }
+}
+
+/// The row groups of `candidates` whose bloom filters may hold every required value.
+fn filter_by_bloom(
+    bytes: Bytes,
+    candidates: &[usize],
+    required: &[(usize, &str)],
+) -> Result<Vec<usize>, MetricsError> {
+    let options = ReadOptionsBuilder::new()
+        .with_reader_properties(
+            ReaderProperties::builder()
+                .set_read_bloom_filter(true)
+                .build(),
+        )
+        .build();
+    let reader = SerializedFileReader::new_with_options(bytes, options)?;
+    let mut kept = Vec::with_capacity(candidates.len());
+    for &i in candidates {
+        let row_group = reader.get_row_group(i)?;
+        let may_hold = required.iter().all(|(column, value)| {
+            match row_group.get_column_bloom_filter(*column) {
+                Some(filter) => filter.check(value.as_bytes()),
+                None => true,
+            }
+        });
+        if may_hold {
+            kept.push(i);
+        }
+    }
+    Ok(kept)
+}
+
+/// The series found so far, in order of discovery.
+#[derive(Default)]
+struct SeriesMap {
+    index: HashMap<Labels, usize>,
+    list: Vec<(Labels, Vec<Sample>)>,
+}
+
+impl SeriesMap {
+    fn index_of(&mut self, labels: Labels) -> usize {
+        if let Some(index) = self.index.get(&labels) {
+            return *index;
+        }
+        self.list.push((labels.clone(), Vec::new()));
+        self.index.insert(labels, self.list.len() - 1);
+        self.list.len() - 1
+    }
+}
+
+/// A label column of a batch: its name, dictionary keys and values.
+struct LabelColumn<'a> {
+    name: &'a str,
+    column: &'a DictionaryArray<Int32Type>,
+    values: Vec<&'a str>,
+}
+
+fn collect_batch(
+    batch: &RecordBatch,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+    series: &mut SeriesMap,
+) -> Result<(), MetricsError> {
+    let schema = batch.schema();
+    let mut labels: Vec<LabelColumn> = Vec::new();
+    let mut timestamps = None;
+    let mut values = None;
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        match field.name().as_str() {
+            TIMESTAMP_COLUMN => timestamps = column.as_primitive_opt::<Int64Type>(),
+            VALUE_COLUMN => values = column.as_primitive_opt::<Float64Type>(),
+            name if name == METRIC_NAME_LABEL || !name.starts_with("__") => {
+                let Some(column) = column.as_dictionary_opt::<Int32Type>() else {
+                    return Err(MetricsError::InvalidSplit(format!(
+                        "label column `{name}` is not dictionary-encoded text"
+                    )));
+                };
+                let Some(strings) = column.values().as_string_opt::<i32>() else {
+                    return Err(MetricsError::InvalidSplit(format!(
+                        "label column `{name}` does not hold text"
+                    )));
+                };
+                labels.push(LabelColumn {
+                    name,
+                    column,
+                    values: (0..strings.len()).map(|i| strings.value(i)).collect(),
+                });
+            }
+            _ => {}
+        }
+    }
+    let (Some(timestamps), Some(values)) = (timestamps, values) else {
+        return Err(MetricsError::InvalidSplit(
+            "no timestamp or value column".to_string(),
+        ));
+    };
+
+    // Each matcher decided once per dictionary value, then per row by key.
+    let mut row_ok = vec![true; batch.num_rows()];
+    for (row, ok) in row_ok.iter_mut().enumerate() {
+        let ts = timestamps.value(row);
+        *ok = ts >= start_ms && ts <= end_ms;
+    }
+    for matcher in matchers {
+        let Some(column) = labels.iter().find(|c| c.name == matcher.name) else {
+            // No column in this batch: the label is missing everywhere (checked per split).
+            continue;
+        };
+        let per_value: Vec<bool> = column
+            .values
+            .iter()
+            .map(|v| matcher.matches_value(v))
+            .collect();
+        let missing = matcher.matches_missing();
+        let keys = column.column.keys();
+        for (row, ok) in row_ok.iter_mut().enumerate() {
+            if *ok {
+                *ok = if keys.is_null(row) {
+                    missing
+                } else {
+                    usize::try_from(keys.value(row))
+                        .ok()
+                        .and_then(|key| per_value.get(key))
+                        .copied()
+                        .unwrap_or(false)
+                };
+            }
+        }
+    }
+
+    // Rows of one series are adjacent: look the labels up only when a key changes.
+    let mut previous: Option<(Vec<Option<i32>>, usize)> = None;
+    for (row, ok) in row_ok.iter().enumerate() {
+        if !ok {
+            continue;
+        }
+        let signature: Vec<Option<i32>> = labels
+            .iter()
+            .map(|c| {
+                let keys = c.column.keys();
+                (!keys.is_null(row)).then(|| keys.value(row))
+            })
+            .collect();
+        let index = match &previous {
+            Some((prev, index)) if *prev == signature => *index,
+            _ => {
+                let built = Labels::new(labels.iter().zip(&signature).filter_map(|(c, key)| {
+                    let value = c.values.get(usize::try_from((*key)?).ok()?)?;
+                    Some((c.name.to_string(), value.to_string()))
+                }));
+                let index = series.index_of(built);
+                previous = Some((signature, index));
+                index
+            }
+        };
+        series.list[index].1.push(Sample {
+            timestamp_ms: timestamps.value(row),
+            value: values.value(row),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The metrics split: one Parquet file with the samples of one time bucket.
+//!
+//! Columns: `__name__`, one per label (the index's sort labels first, in their order, then the
+//! others by name; null where a series lacks the label), `__series_id__`, `__timestamp__`
+//! (milliseconds) and `__value__`. Rows are sorted by (metric name, sort labels, series id,
+//! timestamp), one per (series, timestamp): of two samples with one timestamp the last added
+//! is kept. Label columns are dictionary-encoded; timestamps delta-encoded; values
+//! byte-stream-split (floats of one series compress well once their bytes are grouped);
+//! everything zstd. Row groups carry statistics and a page index; `__name__` and the sort
+//! labels have bloom filters. The file's key-value metadata records the format version and the
+//! sort labels.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow_array::builder::{Float64Builder, Int64Builder, StringDictionaryBuilder, UInt64Builder};
+use arrow_array::types::Int32Type;
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::{KeyValue, SortingColumn};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use shale_types::sort_key::{self, SortFieldType, SortValue};
+
+use crate::{Labels, MetricsError, Sample, METRIC_NAME_LABEL};
+
+/// The column of series ids.
+pub const SERIES_ID_COLUMN: &str = "__series_id__";
+/// The column of timestamps (milliseconds since the Unix epoch).
+pub const TIMESTAMP_COLUMN: &str = "__timestamp__";
+/// The column of values.
+pub const VALUE_COLUMN: &str = "__value__";
+/// Key-value metadata: the format version.
+pub(crate) const VERSION_KEY: &str = "shale.metrics.version";
+/// Key-value metadata: the sort labels, as a JSON array.
+pub(crate) const SORT_LABELS_KEY: &str = "shale.metrics.sort_labels";
+/// The version this crate writes.
+pub(crate) const FORMAT_VERSION: &str = "1";
+
+/// Rows per row group (the unit of pruning by statistics and bloom filters).
+const ROW_GROUP_ROWS: usize = 256 * 1024;
+/// Rows per data page (the unit of the page index).
+const PAGE_ROWS: usize = 8 * 1024;
+/// Rows per Arrow batch handed to the writer.
+const BATCH_ROWS: usize = 64 * 1024;
+
+/// The start (ms) of the time bucket of `timestamp_ms`, buckets of `bucket_secs` seconds
+/// aligned on the epoch.
+pub fn bucket_start_ms(timestamp_ms: i64, bucket_secs: u64) -> i64 {
+    let bucket_ms = (bucket_secs.max(1) * 1000) as i64;
+    timestamp_ms.div_euclid(bucket_ms) * bucket_ms
+}
+
+/// The kinds of a metrics sort key with `sort_labels` labels: the metric name, each sort
+/// label, the series id (then the timestamp component, as every sort key).
+pub fn sort_key_kinds(sort_labels: usize) -> Vec<SortFieldType> {
+    let mut kinds = vec![SortFieldType::Text; 1 + sort_labels];
+    kinds.push(SortFieldType::U64);
+    kinds
+}
+
+/// What a written split holds, for its metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitSummary {
+    /// Samples (rows).
+    pub num_samples: u64,
+    /// Series.
+    pub num_series: u64,
+    /// Smallest and largest timestamp (ms), if any sample.
+    pub time_range_ms: Option<(i64, i64)>,
+    /// The metric names.
+    pub metric_names: BTreeSet<String>,
+    /// The smallest and largest sort key (see [`sort_key_kinds`]), if any sample.
+    pub sort_key_range: Option<(Vec<u8>, Vec<u8>)>,
+    /// Bytes of the file.
+    pub size_bytes: u64,
+}
+
+/// Collects series and samples, then writes them as one sorted Parquet split.
+#[derive(Debug)]
+pub struct MetricsSplitWriter {
+    sort_labels: Vec<String>,
+    series: HashMap<Labels, Vec<Sample>>,
+    num_added: u64,
+}
+
+impl MetricsSplitWriter {
+    /// A writer for an index whose sort labels (after the metric name) are `sort_labels`.
+    pub fn new(sort_labels: Vec<String>) -> MetricsSplitWriter {
+        MetricsSplitWriter {
+            sort_labels,
+            series: HashMap::new(),
+            num_added: 0,
+        }
+    }
+
+    /// Adds samples of a series; a later sample with the timestamp of an earlier one
+    /// replaces it.
+    pub fn add(&mut self, labels: &Labels, samples: impl IntoIterator<Item = Sample>) {
+        let entry = match self.series.get_mut(labels) {
+            Some(entry) => entry,
+            None => self.series.entry(labels.clone()).or_default(),
+        };
+        let before = entry.len();
+        entry.extend(samples);
+        self.num_added += (entry.len() - before) as u64;
+    }
+
+    /// Samples added so far (duplicates included).
+    pub fn num_added(&self) -> u64 {
+        self.num_added
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.num_added == 0
+    }
+
+    /// The sort key of a series at `timestamp_ms`.
+    fn sort_key(&self, labels: &Labels, series_id: u64, timestamp_ms: i64) -> Vec<u8> {
+        let mut values = Vec::with_capacity(self.sort_labels.len() + 2);
+        values.push(SortValue::Text(labels.metric_name().to_string()));
+        for label in &self.sort_labels {
+            values.push(match labels.get(label) {
+                Some(value) => SortValue::Text(value.to_string()),
+                None => SortValue::Missing,
+            });
+        }
+        values.push(SortValue::U64(series_id));
+        sort_key::encode(
+            &sort_key_kinds(self.sort_labels.len()),
+            &values,
+            Some(timestamp_ms),
+        )
+    }
+
+    /// Sorts, deduplicates and writes the split; returns its bytes and summary.
+    pub fn finish(mut self) -> Result<(Vec<u8>, SplitSummary), MetricsError> {
+        let mut series: Vec<(Labels, u64, Vec<Sample>)> = std::mem::take(&mut self.series)
+            .into_iter()
+            .map(|(labels, mut samples)| {
+                // Stable: of equal timestamps the last added stays last, and is kept.
+                samples.sort_by_key(|s| s.timestamp_ms);
+                let mut deduped: Vec<Sample> = Vec::with_capacity(samples.len());
+                for sample in samples {
+                    match deduped.last_mut() {
+                        Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
+                        _ => deduped.push(sample),
+                    }
+                }
+                let id = labels.series_id();
+                (labels, id, deduped)
+            })
+            .collect();
+        let sort_labels = &self.sort_labels;
+        series.sort_by(|(a, a_id, _), (b, b_id, _)| {
+            a.metric_name()
+                .cmp(b.metric_name())
+                .then_with(|| {
+                    sort_labels
+                        .iter()
+                        .map(|l| a.get(l))
+                        .cmp(sort_labels.iter().map(|l| b.get(l)))
+                })
+                .then(a_id.cmp(b_id))
+                .then_with(|| a.cmp(b))
+        });
+
+        // Label columns: the sort labels, then every other label by name.
+        let mut others: BTreeSet<&str> = BTreeSet::new();
+        for (labels, _, _) in &series {
+            for (name, _) in labels.iter() {
+                if name != METRIC_NAME_LABEL && !sort_labels.iter().any(|l| l == name) {
+                    others.insert(name);
+                }
+            }
+        }
+        let label_columns: Vec<String> = sort_labels
+            .iter()
+            .cloned()
+            .chain(others.into_iter().map(str::to_string))
+            .collect();
+
+        let dictionary =
+            || DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let mut fields = vec![Field::new(METRIC_NAME_LABEL, dictionary(), false)];
+        fields.extend(
+            label_columns
+                .iter()
+                .map(|name| Field::new(name, dictionary(), true)),
+        );
+        fields.push(Field::new(SERIES_ID_COLUMN, DataType::UInt64, false));
+        fields.push(Field::new(TIMESTAMP_COLUMN, DataType::Int64, false));
+        fields.push(Field::new(VALUE_COLUMN, DataType::Float64, false));
+        let schema = Arc::new(Schema::new(fields));
+
+        let mut metric_names = BTreeSet::new();
+        let mut num_samples = 0u64;
+        let mut time_range: Option<(i64, i64)> = None;
+        let mut key_range: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut distinct: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); 1 + sort_labels.len()];
+        for (labels, id, samples) in &series {
+            let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+                continue;
+            };
+            metric_names.insert(labels.metric_name().to_string());
+            num_samples += samples.len() as u64;
+            time_range = Some(match time_range {
+                None => (first.timestamp_ms, last.timestamp_ms),
+                Some((lo, hi)) => (lo.min(first.timestamp_ms), hi.max(last.timestamp_ms)),
+            });
+            // Keys order timestamps descending: a series' smallest key is at its last sample.
+            let low = self.sort_key(labels, *id, last.timestamp_ms);
+            let high = self.sort_key(labels, *id, first.timestamp_ms);
+            key_range = Some(match key_range {
+                None => (low, high),
+                Some((lo, hi)) => (lo.min(low), hi.max(high)),
+            });
+            distinct[0].insert(labels.metric_name());
+            for (i, label) in sort_labels.iter().enumerate() {
+                if let Some(value) = labels.get(label) {
+                    distinct[i + 1].insert(value);
+                }
+            }
+        }
+
+        let mut builder = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_data_page_row_count_limit(PAGE_ROWS)
+            .set_sorting_columns(Some(
+                (0..=sort_labels.len())
+                    .chain([1 + label_columns.len(), 2 + label_columns.len()])
+                    .map(|column| SortingColumn {
+                        column_idx: column as i32,
+                        descending: false,
+                        nulls_first: true,
+                    })
+                    .collect(),
+            ))
+            .set_key_value_metadata(Some(vec![
+                KeyValue::new(VERSION_KEY.to_string(), FORMAT_VERSION.to_string()),
+                KeyValue::new(
+                    SORT_LABELS_KEY.to_string(),
+                    serde_json::to_string(sort_labels).unwrap_or_else(|_| "[]".to_string()),
+                ),
+            ]));
+        for column in [TIMESTAMP_COLUMN, VALUE_COLUMN] {
+            let path = ColumnPath::from(column);
+            builder = builder
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(
+                    path,
+                    if column == TIMESTAMP_COLUMN {
+                        Encoding::DELTA_BINARY_PACKED
+                    } else {
+                        Encoding::BYTE_STREAM_SPLIT
+                    },
+                );
+        }
+        let bloom_columns =
+            std::iter::once(METRIC_NAME_LABEL).chain(sort_labels.iter().map(String::as_str));
+        for (column, values) in bloom_columns.zip(&distinct) {
+            let path = ColumnPath::from(column);
+            builder = builder
+                .set_column_bloom_filter_enabled(path.clone(), true)
+                .set_column_bloom_filter_fpp(path.clone(), 0.01)
+                .set_column_bloom_filter_max_ndv(path, values.len().max(1) as u64);
+        }
+
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(builder.build()))?;
+        let mut rows = Rows::new(label_columns.len());
+        for (labels, id, samples) in &series {
+            for sample in samples {
+                rows.push(labels, &label_columns, *id, *sample);
+                if rows.len >= BATCH_ROWS {
+                    writer.write(&rows.finish(&schema)?)?;
+                }
+            }
+        }
+        if rows.len > 0 {
+            writer.write(&rows.finish(&schema)?)?;
+        }
+        writer.close()?;
+        let summary = SplitSummary {
+            num_samples,
+            num_series: series.iter().filter(|(_, _, s)| !s.is_empty()).count() as u64,
+            time_range_ms: time_range,
+            metric_names,
+            sort_key_range: key_range,
+            size_bytes: out.len() as u64,
+        };
+        Ok((out, summary))
+    }
+}
+
+/// Column builders of one Arrow batch.
+struct Rows {
+    name: StringDictionaryBuilder<Int32Type>,
+    labels: Vec<StringDictionaryBuilder<Int32Type>>,
+    series_id: UInt64Builder,
+    timestamp: Int64Builder,
+    value: Float64Builder,
+    len: usize,
+}
+
+impl Rows {
+    fn new(label_columns: usize) -> Rows {
+        Rows {
+            name: StringDictionaryBuilder::new(),
+            labels: (0..label_columns)
+                .map(|_| StringDictionaryBuilder::new())
+                .collect(),
+            series_id: UInt64Builder::new(),
+            timestamp: Int64Builder::new(),
+            value: Float64Builder::new(),
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, labels: &Labels, columns: &[String], series_id: u64, sample: Sample) {
+        self.name.append_value(labels.metric_name());
+        for (builder, column) in self.labels.iter_mut().zip(columns) {
+            match labels.get(column) {
+                Some(value) => builder.append_value(value),
+                None => builder.append_null(),
+            }
+        }
+        self.series_id.append_value(series_id);
+        self.timestamp.append_value(sample.timestamp_ms);
+        self.value.append_value(sample.value);
+        self.len += 1;
+    }
+
+    fn finish(&mut self, schema: &Arc<Schema>) -> Result<RecordBatch, MetricsError> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.labels.len() + 4);
+        columns.push(Arc::new(self.name.finish()));
+        for builder in &mut self.labels {
+            columns.push(Arc::new(builder.finish()));
+        }
+        columns.push(Arc::new(self.series_id.finish()));
+        columns.push(Arc::new(self.timestamp.finish()));
+        columns.push(Arc::new(self.value.finish()));
+        self.len = 0;
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+}

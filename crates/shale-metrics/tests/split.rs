@@ -1,0 +1,270 @@
+//! The metrics split, written and read back through its public API: exact samples, last
+//! write wins, Prometheus's matcher semantics, row order, and pruning by statistics and
+//! bloom filters.
+
+use bytes::Bytes;
+use shale_metrics::{
+    bucket_start_ms, read_split, Labels, MatchOp, Matcher, MetricsSplitWriter, Sample,
+    SeriesSamples, STALE_NAN_BITS,
+};
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    Labels::new(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())))
+}
+
+fn sample(timestamp_ms: i64, value: f64) -> Sample {
+    Sample {
+        timestamp_ms,
+        value,
+    }
+}
+
+fn read(bytes: &[u8], matchers: &[Matcher], start: i64, end: i64) -> Vec<SeriesSamples> {
+    read_split(Bytes::copy_from_slice(bytes), matchers, start, end)
+        .expect("a readable split")
+        .series
+}
+
+fn names(series: &[SeriesSamples]) -> Vec<String> {
+    series
+        .iter()
+        .map(|s| {
+            s.labels
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
+fn small_split() -> Vec<u8> {
+    let mut writer = MetricsSplitWriter::new(vec!["host".to_string()]);
+    let stale = f64::from_bits(STALE_NAN_BITS);
+    writer.add(
+        &labels(&[("__name__", "cpu"), ("host", "a"), ("env", "prod")]),
+        [
+            sample(1_000, 1.5),
+            sample(2_000, f64::INFINITY),
+            sample(3_000, stale),
+        ],
+    );
+    writer.add(
+        &labels(&[("__name__", "cpu"), ("host", "b")]),
+        [
+            sample(3_000, 30.0),
+            sample(1_000, 10.0),
+            sample(2_000, f64::NAN),
+        ],
+    );
+    writer.add(
+        &labels(&[("__name__", "mem"), ("host", "a")]),
+        [sample(1_000, 7.0)],
+    );
+    // A later write of an existing (series, timestamp) replaces it.
+    writer.add(
+        &labels(&[("__name__", "mem"), ("host", "a")]),
+        [sample(1_000, 8.0), sample(500, 5.0)],
+    );
+    assert_eq!(writer.num_added(), 9);
+    let (bytes, summary) = writer.finish().expect("a split");
+    assert_eq!(summary.num_samples, 8, "one duplicate dropped");
+    assert_eq!(summary.num_series, 3);
+    assert_eq!(summary.time_range_ms, Some((500, 3_000)));
+    assert_eq!(
+        summary.metric_names.iter().collect::<Vec<_>>(),
+        vec!["cpu", "mem"]
+    );
+    assert_eq!(summary.size_bytes, bytes.len() as u64);
+    let (low, high) = summary.sort_key_range.expect("a key range");
+    assert!(low < high);
+    bytes
+}
+
+#[test]
+fn samples_read_back_exactly_and_last_write_wins() {
+    let bytes = small_split();
+    let all = read(&bytes, &[], i64::MIN, i64::MAX);
+    assert_eq!(
+        names(&all),
+        vec![
+            "__name__=cpu,env=prod,host=a",
+            "__name__=cpu,host=b",
+            "__name__=mem,host=a"
+        ]
+    );
+    let a = &all[0].samples;
+    assert_eq!(a[0], sample(1_000, 1.5));
+    assert_eq!(a[1].value, f64::INFINITY);
+    assert!(a[2].is_stale(), "the staleness marker's bits are kept");
+    let b = &all[1].samples;
+    assert_eq!(
+        b.iter().map(|s| s.timestamp_ms).collect::<Vec<_>>(),
+        vec![1_000, 2_000, 3_000],
+        "sorted by time"
+    );
+    assert!(
+        b[1].value.is_nan() && !b[1].is_stale(),
+        "a plain NaN stays a value"
+    );
+    assert_eq!(all[2].samples, vec![sample(500, 5.0), sample(1_000, 8.0)]);
+}
+
+#[test]
+fn matchers_have_prometheus_semantics() {
+    let bytes = small_split();
+    let m = |name: &str, op: MatchOp, value: &str| Matcher::new(name, op, value).expect("ok");
+    let q = |matchers: &[Matcher]| names(&read(&bytes, matchers, i64::MIN, i64::MAX));
+    assert_eq!(
+        q(&[m("__name__", MatchOp::Equal, "cpu")]),
+        vec!["__name__=cpu,env=prod,host=a", "__name__=cpu,host=b"]
+    );
+    assert_eq!(
+        q(&[m("env", MatchOp::Equal, "")]),
+        vec!["__name__=cpu,host=b", "__name__=mem,host=a"],
+        "an empty value selects the series without the label"
+    );
+    assert_eq!(
+        q(&[m("env", MatchOp::NotEqual, "")]),
+        vec!["__name__=cpu,env=prod,host=a"]
+    );
+    assert_eq!(
+        q(&[
+            m("__name__", MatchOp::Regex, "c.*"),
+            m("host", MatchOp::NotRegex, "a")
+        ]),
+        vec!["__name__=cpu,host=b"]
+    );
+    assert!(
+        q(&[m("zone", MatchOp::Equal, "x")]).is_empty(),
+        "no such label"
+    );
+    assert_eq!(q(&[m("zone", MatchOp::NotEqual, "x")]).len(), 3);
+    assert!(q(&[
+        m("host", MatchOp::Regex, "a|b"),
+        m("__name__", MatchOp::Equal, "disk")
+    ])
+    .is_empty());
+}
+
+#[test]
+fn a_time_range_keeps_the_samples_inside_it() {
+    let bytes = small_split();
+    let series = read(&bytes, &[], 1_500, 2_000);
+    assert_eq!(
+        names(&series),
+        vec!["__name__=cpu,env=prod,host=a", "__name__=cpu,host=b"]
+    );
+    assert!(series
+        .iter()
+        .all(|s| s.samples.len() == 1 && s.samples[0].timestamp_ms == 2_000));
+    assert!(read(&bytes, &[], 3_001, 9_000).is_empty());
+}
+
+/// 600 000 samples over three row groups, metric names in sort order: a selector on one
+/// name decodes only the row groups that can hold it.
+#[test]
+fn row_groups_are_pruned_by_statistics_and_bloom_filters() {
+    let mut writer = MetricsSplitWriter::new(vec!["host".to_string()]);
+    let metric_names = ["m_a", "m_c", "m_e", "m_g", "m_i", "m_k"];
+    for name in metric_names {
+        for host in 0..100 {
+            let series = labels(&[("__name__", name), ("host", &format!("h{host:03}"))]);
+            writer.add(
+                &series,
+                (0..1_000).map(|i| sample(i * 10_000, (i * host) as f64)),
+            );
+        }
+    }
+    let (bytes, summary) = writer.finish().expect("a split");
+    assert_eq!(summary.num_samples, 600_000);
+    assert_eq!(summary.num_series, 600);
+    let bytes = Bytes::from(bytes);
+    let query = |matchers: &[Matcher], start: i64, end: i64| {
+        read_split(bytes.clone(), matchers, start, end).expect("a read")
+    };
+
+    let all = query(&[], i64::MIN, i64::MAX);
+    assert_eq!(all.stats.row_groups, 3);
+    assert_eq!(all.stats.row_groups_read, 3);
+    assert_eq!(all.stats.samples, 600_000);
+
+    // Rows 0..100 000 are `m_a`, in the first row group of 262 144 rows.
+    let first = query(&[Matcher::equal("__name__", "m_a")], i64::MIN, i64::MAX);
+    assert_eq!(first.series.len(), 100);
+    assert_eq!(first.stats.samples, 100_000);
+    assert_eq!(
+        first.stats.row_groups_read, 1,
+        "statistics rule out the others"
+    );
+    // Rows 500 000..600 000 straddle the last two row groups.
+    let last = query(&[Matcher::equal("__name__", "m_k")], i64::MIN, i64::MAX);
+    assert_eq!(last.stats.samples, 100_000);
+    assert_eq!(last.stats.row_groups_read, 2);
+
+    // Between the names of a row group: only its bloom filter rules it out.
+    let absent = query(&[Matcher::equal("__name__", "m_b")], i64::MIN, i64::MAX);
+    assert!(absent.series.is_empty());
+    assert_eq!(
+        absent.stats.row_groups_read, 0,
+        "the bloom filter rules it out"
+    );
+
+    let one = query(
+        &[
+            Matcher::equal("__name__", "m_e"),
+            Matcher::equal("host", "h042"),
+        ],
+        5_000_000,
+        5_050_000,
+    );
+    assert_eq!(one.series.len(), 1);
+    assert_eq!(
+        one.series[0].samples,
+        (500..=505)
+            .map(|i| sample(i * 10_000, (i * 42) as f64))
+            .collect::<Vec<_>>()
+    );
+    assert!(query(&[], 10_000_000, 20_000_000).series.is_empty());
+    assert_eq!(query(&[], 10_000_000, 20_000_000).stats.row_groups_read, 0);
+}
+
+#[test]
+fn samples_cost_few_bytes() {
+    // 1 000 series × 720 samples at a 10 s interval: a counter and a gauge-like value.
+    let mut writer = MetricsSplitWriter::new(vec!["service".to_string(), "host".to_string()]);
+    for s in 0..1_000i64 {
+        let series = labels(&[
+            (
+                "__name__",
+                if s % 2 == 0 {
+                    "http_requests_total"
+                } else {
+                    "cpu_usage"
+                },
+            ),
+            ("service", &format!("svc{}", s % 10)),
+            ("host", &format!("host-{s}")),
+            ("region", "eu-west-1"),
+        ]);
+        writer.add(
+            &series,
+            (0..720i64).map(|i| sample(1_700_000_000_000 + i * 10_000, (i * (s % 7 + 1)) as f64)),
+        );
+    }
+    let (bytes, summary) = writer.finish().expect("a split");
+    let per_sample = bytes.len() as f64 / summary.num_samples as f64;
+    assert!(per_sample < 4.0, "{per_sample:.2} bytes per sample");
+}
+
+#[test]
+fn buckets_are_aligned_on_the_epoch() {
+    assert_eq!(bucket_start_ms(1_700_000_123_456, 900), 1_700_000_100_000);
+    assert_eq!(bucket_start_ms(-1, 900), -900_000);
+}
+
+#[test]
+fn other_files_are_refused() {
+    let err = read_split(Bytes::from_static(b"not parquet at all"), &[], 0, 1).expect_err("no");
+    assert!(err.to_string().contains("parquet"), "{err}");
+}
