@@ -32,8 +32,18 @@ cargo-fuzz)
     # fuzz/sancov-rustc). Shale's crates are not members of this workspace, so the profile's
     # `package."*"` section builds them apart from the root's; every other crate hashes as
     # in the root workspace and is reused from its target directory.
+    build_log=$(mktemp)
     CARGO_TARGET_DIR="$root/target" RUSTC_WRAPPER="$root/fuzz/sancov-rustc" \
-        cargo build --locked --bins
+        cargo build --locked --bins 2>&1 | tee "$build_log"
+    # Only Shale's crates and libFuzzer's should compile here: another crate means its
+    # features drifted from the root workspace's (see fuzz/Cargo.toml).
+    again=$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$build_log" |
+        grep -Ev '^(shale-.*|libfuzzer-sys|arbitrary|derive_arbitrary|cc|jobserver|shlex|find-msvc-tools|libc)$' || true)
+    rm -f "$build_log"
+    if [ -n "$again" ]; then
+        echo "warning: the fuzz build compiled dependencies the root build had built:" \
+            $again "- align their features in fuzz/Cargo.toml" >&2
+    fi
     bin_dir=$root/target/debug
     ;;
 *)
