@@ -29,12 +29,19 @@ cargo-fuzz)
     ;;
 --shared)
     # libFuzzer's coverage flags, as `cargo fuzz` passes them, on Shale's crates only (see
-    # fuzz/sancov-rustc). Shale's crates are not members of this workspace, so the profile's
-    # `package."*"` section builds them apart from the root's; every other crate hashes as
-    # in the root workspace and is reused from its target directory.
+    # fuzz/sancov-rustc); every other crate hashes as in the root workspace and is reused
+    # from its target directory.
+    # Shale's crates without optimization or debug info: quicker to build, and hashed apart
+    # from the root's own builds of them (which must stay uninstrumented).
+    overrides=()
+    for crate in "$root"/crates/*/; do
+        name=$(basename "$crate")
+        overrides+=(--config "profile.dev.package.$name.opt-level=0"
+            --config "profile.dev.package.$name.debug=false")
+    done
     build_log=$(mktemp)
     CARGO_TARGET_DIR="$root/target" RUSTC_WRAPPER="$root/fuzz/sancov-rustc" \
-        cargo build --locked --bins 2>&1 | tee "$build_log"
+        cargo build --locked --bins "${overrides[@]}" 2>&1 | tee "$build_log"
     # Only Shale's crates and libFuzzer's should compile here: another crate means its
     # features drifted from the root workspace's (see fuzz/Cargo.toml).
     again=$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$build_log" |
