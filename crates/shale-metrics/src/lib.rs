@@ -7,6 +7,7 @@
 
 mod labels;
 mod matcher;
+pub mod otlp;
 mod reader;
 pub mod remote_write;
 mod split;
