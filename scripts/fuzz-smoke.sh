@@ -31,13 +31,11 @@ cargo-fuzz)
     # libFuzzer's coverage flags, as `cargo fuzz` passes them, on Shale's crates only (see
     # fuzz/sancov-rustc); every other crate hashes as in the root workspace and is reused
     # from its target directory.
-    # Shale's crates without optimization or debug info: quicker to build, and hashed apart
-    # from the root's own builds of them (which must stay uninstrumented).
+    # Shale's crates at opt-level 1: hashed apart from the root's own builds of them (at 0,
+    # which must stay uninstrumented), whatever the debug-info setting.
     overrides=()
     for crate in "$root"/crates/*/; do
-        name=$(basename "$crate")
-        overrides+=(--config "profile.dev.package.$name.opt-level=0"
-            --config "profile.dev.package.$name.debug=false")
+        overrides+=(--config "profile.dev.package.$(basename "$crate").opt-level=1")
     done
     build_log=$(mktemp)
     CARGO_TARGET_DIR="$root/target" RUSTC_WRAPPER="$root/fuzz/sancov-rustc" \

@@ -1,0 +1,32 @@
+//! The integration tests of `shale-server`, in one binary (one link of the whole dependency
+//! graph instead of one per file): each module is one area.
+
+mod common;
+
+mod aggregations;
+mod api;
+mod api_table;
+mod api_token;
+mod cluster;
+mod compaction;
+mod compaction_controls;
+mod dates;
+mod deletes;
+mod doc_mapping_options;
+mod elastic;
+mod elastic_more;
+mod elastic_read;
+mod field_types;
+mod full_disk;
+mod index_update;
+mod limits;
+mod locality;
+mod otlp;
+mod postgres_s3;
+mod query_errors;
+mod request_forms;
+mod s3_faults;
+mod sorting;
+mod templates;
+mod time_travel;
+mod update_safety;
