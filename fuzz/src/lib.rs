@@ -250,3 +250,50 @@ pub fn check_query(
         Err(err) => assert!(!err.to_string().is_empty(), "an error without a message"),
     }
 }
+
+/// Writes `series` as one metrics split (sort label `job`), reads it back, and checks that
+/// every series comes back with exactly its samples: one per timestamp, the last written
+/// one, values bit for bit; and that a selector on one metric name returns exactly that
+/// metric's series.
+pub fn metrics_round_trip(series: &[(shale_metrics::Labels, Vec<shale_metrics::Sample>)]) {
+    use std::collections::{BTreeMap, HashMap};
+
+    use shale_metrics::{read_split, Matcher, MetricsSplitWriter};
+
+    let mut expected: HashMap<&shale_metrics::Labels, BTreeMap<i64, u64>> = HashMap::new();
+    let mut writer = MetricsSplitWriter::new(vec!["job".to_string()]);
+    for (labels, samples) in series {
+        writer.add(labels, samples.iter().copied());
+        let entry = expected.entry(labels).or_default();
+        for sample in samples {
+            entry.insert(sample.timestamp_ms, sample.value.to_bits());
+        }
+    }
+    expected.retain(|_, samples| !samples.is_empty());
+    let (bytes, summary) = writer.finish().expect("a split of valid series is written");
+    assert_eq!(summary.num_series, expected.len() as u64);
+    let bytes = bytes::Bytes::from(bytes);
+    let read = read_split(bytes.clone(), &[], i64::MIN, i64::MAX).expect("the split reads back");
+    assert_eq!(read.series.len(), expected.len(), "every series reads back");
+    for found in &read.series {
+        let want = expected
+            .get(&found.labels)
+            .unwrap_or_else(|| panic!("a series that was not written: {:?}", found.labels));
+        let got: BTreeMap<i64, u64> = found
+            .samples
+            .iter()
+            .map(|s| (s.timestamp_ms, s.value.to_bits()))
+            .collect();
+        assert_eq!(got.len(), found.samples.len(), "one sample per timestamp");
+        assert_eq!(&got, want, "the samples of {:?}", found.labels);
+    }
+    if let Some((labels, _)) = series.iter().find(|(labels, samples)| {
+        !samples.is_empty() && !labels.metric_name().is_empty()
+    }) {
+        let name = labels.metric_name();
+        let selected = read_split(bytes, &[Matcher::equal("__name__", name)], i64::MIN, i64::MAX)
+            .expect("a selector reads");
+        let want = expected.keys().filter(|l| l.metric_name() == name).count();
+        assert_eq!(selected.series.len(), want, "the series of `{name}`");
+    }
+}
