@@ -441,6 +441,22 @@ impl DocMapper {
         Some(RangeQuery::new(bound(lower)?, bound(upper)?))
     }
 
+    /// The json field, path inside it and options of `name`, when it names a path inside a
+    /// json field.
+    fn json_path<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> Option<(Field, &'a str, &'a tantivy::schema::JsonObjectOptions)> {
+        let (field, path) = self.schema().find_field(name)?;
+        if path.is_empty() {
+            return None;
+        }
+        match self.schema().get_field_entry(field).field_type() {
+            tantivy::schema::FieldType::JsonObject(options) => Some((field, path, options)),
+            _ => None,
+        }
+    }
+
     /// A range with text bounds on a path of a fast json field (undeclared fields of a dynamic
     /// index included), as a range on its column — Quickwit's semantics: values compare as
     /// whole strings, the bounds normalized as the column is (`H` is `h` under a lowercase
@@ -452,15 +468,7 @@ impl DocMapper {
         upper: &tantivy::query_grammar::UserInputBound,
     ) -> Option<RangeQuery> {
         use tantivy::query_grammar::UserInputBound;
-        let (field, path) = self.schema().find_field(name)?;
-        if path.is_empty() {
-            return None;
-        }
-        let tantivy::schema::FieldType::JsonObject(options) =
-            self.schema().get_field_entry(field).field_type()
-        else {
-            return None;
-        };
+        let (field, path, options) = self.json_path(name)?;
         let normalizer = options.get_fast_field_tokenizer_name()?;
         let is_text = |text: &str| {
             let text = text.trim();
@@ -518,15 +526,7 @@ impl DocMapper {
         upper: &tantivy::query_grammar::UserInputBound,
     ) -> Option<RangeQuery> {
         use tantivy::query_grammar::UserInputBound;
-        let (field, path) = self.schema().find_field(name)?;
-        if path.is_empty() {
-            return None;
-        }
-        let tantivy::schema::FieldType::JsonObject(options) =
-            self.schema().get_field_entry(field).field_type()
-        else {
-            return None;
-        };
+        let (field, path, options) = self.json_path(name)?;
         let number = |bound: &UserInputBound| match bound {
             UserInputBound::Inclusive(text) | UserInputBound::Exclusive(text)
                 if text.trim() != "*" =>
