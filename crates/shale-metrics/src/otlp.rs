@@ -438,11 +438,8 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                         (MetricKind::Distribution, h.data_points.len())
                     }
                 };
-                if !crate::remote_write::is_valid_metric_name(&metric_name(
-                    &metric.name,
-                    &metric.unit,
-                    kind,
-                )) {
+                let name = metric_name(&metric.name, &metric.unit, kind);
+                if !crate::remote_write::is_valid_metric_name(&name) {
                     collector.reject(
                         points,
                         format!(
@@ -456,7 +453,6 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                 let mut seen = |ms: i64| latest_ms = Some(latest_ms.map_or(ms, |l| l.max(ms)));
                 match data {
                     Data::Gauge(gauge) => {
-                        let name = metric_name(&metric.name, &metric.unit, MetricKind::Gauge);
                         for point in &gauge.data_points {
                             let ms = timestamp_ms(point.time_unix_nano);
                             seen(ms);
@@ -477,12 +473,6 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                             );
                             continue;
                         }
-                        let kind = if sum.is_monotonic {
-                            MetricKind::Counter
-                        } else {
-                            MetricKind::UpDownCounter
-                        };
-                        let name = metric_name(&metric.name, &metric.unit, kind);
                         for point in &sum.data_points {
                             let ms = timestamp_ms(point.time_unix_nano);
                             seen(ms);
@@ -509,16 +499,12 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                             );
                             continue;
                         }
-                        let name =
-                            metric_name(&metric.name, &metric.unit, MetricKind::Distribution);
                         for point in &histogram.data_points {
                             seen(timestamp_ms(point.time_unix_nano));
                             push_histogram(&mut collector, &name, &common, point);
                         }
                     }
                     Data::Summary(summary) => {
-                        let name =
-                            metric_name(&metric.name, &metric.unit, MetricKind::Distribution);
                         for point in &summary.data_points {
                             seen(timestamp_ms(point.time_unix_nano));
                             push_summary(&mut collector, &name, &common, point);

@@ -288,31 +288,32 @@ fn collect_batch(
         }
     }
 
-    // Rows of one series are adjacent: look the labels up only when a key changes.
-    let mut previous: Option<(Vec<Option<i32>>, usize)> = None;
+    // Rows of one series are adjacent: look the labels up only when a key changes (compared
+    // in place, no allocation per row).
+    let key_of = |c: &LabelColumn, row: usize| {
+        let keys = c.column.keys();
+        (!keys.is_null(row)).then(|| keys.value(row))
+    };
+    let mut previous: Option<(usize, usize)> = None; // (row, series index)
     for (row, ok) in row_ok.iter().enumerate() {
         if !ok {
             continue;
         }
-        let signature: Vec<Option<i32>> = labels
-            .iter()
-            .map(|c| {
-                let keys = c.column.keys();
-                (!keys.is_null(row)).then(|| keys.value(row))
-            })
-            .collect();
-        let index = match &previous {
-            Some((prev, index)) if *prev == signature => *index,
-            _ => {
-                let built = Labels::new(labels.iter().zip(&signature).filter_map(|(c, key)| {
-                    let value = c.values.get(usize::try_from((*key)?).ok()?)?;
-                    Some((c.name.to_string(), value.to_string()))
-                }));
-                let index = series.index_of(built);
-                previous = Some((signature, index));
+        let index = match previous {
+            Some((prev_row, index))
+                if labels.iter().all(|c| key_of(c, prev_row) == key_of(c, row)) =>
+            {
                 index
             }
+            _ => {
+                let built = Labels::new(labels.iter().filter_map(|c| {
+                    let value = c.values.get(usize::try_from(key_of(c, row)?).ok()?)?;
+                    Some((c.name.to_string(), value.to_string()))
+                }));
+                series.index_of(built)
+            }
         };
+        previous = Some((row, index));
         series.list[index].1.push(Sample {
             timestamp_ms: timestamps.value(row),
             value: values.value(row),
