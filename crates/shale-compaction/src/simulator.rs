@@ -396,6 +396,8 @@ pub fn simulated_split(
         key_level: 0,
         sort_fields: None,
         tag_fields: None,
+        format: Default::default(),
+        num_series: None,
     }
 }
 

@@ -37,8 +37,13 @@ pub struct IndexConfig {
     /// Where the index's splits live; defaults to `{default storage}/{index_id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index_uri: Option<String>,
-    /// How documents are mapped to fields.
+    /// How documents are mapped to fields (absent for a metrics index).
+    #[serde(default)]
     pub doc_mapping: DocMapping,
+    /// Present for a metrics index: it holds time series (Prometheus remote write, OTLP
+    /// metrics) in Parquet splits, queried with PromQL, instead of documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSettings>,
     /// When splits are cut, and how they are merged.
     #[serde(default)]
     pub indexing_settings: IndexingSettings,
@@ -220,6 +225,63 @@ pub struct DocMapping {
     /// Keep each document's size in bytes in the `_doc_length` fast field (for aggregations).
     #[serde(default, alias = "document_length")]
     pub store_document_size: bool,
+}
+
+impl Default for DocMapping {
+    fn default() -> Self {
+        DocMapping {
+            doc_mapping_uid: String::new(),
+            field_mappings: Vec::new(),
+            mode: Mode::default(),
+            timestamp_field: None,
+            tag_fields: Vec::new(),
+            partition_key: None,
+            max_num_partitions: DEFAULT_MAX_NUM_PARTITIONS,
+            store_source: false,
+            tokenizers: Vec::new(),
+            dynamic_mapping: None,
+            index_field_presence: false,
+            store_document_size: false,
+        }
+    }
+}
+
+/// Default `metrics.time_bucket`.
+pub const DEFAULT_METRICS_TIME_BUCKET: &str = "15m";
+
+/// The `metrics` section of a metrics index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// The label keys that follow the metric name in the sort key of the splits' rows (e.g.
+    /// `[service, host]`): a selector on them reads few row groups, and compaction keeps a
+    /// series' samples together along them.
+    #[serde(default)]
+    pub sort_labels: Vec<String>,
+    /// The time window of a split (e.g. `15m`, `1h`): a split never holds samples of two
+    /// buckets. Must divide an hour.
+    #[serde(default = "default_metrics_time_bucket")]
+    pub time_bucket: String,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            sort_labels: Vec::new(),
+            time_bucket: default_metrics_time_bucket(),
+        }
+    }
+}
+
+fn default_metrics_time_bucket() -> String {
+    DEFAULT_METRICS_TIME_BUCKET.to_string()
+}
+
+impl MetricsSettings {
+    /// The time bucket in seconds (validated configs always parse; 15 min otherwise).
+    pub fn time_bucket_secs(&self) -> u64 {
+        crate::parse_duration(&self.time_bucket).unwrap_or(15 * 60)
+    }
 }
 
 impl DocMapping {

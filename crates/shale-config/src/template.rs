@@ -145,6 +145,7 @@ impl IndexTemplate {
             index_id: index_id.to_string(),
             index_uri: root.map(|root| format!("{}/{index_id}", root.trim_end_matches('/'))),
             doc_mapping,
+            metrics: None,
             indexing_settings: self.indexing_settings.clone(),
             ingest_settings: self.ingest_settings.clone(),
             search_settings: self.search_settings.clone(),

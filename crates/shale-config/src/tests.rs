@@ -883,3 +883,95 @@ fn a_stored_config_reads_back_exactly_with_float_values() {
     let stored = serde_json::to_string(&config).unwrap();
     assert_eq!(IndexConfig::from_stored_json(&stored).unwrap(), config);
 }
+
+#[test]
+fn a_metrics_index_is_declared_by_its_metrics_section() {
+    let config = parse(
+        "version: 0.9\nindex_id: prom\nmetrics:\n  sort_labels: [job, instance]\n  time_bucket: 5m\n\
+         indexing_settings:\n  commit_timeout_secs: 10\nretention:\n  period: 30 days\n",
+    )
+    .unwrap();
+    let metrics = config.metrics.as_ref().unwrap();
+    assert_eq!(metrics.sort_labels, ["job", "instance"]);
+    assert_eq!(metrics.time_bucket_secs(), 300);
+    assert_eq!(config.indexing_settings.commit_timeout_secs, 10);
+    // The default bucket is 15 minutes; a stored config reads back the same.
+    let config = parse("index_id: prom\nmetrics: {}\n").unwrap();
+    assert_eq!(config.metrics.as_ref().unwrap().time_bucket_secs(), 900);
+    let json = serde_json::to_string(&config).unwrap();
+    assert_eq!(IndexConfig::from_stored_json(&json).unwrap(), config);
+    // A logs index still needs nothing of it, and has no `metrics` key when stored.
+    let logs = parse(&minimal("  field_mappings: []\n")).unwrap();
+    assert!(logs.metrics.is_none());
+    assert!(!serde_json::to_string(&logs).unwrap().contains("metrics"));
+}
+
+#[test]
+fn invalid_metrics_settings_are_refused_naming_the_key() {
+    let base = "index_id: prom\n";
+    for (tail, field, needle) in [
+        (
+            "metrics:\n  time_bucket: 7m\n",
+            "metrics.time_bucket",
+            "divide an hour",
+        ),
+        (
+            "metrics:\n  time_bucket: 2h\n",
+            "metrics.time_bucket",
+            "divide an hour",
+        ),
+        (
+            "metrics:\n  time_bucket: 30s\n",
+            "metrics.time_bucket",
+            "at least a minute",
+        ),
+        (
+            "metrics:\n  time_bucket: soon\n",
+            "metrics.time_bucket",
+            "not a duration",
+        ),
+        (
+            "metrics:\n  sort_labels: [job, job]\n",
+            "metrics.sort_labels[1]",
+            "twice",
+        ),
+        (
+            "metrics:\n  sort_labels: [host.name]\n",
+            "metrics.sort_labels[0]",
+            "not a label name",
+        ),
+        (
+            "metrics:\n  sort_labels: [__name__]\n",
+            "metrics.sort_labels[0]",
+            "reserved",
+        ),
+        (
+            "metrics: {}\ndoc_mapping:\n  field_mappings:\n    - {name: a, type: text}\n",
+            "doc_mapping",
+            "no doc mapping",
+        ),
+        (
+            "metrics: {}\nsearch_settings:\n  default_search_fields: [a]\n",
+            "search_settings",
+            "PromQL",
+        ),
+        (
+            "metrics: {}\ntime_travel_retention: 1h\n",
+            "time_travel_retention",
+            "metrics",
+        ),
+        (
+            "metrics: {}\nindexing_settings:\n  commit_timeout_secs: 0\n",
+            "indexing_settings.commit_timeout_secs",
+            "at least 1",
+        ),
+        (
+            "metrics: {}\nretention:\n  period: forever\n",
+            "retention.period",
+            "",
+        ),
+        ("metrics:\n  sort_label: [job]\n", "", "sort_label"),
+    ] {
+        assert_invalid(&format!("{base}{tail}"), field, needle);
+    }
+}

@@ -126,6 +126,9 @@ impl IndexConfig {
     /// not silently made fast: a config means what it says).
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_index_id(&self.index_id)?;
+        if let Some(metrics) = &self.metrics {
+            return self.validate_metrics(metrics);
+        }
         self.doc_mapping.validate()?;
         let mapping = &self.doc_mapping;
         self.search_settings.validate_against(mapping)?;
@@ -171,6 +174,115 @@ impl IndexConfig {
                      `doc_mapping.timestamp_field`",
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl IndexConfig {
+    /// The checks of a metrics index: its `metrics` section, and no key that only documents
+    /// have.
+    fn validate_metrics(&self, metrics: &crate::MetricsSettings) -> Result<(), ConfigError> {
+        let mut mapping = self.doc_mapping.clone();
+        mapping.doc_mapping_uid.clear();
+        if mapping != crate::DocMapping::default() {
+            return Err(invalid(
+                "doc_mapping",
+                "a metrics index has no doc mapping (its rows are samples: metric name, \
+                 labels, timestamp, value); remove `doc_mapping` or the `metrics` section",
+            ));
+        }
+        if self.search_settings != crate::SearchSettings::default() {
+            return Err(invalid(
+                "search_settings",
+                "a metrics index is queried with PromQL; search settings do not apply",
+            ));
+        }
+        if self.time_travel_retention.is_some() {
+            return Err(invalid(
+                "time_travel_retention",
+                "time travel is not available on metrics indexes",
+            ));
+        }
+        if !matches!(
+            self.indexing_settings.merge_policy,
+            crate::MergePolicyConfig::StableLog(_) | crate::MergePolicyConfig::NoMerge
+        ) {
+            return Err(invalid(
+                "indexing_settings.merge_policy",
+                "a metrics index takes `stable_log` or `no_merge`; its splits are kept \
+                 in time buckets by `metrics.time_bucket`",
+            ));
+        }
+        let settings = &self.indexing_settings;
+        if settings.commit_timeout_secs < 1 {
+            return Err(invalid(
+                "indexing_settings.commit_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if settings.split_num_docs_target < 1 {
+            return Err(invalid(
+                "indexing_settings.split_num_docs_target",
+                "must be at least 1",
+            ));
+        }
+        settings.heap_size_bytes()?;
+        settings
+            .merge_policy
+            .validate()
+            .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
+        self.compaction.validate()?;
+        let bucket = parse_duration(&metrics.time_bucket).map_err(|err| match err {
+            ConfigError::Invalid { message, .. } => invalid("metrics.time_bucket", message),
+            other => other,
+        })?;
+        if !(60..=3600).contains(&bucket) || 3600 % bucket != 0 {
+            return Err(invalid(
+                "metrics.time_bucket",
+                format!(
+                    "must divide an hour and be at least a minute (e.g. `5m`, `15m`, `1h`), \
+                     got `{}`",
+                    metrics.time_bucket
+                ),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, label) in metrics.sort_labels.iter().enumerate() {
+            let field = format!("metrics.sort_labels[{i}]");
+            let mut chars = label.chars();
+            let valid = chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(invalid(
+                    field,
+                    format!("`{label}` is not a label name (`[a-zA-Z_][a-zA-Z0-9_]*`)"),
+                ));
+            }
+            if label.starts_with("__") {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "`{label}`: names starting with `__` are reserved (the metric name \
+                         always leads the sort key)"
+                    ),
+                ));
+            }
+            if !seen.insert(label) {
+                return Err(invalid(field, format!("`{label}` is listed twice")));
+            }
+        }
+        if metrics.sort_labels.len() > 8 {
+            return Err(invalid(
+                "metrics.sort_labels",
+                "at most 8 sort labels (the sort key leads with the metric name)",
+            ));
+        }
+        if let Some(retention) = &self.retention {
+            retention.period_secs()?;
+            retention.schedule()?;
         }
         Ok(())
     }

@@ -182,6 +182,8 @@ pub fn split_metadata(index_uid: &IndexUid, split_id: &str) -> SplitMetadata {
         key_level: 0,
         sort_fields: None,
         tag_fields: None,
+        format: Default::default(),
+        num_series: None,
     }
 }
 

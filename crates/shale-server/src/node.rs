@@ -622,8 +622,8 @@ impl Node {
             }
             let storage = self.index_storage(&index)?;
             let ids: Vec<String> = staged
-                .into_iter()
-                .map(|split| split.split_metadata.split_id)
+                .iter()
+                .map(|split| split.split_metadata.split_id.clone())
                 .collect();
             // Mark first (only those still Staged): once marked, no late publish can
             // succeed, so deleting the objects is safe.
@@ -631,10 +631,10 @@ impl Node {
                 .metastore
                 .mark_staged_splits_for_deletion(&index.index_uid, &ids)
                 .await?;
-            for split_id in &ids {
-                storage
-                    .delete(&shale_types::split_object_key(split_id))
-                    .await?;
+            for split in &staged {
+                if ids.contains(&split.split_metadata.split_id) {
+                    storage.delete(&split.split_metadata.object_key()).await?;
+                }
             }
             self.metastore.delete_splits(&index.index_uid, &ids).await?;
             info!(index = %index.index_uid, count = ids.len(), "deleted staged splits left by a crash");

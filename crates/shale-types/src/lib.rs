@@ -11,8 +11,8 @@ mod split;
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
 pub use delete::{DeleteQuery, DeleteTask};
 pub use split::{
-    split_object_key, MergeKind, MergeScope, MergeTrigger, Split, SplitMaturity, SplitMetadata,
-    SplitState,
+    split_object_key, MergeKind, MergeScope, MergeTrigger, Split, SplitFormat, SplitMaturity,
+    SplitMetadata, SplitState,
 };
 
 use serde::{Deserialize, Serialize};

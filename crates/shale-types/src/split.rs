@@ -123,6 +123,31 @@ pub struct SplitMetadata {
     /// nothing about other fields. `None` for splits written before this was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag_fields: Option<Vec<String>>,
+    /// What the split object is: a Tantivy bundle (logs, traces) or a Parquet file of
+    /// samples (metrics).
+    #[serde(default, skip_serializing_if = "SplitFormat::is_tantivy")]
+    pub format: SplitFormat,
+    /// Metrics splits: the number of series (`num_docs` counts samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_series: Option<u64>,
+}
+
+/// The kind of object a split is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitFormat {
+    /// A Tantivy index bundle, `{split_id}.split` (documents).
+    #[default]
+    Tantivy,
+    /// A Parquet file of samples, `{split_id}.parquet` (metrics).
+    Parquet,
+}
+
+impl SplitFormat {
+    /// Whether this is the (default) Tantivy format.
+    pub fn is_tantivy(&self) -> bool {
+        *self == SplitFormat::Tantivy
+    }
 }
 
 fn is_zero(level: &u8) -> bool {
@@ -175,7 +200,10 @@ impl SplitMetadata {
 
     /// The object key of the split in the index's storage.
     pub fn object_key(&self) -> String {
-        split_object_key(&self.split_id)
+        match self.format {
+            SplitFormat::Tantivy => split_object_key(&self.split_id),
+            SplitFormat::Parquet => format!("{}.parquet", self.split_id),
+        }
     }
 }
 

@@ -356,6 +356,8 @@ fn parse_split(
         key_level,
         sort_fields: None,
         tag_fields: None,
+        format: Default::default(),
+        num_series: None,
     })
 }
 

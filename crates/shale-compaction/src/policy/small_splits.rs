@@ -94,6 +94,8 @@ mod tests {
             key_level: 0,
             sort_fields: None,
             tag_fields: None,
+            format: Default::default(),
+            num_series: None,
         }
     }
 

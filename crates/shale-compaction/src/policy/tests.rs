@@ -48,6 +48,8 @@ pub(crate) fn split(
         key_level: 0,
         sort_fields: None,
         tag_fields: None,
+        format: Default::default(),
+        num_series: None,
     }
 }
 

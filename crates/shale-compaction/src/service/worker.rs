@@ -480,6 +480,8 @@ fn output_metadata(
         // The inputs' layout carries over (their keys and tags are copied, not recomputed).
         sort_fields: common(prepared.inputs.iter().map(|s| &s.sort_fields)),
         tag_fields: common(prepared.inputs.iter().map(|s| &s.tag_fields)),
+        format: Default::default(),
+        num_series: None,
     }
 }
 

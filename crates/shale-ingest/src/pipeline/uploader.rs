@@ -73,6 +73,8 @@ impl Uploader {
                     key_level: 0,
                     sort_fields: sort_fields.clone(),
                     tag_fields: Some(tag_fields.clone()),
+                    format: Default::default(),
+                    num_series: None,
                 };
                 (meta, split.path)
             })

@@ -409,6 +409,8 @@ fn plan_over_a_live_index() {
             key_level: 0,
             sort_fields: None,
             tag_fields: None,
+            format: Default::default(),
+            num_series: None,
         },
     };
     let splits: Vec<Split> = (0..3)

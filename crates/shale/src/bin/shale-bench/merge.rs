@@ -144,6 +144,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 key_level: 0,
                 sort_fields: None,
                 tag_fields: None,
+                format: Default::default(),
+                num_series: None,
             });
             ids.push(split_id);
         }

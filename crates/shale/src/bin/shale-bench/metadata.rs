@@ -98,6 +98,8 @@ fn split(index: &shale_types::IndexUid, i: usize) -> SplitMetadata {
         key_level: 0,
         sort_fields: None,
         tag_fields: None,
+        format: Default::default(),
+        num_series: None,
     }
 }
 
