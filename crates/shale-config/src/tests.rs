@@ -971,6 +971,7 @@ fn invalid_metrics_settings_are_refused_naming_the_key() {
             "",
         ),
         ("metrics:\n  sort_label: [job]\n", "", "sort_label"),
+        ("retention:\n  period: 1 day\n", "doc_mapping", "missing"),
     ] {
         assert_invalid(&format!("{base}{tail}"), field, needle);
     }

@@ -116,6 +116,23 @@ impl IndexConfig {
     /// [validates](IndexConfig::validate) it. Errors name the offending field.
     pub fn parse(bytes: &[u8]) -> Result<IndexConfig, ConfigError> {
         let config: IndexConfig = deserialize_with_path(bytes)?;
+        // `doc_mapping` may be left out only by a metrics index.
+        #[derive(serde::Deserialize)]
+        struct Sections {
+            doc_mapping: Option<serde::de::IgnoredAny>,
+            metrics: Option<serde::de::IgnoredAny>,
+        }
+        if let Ok(Sections {
+            doc_mapping: None,
+            metrics: None,
+        }) = deserialize_with_path::<Sections>(bytes)
+        {
+            return Err(invalid(
+                "doc_mapping",
+                "missing: an index of documents needs a doc mapping (a metrics index has a \
+                 `metrics` section instead)",
+            ));
+        }
         config.validate()?;
         Ok(config)
     }

@@ -84,6 +84,10 @@ pub enum IngestError {
     /// metastore within its lease): nothing was appended.
     #[error("this node cannot confirm the delete history with the metastore ({0}); nothing was ingested, retry later")]
     DeletesUnconfirmed(String),
+    /// The request does not fit the index (documents sent to a metrics index, samples to a
+    /// documents index): nothing was ingested.
+    #[error("{0}")]
+    WrongIndexKind(String),
     /// The shard is not (or no longer) open on this node: try another one.
     #[error("shard `{0}` is not open on this node")]
     ShardNotOpen(String),
@@ -309,6 +313,13 @@ pub fn pipeline_params(
             .heap_size_bytes()
             .map_err(|err| shale_index::IndexError::InvalidArgument(err.to_string()))?
             .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
+        metrics: config
+            .metrics
+            .as_ref()
+            .map(|metrics| crate::pipeline::MetricsParams {
+                sort_labels: metrics.sort_labels.clone(),
+                bucket_secs: metrics.time_bucket_secs(),
+            }),
     })
 }
 
@@ -701,7 +712,7 @@ impl IngestRouter {
             *rates.1.entry(key.index_uid.to_string()).or_default() += bytes;
         }
         let pipeline = &served.pipeline;
-        if let Some((first_position, _)) = positions {
+        if let (Some((first_position, _)), false) = (positions, parsed.is_empty()) {
             pipeline.offer_parsed(PreParsed {
                 first_position,
                 docs: parsed,

@@ -11,6 +11,7 @@ pub mod otlp;
 mod reader;
 pub mod remote_write;
 mod split;
+pub mod wal;
 
 pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
 pub use matcher::{MatchOp, Matcher};

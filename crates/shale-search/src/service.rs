@@ -285,6 +285,12 @@ impl SearchService {
             }
             Err(err) => return Err(SearchError::Metastore(err)),
         };
+        if index.index_config.metrics.is_some() {
+            return Err(SearchError::InvalidRequest(format!(
+                "`{index_id}` is a metrics index: query it with PromQL at \
+                 /prometheus/{index_id}/api/v1/query"
+            )));
+        }
         let prepared = self
             .leaf
             .prepare(&index, request)

@@ -129,6 +129,9 @@ async fn resolve_indexes(
         .await
         .map_err(|err| EsError::from(ApiError::from(err)))?;
     let expression = expression.unwrap_or("").trim();
+    // Wildcards and `_all` expand to document indexes only: a metrics index is searched
+    // with PromQL (named explicitly, it gets that answer).
+    let documents = |i: &&IndexMetadata| i.index_config.metrics.is_none();
     let mut include: BTreeSet<String> = BTreeSet::new();
     let mut exclude: Vec<String> = Vec::new();
     let terms: Vec<&str> = expression
@@ -137,7 +140,11 @@ async fn resolve_indexes(
         .filter(|t| !t.is_empty())
         .collect();
     if terms.is_empty() {
-        include.extend(all.iter().map(|i| i.index_id().to_string()));
+        include.extend(
+            all.iter()
+                .filter(documents)
+                .map(|i| i.index_id().to_string()),
+        );
     }
     for term in terms {
         if let Some(excluded) = term.strip_prefix('-') {
@@ -145,10 +152,15 @@ async fn resolve_indexes(
             continue;
         }
         if term == "_all" || term == "*" {
-            include.extend(all.iter().map(|i| i.index_id().to_string()));
+            include.extend(
+                all.iter()
+                    .filter(documents)
+                    .map(|i| i.index_id().to_string()),
+            );
         } else if term.contains('*') {
             include.extend(
                 all.iter()
+                    .filter(documents)
                     .map(IndexMetadata::index_id)
                     .filter(|id| glob_match(term, id))
                     .map(str::to_string),

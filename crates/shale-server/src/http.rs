@@ -107,6 +107,7 @@ impl From<IngestError> for ApiError {
     fn from(err: IngestError) -> Self {
         match err {
             IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
+            IngestError::WrongIndexKind(_) => ApiError::bad_request(err.to_string()),
             IngestError::RateLimited(_) => ApiError::too_many_requests(err.to_string()),
             IngestError::NoShardAvailable { .. } | IngestError::DeletesUnconfirmed(_) => ApiError {
                 retry_after_secs: Some(RETRY_AFTER_SECS),
@@ -175,7 +176,11 @@ pub struct AppState {
 
 /// The REST router, with its middleware.
 pub fn router(node: Arc<Node>) -> Router {
-    with_middleware(routes(node))
+    let state = AppState { node: node.clone() };
+    // Remote-write bodies are snappy: those routes are outside the gzip decompression.
+    with_middleware(routes(node)).merge(crate::prometheus::write_routes().with_state(state).layer(
+        tower_http::catch_panic::CatchPanicLayer::custom(panic_response),
+    ))
 }
 
 /// The middleware every route runs under: a panic while handling a request becomes a JSON

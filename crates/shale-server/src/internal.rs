@@ -3,7 +3,7 @@
 //!
 //! | call | what |
 //! |---|---|
-//! | `POST /internal/v1/shards/ingest?index_uid&source_id&shard_id&commit` | append NDJSON documents to a shard this node hosts; 409 if it is not open here |
+//! | `POST /internal/v1/shards/ingest?index_uid&source_id&shard_id&commit[&format=samples]` | append NDJSON documents (or length-prefixed metrics records) to a shard this node hosts; 409 if it is not open here |
 //! | `POST /internal/v1/control/round` | the leader runs a control round now (allocates shards) |
 //! | `POST /internal/v1/search/leaf` | search some splits for another node's search |
 //! | `POST /internal/v1/search/docs` | fetch documents of splits for another node's search |
@@ -81,6 +81,25 @@ async fn check_secret(State(state): State<AppState>, request: Request, next: Nex
     next.run(request).await
 }
 
+/// The records of a `format=samples` body: each after its length (4 bytes little-endian).
+fn length_prefixed_records(body: &Bytes) -> Result<Vec<Bytes>, ApiError> {
+    let mut records = Vec::new();
+    let mut pos = 0;
+    while pos < body.len() {
+        let len = body
+            .get(pos..pos + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| ApiError::bad_request("truncated record length"))?;
+        let end = pos + 4 + len;
+        if end > body.len() {
+            return Err(ApiError::bad_request("truncated record"));
+        }
+        records.push(body.slice(pos + 4..end));
+        pos = end;
+    }
+    Ok(records)
+}
+
 async fn shard_ingest(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
@@ -100,11 +119,16 @@ async fn shard_ingest(
         source_id: get("source_id")?,
         shard_id: get("shard_id")?,
     };
-    let docs = ndjson_docs(&body);
+    let samples = params.get("format").is_some_and(|f| f == "samples");
+    let docs = if samples {
+        length_prefixed_records(&body)?
+    } else {
+        ndjson_docs(&body)
+    };
     match state
         .node
         .dispatcher
-        .ingest_into_local_shard(&key, docs, commit)
+        .ingest_into_local_shard(&key, docs, samples, commit)
         .await
     {
         Ok(outcome) => Ok(Json(json!({
@@ -288,19 +312,26 @@ impl InternalClient {
         Ok(value)
     }
 
-    /// Appends documents (NDJSON lines, already validated) to `shard` on the node at
+    /// Appends documents (NDJSON lines, already validated) — or with `samples`, metrics
+    /// records (each after its length as 4 bytes little-endian) — to `shard` on the node at
     /// `address`, waiting as `commit` says.
     pub async fn ingest(
         &self,
         address: &str,
         shard: &ShardKey,
         docs: &[Bytes],
+        samples: bool,
         commit: CommitMode,
     ) -> Result<(), IngestError> {
-        let mut body = Vec::with_capacity(docs.iter().map(|d| d.len() + 1).sum());
+        let mut body = Vec::with_capacity(docs.iter().map(|d| d.len() + 4).sum());
         for doc in docs {
-            body.extend_from_slice(doc);
-            body.push(b'\n');
+            if samples {
+                body.extend_from_slice(&(doc.len() as u32).to_le_bytes());
+                body.extend_from_slice(doc);
+            } else {
+                body.extend_from_slice(doc);
+                body.push(b'\n');
+            }
         }
         let commit_name = match commit {
             CommitMode::Auto => "auto",
@@ -308,10 +339,11 @@ impl InternalClient {
             CommitMode::Force => "force",
         };
         let path = format!(
-            "/internal/v1/shards/ingest?index_uid={}&source_id={}&shard_id={}&commit={commit_name}",
+            "/internal/v1/shards/ingest?index_uid={}&source_id={}&shard_id={}&commit={commit_name}{}",
             encode(&shard.index_uid.to_string()),
             encode(&shard.source_id),
             encode(&shard.shard_id),
+            if samples { "&format=samples" } else { "" },
         );
         let timeout = if commit == CommitMode::Auto {
             SHORT_CALL

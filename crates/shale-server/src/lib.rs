@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod node;
 pub mod otlp;
 pub mod otlp_api;
+pub mod prometheus;
 pub mod routing;
 
 pub use data_dir::DataDirLock;

@@ -4,7 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_gauge, register_int_gauge_vec, Encoder, Gauge, IntGaugeVec, TextEncoder,
+    register_gauge, register_int_counter_vec, register_int_gauge_vec, Encoder, Gauge,
+    IntCounterVec, IntGaugeVec, TextEncoder,
 };
 use shale_types::SplitState;
 
@@ -54,6 +55,26 @@ static RANGE_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+/// Metric samples accepted, by protocol (`remote_write`, `otlp`).
+pub(crate) static METRIC_SAMPLES_INGESTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "shale_metric_samples_ingested_total",
+        "Samples accepted into metrics indexes, by protocol.",
+        &["protocol"]
+    )
+    .expect("metric registered once")
+});
+
+/// Metric samples (or OTLP data points) refused, by protocol.
+pub(crate) static METRIC_SAMPLES_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "shale_metric_samples_refused_total",
+        "Series, native histogram samples (remote write) or data points (OTLP) that could not be stored, by protocol.",
+        &["protocol"]
+    )
+    .expect("metric registered once")
+});
+
 /// Registers every metric of the node, so a scrape shows them all from the start.
 pub fn register_all() {
     LazyLock::force(&SPLIT_CACHE);
@@ -61,6 +82,8 @@ pub fn register_all() {
     LazyLock::force(&SPLITS_BY_STATE);
     LazyLock::force(&SPLITS_BY_SCOPE);
     LazyLock::force(&WRITE_AMPLIFICATION);
+    LazyLock::force(&METRIC_SAMPLES_INGESTED);
+    LazyLock::force(&METRIC_SAMPLES_REFUSED);
     shale_ingest::metrics::register();
     shale_compaction::service::metrics::register();
     shale_search::register_metrics();

@@ -576,11 +576,15 @@ impl Node {
         self.compaction.stop();
     }
 
-    /// Creates the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`) that do not
-    /// exist yet, as Quickwit does at start. Idempotent: an index created meanwhile by another
+    /// Creates the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`, and the
+    /// metrics index `otel-metrics-v0_9`) that do not exist yet, as Quickwit does at start. Idempotent: an index created meanwhile by another
     /// node is fine. Their shards come with the next control round.
     async fn create_otel_indexes(&self) -> Result<(), NodeError> {
-        for signal in [crate::otlp::Signal::Logs, crate::otlp::Signal::Traces] {
+        for signal in [
+            crate::otlp::Signal::Logs,
+            crate::otlp::Signal::Traces,
+            crate::otlp::Signal::Metrics,
+        ] {
             let index_id = signal.default_index_id();
             match self.metastore.index_metadata(index_id).await {
                 Ok(_) => continue,
@@ -726,6 +730,18 @@ impl Node {
         }
     }
 
+    /// Ingests metrics records (`shale_metrics::wal`) into the metrics index `index_id`.
+    pub async fn ingest_samples(
+        &self,
+        index_id: &str,
+        records: Vec<bytes::Bytes>,
+        commit: shale_ingest::CommitMode,
+    ) -> Result<(), shale_ingest::IngestError> {
+        self.dispatcher
+            .ingest_samples(index_id, records, commit)
+            .await
+    }
+
     /// Creates `index_id` from the index template its id matches (the highest priority),
     /// if any. True when the index exists afterwards (created here or concurrently).
     pub async fn create_index_from_template(&self, index_id: &str) -> Result<bool, NodeError> {
@@ -840,6 +856,12 @@ impl Node {
         delete_query: DeleteQuery,
     ) -> Result<DeleteTask, NodeError> {
         let index = self.metastore.index_metadata(index_id).await?;
+        if index.index_config.metrics.is_some() {
+            return Err(NodeError::InvalidRequest(format!(
+                "`{index_id}` is a metrics index: delete tasks apply to documents; expire \
+                 samples with a retention policy"
+            )));
+        }
         if let (Some(start), Some(end)) = (delete_query.start_timestamp, delete_query.end_timestamp)
         {
             if start >= end {
@@ -921,6 +943,12 @@ impl Node {
         request: shale_metastore::CompactionRequest,
     ) -> Result<shale_metastore::Compaction, NodeError> {
         let index = self.metastore.index_metadata(index_id).await?;
+        if index.index_config.metrics.is_some() {
+            return Err(NodeError::InvalidRequest(format!(
+                "`{index_id}` is a metrics index: manual compaction of metrics splits is not \
+                 available yet"
+            )));
+        }
         if let (Some(start), Some(end)) = (request.start_timestamp, request.end_timestamp) {
             if start >= end {
                 return Err(NodeError::InvalidRequest(format!(

@@ -1,11 +1,14 @@
 //! OpenTelemetry (OTLP) ingest, as Quickwit offers it: the configs of the `otel-logs-v0_9` and
-//! `otel-traces-v0_9` indexes, the decoding of OTLP export requests (protobuf or OTLP/JSON),
+//! `otel-traces-v0_9` indexes (and of the metrics index `otel-metrics-v0_9`), the decoding of OTLP export requests (protobuf or OTLP/JSON),
 //! their conversion into those indexes' JSON documents (Quickwit's field names and values), and
 //! the export responses. Pure functions: the HTTP handlers are in [`crate::otlp_api`].
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -22,6 +25,22 @@ use shale_config::{ConfigError, IndexConfig};
 
 /// The index OTLP logs go to by default (Quickwit's).
 pub const OTEL_LOGS_INDEX_ID: &str = "otel-logs-v0_9";
+/// The index OTLP metrics, Prometheus remote write and the Prometheus API use by default.
+pub const OTEL_METRICS_INDEX_ID: &str = "otel-metrics-v0_9";
+
+/// The `otel-metrics-v0_9` index config: a metrics index sorted by job and instance (what
+/// OTLP's `service.namespace`/`service.name` and `service.instance.id` become), committed
+/// every 10 s so that samples are queryable soon after they arrive.
+const OTEL_METRICS_INDEX_CONFIG: &str = r#"
+version: 0.9
+index_id: otel-metrics-v0_9
+metrics:
+  sort_labels: [job, instance]
+  time_bucket: 15m
+indexing_settings:
+  commit_timeout_secs: 10
+"#;
+
 /// The index OTLP traces go to by default (Quickwit's).
 pub const OTEL_TRACES_INDEX_ID: &str = "otel-traces-v0_9";
 
@@ -224,6 +243,8 @@ pub enum Signal {
     Logs,
     /// Spans (`ExportTraceServiceRequest`).
     Traces,
+    /// Metric data points (`ExportMetricsServiceRequest`), into a metrics index.
+    Metrics,
 }
 
 impl Signal {
@@ -232,6 +253,7 @@ impl Signal {
         match self {
             Signal::Logs => OTEL_LOGS_INDEX_ID,
             Signal::Traces => OTEL_TRACES_INDEX_ID,
+            Signal::Metrics => OTEL_METRICS_INDEX_ID,
         }
     }
 
@@ -240,6 +262,7 @@ impl Signal {
         match self {
             Signal::Logs => "qw-otel-logs-index",
             Signal::Traces => "qw-otel-traces-index",
+            Signal::Metrics => "qw-otel-metrics-index",
         }
     }
 
@@ -248,6 +271,7 @@ impl Signal {
         IndexConfig::parse(match self {
             Signal::Logs => OTEL_LOGS_INDEX_CONFIG.as_bytes(),
             Signal::Traces => OTEL_TRACES_INDEX_CONFIG.as_bytes(),
+            Signal::Metrics => OTEL_METRICS_INDEX_CONFIG.as_bytes(),
         })
     }
 
@@ -256,6 +280,7 @@ impl Signal {
         match self {
             Signal::Logs => "logs",
             Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
         }
     }
 
@@ -264,6 +289,7 @@ impl Signal {
         match self {
             Signal::Logs => "log record",
             Signal::Traces => "span",
+            Signal::Metrics => "data point",
         }
     }
 
@@ -272,6 +298,7 @@ impl Signal {
         match self {
             Signal::Logs => "ExportLogsServiceRequest",
             Signal::Traces => "ExportTraceServiceRequest",
+            Signal::Metrics => "ExportMetricsServiceRequest",
         }
     }
 }
@@ -400,7 +427,33 @@ pub fn decode_documents(
         (Signal::Traces, Encoding::Json) => {
             span_documents(serde_json::from_slice(body).map_err(|e| decode_error(e.to_string()))?)
         }
+        (Signal::Metrics, _) => {
+            return Err(decode_error(
+                "metrics are decoded with `decode_metrics`".to_string(),
+            ))
+        }
     })
+}
+
+/// Decodes an OTLP metrics export request and translates it into Prometheus series (as
+/// Prometheus's own OTLP receiver names and labels them).
+pub fn decode_metrics(
+    encoding: Encoding,
+    body: &[u8],
+) -> Result<shale_metrics::otlp::OtlpSeries, OtlpError> {
+    let decode_error = |reason: String| OtlpError::Decode {
+        signal: Signal::Metrics.name(),
+        encoding: encoding.name(),
+        message: Signal::Metrics.request_message(),
+        reason,
+    };
+    let request: ExportMetricsServiceRequest = match encoding {
+        Encoding::Protobuf => {
+            ExportMetricsServiceRequest::decode(body).map_err(|e| decode_error(e.to_string()))?
+        }
+        Encoding::Json => serde_json::from_slice(body).map_err(|e| decode_error(e.to_string()))?,
+    };
+    Ok(shale_metrics::otlp::translate(&request))
 }
 
 /// The export response of `signal` in `encoding`: a partial success when records were
@@ -428,6 +481,15 @@ pub fn encode_response(
             &ExportTraceServiceResponse {
                 partial_success: partial.then(|| ExportTracePartialSuccess {
                     rejected_spans: rejected,
+                    error_message: error_message.to_string(),
+                }),
+            },
+        ),
+        Signal::Metrics => encode(
+            encoding,
+            &ExportMetricsServiceResponse {
+                partial_success: partial.then(|| ExportMetricsPartialSuccess {
+                    rejected_data_points: rejected,
                     error_message: error_message.to_string(),
                 }),
             },

@@ -1,6 +1,8 @@
-//! The OTLP/HTTP endpoints, at Quickwit's paths: `POST /api/v1/otlp/v1/logs|traces` (into the
-//! index named by the `qw-otel-logs-index` / `qw-otel-traces-index` header, else
-//! `otel-logs-v0_9` / `otel-traces-v0_9`) and `POST /api/v1/{index_id}/otlp/v1/logs|traces`.
+//! The OTLP/HTTP endpoints, at Quickwit's paths: `POST /api/v1/otlp/v1/logs|traces|metrics`
+//! (into the index named by the `qw-otel-logs-index` / `qw-otel-traces-index` /
+//! `qw-otel-metrics-index` header, else `otel-logs-v0_9` / `otel-traces-v0_9` /
+//! `otel-metrics-v0_9`) and `POST /api/v1/{index_id}/otlp/v1/logs|traces|metrics`. Metrics
+//! become Prometheus series in a metrics index (see `shale_metrics::otlp`).
 //! Bodies are protobuf or OTLP/JSON (gzip or not); the documents go through the normal ingest
 //! path (`commit=` as for `/ingest`); the response is in the request's encoding.
 
@@ -14,7 +16,7 @@ use axum::routing::post;
 use axum::Router;
 
 use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
-use crate::otlp::{decode_documents, encode_response, Encoding, Signal};
+use crate::otlp::{decode_documents, decode_metrics, encode_response, Encoding, Signal};
 
 /// The OTLP/HTTP routes.
 pub fn routes() -> Router<AppState> {
@@ -23,6 +25,35 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/otlp/v1/traces", post(default_traces))
         .route("/api/v1/{index_id}/otlp/v1/logs", post(index_logs))
         .route("/api/v1/{index_id}/otlp/v1/traces", post(index_traces))
+        .route("/api/v1/otlp/v1/metrics", post(default_metrics))
+        .route("/api/v1/{index_id}/otlp/v1/metrics", post(index_metrics))
+}
+
+async fn default_metrics(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(state, Signal::Metrics, None, params, headers, body).await
+}
+
+async fn index_metrics(
+    State(state): State<AppState>,
+    Path(index_id): Path<String>,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    export(
+        state,
+        Signal::Metrics,
+        Some(index_id),
+        params,
+        headers,
+        body,
+    )
+    .await
 }
 
 async fn default_logs(
@@ -117,6 +148,9 @@ async fn export(
         .map_err(|err| ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, err.to_string()))?;
     let _admitted = admit_ingest(&state, &headers)?;
     let body = read_body(&state, &headers, body).await?;
+    if signal == Signal::Metrics {
+        return export_metrics(state, &index_id, encoding, commit, body).await;
+    }
     let now_nanos =
         u64::try_from(time::OffsetDateTime::now_utc().unix_timestamp_nanos()).unwrap_or_default();
     // Decoding and converting a large request is CPU work: off the async workers.
@@ -143,5 +177,51 @@ async fn export(
     }
     let response = encode_response(signal, encoding, num_rejected, &messages.join("; "))
         .map_err(|err| ApiError::internal(err.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, encoding.content_type())], response).into_response())
+}
+
+/// Bytes of samples per WAL record.
+const RECORD_TARGET_BYTES: usize = 1 << 20;
+
+/// An OTLP metrics export: the data points become Prometheus series (as Prometheus's OTLP
+/// receiver names them) in the metrics index `index_id`; points that cannot be stored are
+/// counted in the response's partial success, with why.
+async fn export_metrics(
+    state: AppState,
+    index_id: &str,
+    encoding: Encoding,
+    commit: shale_ingest::CommitMode,
+    body: bytes::Bytes,
+) -> Result<Response, ApiError> {
+    let (translated, records) = tokio::task::spawn_blocking(move || {
+        decode_metrics(encoding, &body).map(|translated| {
+            let records: Vec<bytes::Bytes> =
+                shale_metrics::wal::encode_records(&translated.series, RECORD_TARGET_BYTES)
+                    .into_iter()
+                    .map(bytes::Bytes::from)
+                    .collect();
+            (translated, records)
+        })
+    })
+    .await
+    .map_err(|err| ApiError::internal(format!("the OTLP conversion failed: {err}")))?
+    .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    if !records.is_empty() {
+        state.node.ingest_samples(index_id, records, commit).await?;
+    }
+    let samples: u64 = translated.series.iter().map(|(_, s)| s.len() as u64).sum();
+    crate::metrics::METRIC_SAMPLES_INGESTED
+        .with_label_values(&["otlp"])
+        .inc_by(samples);
+    crate::metrics::METRIC_SAMPLES_REFUSED
+        .with_label_values(&["otlp"])
+        .inc_by(translated.rejected_points);
+    let response = encode_response(
+        Signal::Metrics,
+        encoding,
+        translated.rejected_points,
+        &translated.reasons.join("; "),
+    )
+    .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(([(header::CONTENT_TYPE, encoding.content_type())], response).into_response())
 }

@@ -27,6 +27,17 @@ use tracing::{debug, warn};
 
 use crate::internal::InternalClient;
 
+/// What a delivery carries besides the WAL records.
+enum Payload {
+    /// JSON documents, validated with `doc_mapper` (and parsed, for the first local attempt).
+    Docs {
+        doc_mapper: Arc<DocMapper>,
+        parsed: Option<Vec<shale_index::ParsedDoc>>,
+    },
+    /// Metrics records.
+    Samples,
+}
+
 /// Routes ingest requests to shards.
 pub struct IngestDispatcher {
     metastore: Arc<dyn Metastore>,
@@ -178,8 +189,52 @@ impl IngestDispatcher {
         commit: CommitMode,
     ) -> Result<IngestOutcome, IngestError> {
         let index = self.index(index_id).await?;
+        if index.index_config.metrics.is_some() {
+            return Err(IngestError::WrongIndexKind(format!(
+                "`{index_id}` is a metrics index: it takes samples (Prometheus remote write at \
+                 /prometheus/{index_id}/api/v1/write, OTLP metrics), not documents"
+            )));
+        }
         let doc_mapper = self.doc_mapper(&index)?;
         let validated = validate(doc_mapper.clone(), docs).await?;
+        let payload = Payload::Docs {
+            doc_mapper,
+            parsed: Some(validated.parsed),
+        };
+        self.deliver(index_id, index, &validated.raw, payload, commit)
+            .await?;
+        Ok(validated.outcome)
+    }
+
+    /// Hands metrics records (see `shale_metrics::wal`) to a shard of the metrics index
+    /// `index_id`.
+    pub async fn ingest_samples(
+        &self,
+        index_id: &str,
+        records: Vec<Bytes>,
+        commit: CommitMode,
+    ) -> Result<(), IngestError> {
+        let index = self.index(index_id).await?;
+        if index.index_config.metrics.is_none() {
+            return Err(IngestError::WrongIndexKind(format!(
+                "`{index_id}` is not a metrics index: samples go to an index whose config has \
+                 a `metrics` section"
+            )));
+        }
+        self.deliver(index_id, index, &records, Payload::Samples, commit)
+            .await
+    }
+
+    /// Hands validated records to a shard of `index`: this node's first, else the next open
+    /// one; a shard that refuses before anything reached its WAL passes them to the next.
+    async fn deliver(
+        &self,
+        index_id: &str,
+        index: IndexMetadata,
+        raw: &[Bytes],
+        mut payload: Payload,
+        commit: CommitMode,
+    ) -> Result<(), IngestError> {
         let mut candidates = self.candidates(&index).await;
         if candidates.is_empty() {
             self.allocate().await?;
@@ -195,35 +250,11 @@ impl IngestDispatcher {
             });
         }
         let me = self.membership.identity().node_id.clone();
-        let mut parsed = Some(validated.parsed);
         let mut last_error = String::new();
         for shard in &candidates {
             let attempt = if shard.node_id == me {
-                // The parsed documents go to the first local attempt; a retry re-parses.
-                let docs = match parsed.take() {
-                    Some(docs) => docs,
-                    None => {
-                        validate(doc_mapper.clone(), validated.raw.clone())
-                            .await?
-                            .parsed
-                    }
-                };
-                // The records carry the mapping they were validated with: they are indexed
-                // with it, even if the shard's pipeline moved to a newer one meanwhile.
-                match self.ensure_local_shard(&shard.key).await {
-                    Ok(_) => {
-                        self.router
-                            .append(
-                                &shard.key,
-                                &validated.raw,
-                                docs,
-                                &doc_mapper.doc_mapping().doc_mapping_uid,
-                                commit,
-                            )
-                            .await
-                    }
-                    Err(err) => Err(err),
-                }
+                self.append_locally(&shard.key, raw, &mut payload, commit)
+                    .await
             } else {
                 let address = self
                     .membership
@@ -233,18 +264,26 @@ impl IngestDispatcher {
                 match address {
                     Some(address) => {
                         self.client
-                            .ingest(&address, &shard.key, &validated.raw, commit)
+                            .ingest(
+                                &address,
+                                &shard.key,
+                                raw,
+                                matches!(payload, Payload::Samples),
+                                commit,
+                            )
                             .await
                     }
                     None => Err(IngestError::ShardNotOpen(shard.key.queue_name())),
                 }
             };
             match attempt {
-                Ok(()) => return Ok(validated.outcome),
+                Ok(()) => return Ok(()),
                 // Limits and bad input are the answer; other failures try the next shard.
-                Err(err @ (IngestError::RateLimited(_) | IngestError::IndexNotFound(_))) => {
-                    return Err(err)
-                }
+                Err(
+                    err @ (IngestError::RateLimited(_)
+                    | IngestError::IndexNotFound(_)
+                    | IngestError::WrongIndexKind(_)),
+                ) => return Err(err),
                 // The documents are (or may be) in that shard's WAL: never send them to another
                 // shard, they would be indexed twice.
                 Err(err) if !err.nothing_appended() => return Err(err),
@@ -264,16 +303,77 @@ impl IngestDispatcher {
         })
     }
 
+    /// Appends records to the shard `key` of this node.
+    async fn append_locally(
+        &self,
+        key: &ShardKey,
+        raw: &[Bytes],
+        payload: &mut Payload,
+        commit: CommitMode,
+    ) -> Result<(), IngestError> {
+        let shard_mapper = self.ensure_local_shard(key).await?;
+        match payload {
+            Payload::Docs { doc_mapper, parsed } => {
+                // The parsed documents go to the first local attempt; a retry re-parses.
+                let docs = match parsed.take() {
+                    Some(docs) => docs,
+                    None => validate(doc_mapper.clone(), raw.to_vec()).await?.parsed,
+                };
+                // The records carry the mapping they were validated with: they are indexed
+                // with it, even if the shard's pipeline moved to a newer one meanwhile.
+                self.router
+                    .append(
+                        key,
+                        raw,
+                        docs,
+                        &doc_mapper.doc_mapping().doc_mapping_uid,
+                        commit,
+                    )
+                    .await
+            }
+            Payload::Samples => {
+                let uid = shard_mapper.doc_mapping().doc_mapping_uid.clone();
+                self.router.append(key, raw, Vec::new(), &uid, commit).await
+            }
+        }
+    }
+
     /// The internal API's side: appends validated documents to a shard this node hosts,
     /// serving it first if the shards table says it is this node's and open (it was just
-    /// allocated).
+    /// allocated). With `samples`, the records are metrics records, appended as they are.
     pub async fn ingest_into_local_shard(
         &self,
         key: &ShardKey,
         docs: Vec<Bytes>,
+        samples: bool,
         commit: CommitMode,
     ) -> Result<IngestOutcome, IngestError> {
         let doc_mapper = self.ensure_local_shard(key).await?;
+        let index = self.index(&key.index_uid.index_id).await?;
+        if index.index_config.metrics.is_some() != samples {
+            return Err(IngestError::WrongIndexKind(format!(
+                "index `{}` does not take {}",
+                key.index_uid.index_id,
+                if samples { "samples" } else { "documents" }
+            )));
+        }
+        if samples {
+            let num = docs.len();
+            self.router
+                .append(
+                    key,
+                    &docs,
+                    Vec::new(),
+                    &doc_mapper.doc_mapping().doc_mapping_uid,
+                    commit,
+                )
+                .await?;
+            return Ok(IngestOutcome {
+                results: vec![None; num],
+                num_ingested: num,
+                num_rejected: 0,
+            });
+        }
         let validated = validate(doc_mapper.clone(), docs).await?;
         self.router
             .append(

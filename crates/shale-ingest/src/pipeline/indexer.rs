@@ -2,6 +2,9 @@
 //! splits being built — one Tantivy builder per partition, and for a locality index per time
 //! bucket too (a batch that straddles a bucket boundary gives a split on each side) — and
 //! finishes them into split bundles when the batch is cut.
+//!
+//! A metrics index's records are batches of samples ([`shale_metrics::wal`]): they go to one
+//! Parquet writer per time bucket, finished into `.parquet` splits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -10,7 +13,8 @@ use std::time::Duration;
 
 use shale_config::OTHER_PARTITION_ID;
 use shale_index::{BuiltSplit, DocMapper, ParsedDoc, SplitBuilder};
-use shale_types::PartitionId;
+use shale_metrics::MetricsSplitWriter;
+use shale_types::{PartitionId, SplitFormat};
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -41,6 +45,11 @@ pub(super) struct Batch {
     /// The doc mapper of the batch's documents.
     pub(super) doc_mapper: Arc<DocMapper>,
     builders: BTreeMap<(PartitionId, Option<i64>), SplitBuilder>,
+    /// Metrics indexes: one Parquet writer per time bucket (start in ms), and its sort labels.
+    metrics: BTreeMap<i64, MetricsSplitWriter>,
+    /// Metrics indexes: the fields of the splits' sort keys (`__name__`, the sort labels,
+    /// `__series_id__`).
+    metrics_sort_fields: Vec<String>,
     /// The partitions of `builders` (capped at `max_num_partitions`).
     partitions: BTreeSet<PartitionId>,
     /// Documents added.
@@ -52,12 +61,23 @@ pub(super) struct Batch {
     scratch: tempfile::TempDir,
 }
 
+/// A finished split of a batch.
+pub(super) struct FinishedSplit {
+    pub(super) partition_id: PartitionId,
+    pub(super) built: BuiltSplit,
+    pub(super) format: SplitFormat,
+    /// Metrics splits: the number of series.
+    pub(super) num_series: Option<u64>,
+    /// Metrics splits: the fields of their sort keys (Tantivy splits: the mapping's).
+    pub(super) sort_fields: Option<Vec<String>>,
+}
+
 /// A cut batch: its split bundles (empty partitions left out), the last WAL position it
 /// covers, and the scratch directory holding the bundles.
 pub(super) struct FinishedBatch {
     /// The doc mapper the splits were built with.
     pub(super) doc_mapper: Arc<DocMapper>,
-    pub(super) splits: Vec<(PartitionId, BuiltSplit)>,
+    pub(super) splits: Vec<FinishedSplit>,
     pub(super) last_position: u64,
     pub(super) scratch: tempfile::TempDir,
 }
@@ -71,7 +91,13 @@ pub(super) struct Indexer {
     pub(super) max_num_partitions: u32,
     pub(super) writer_heap_bytes: usize,
     pub(super) writer_threads: usize,
+    /// Set for a metrics index.
+    pub(super) metrics: Option<super::MetricsParams>,
 }
+
+/// Most metric names recorded as tags of a split; beyond, the split is tagged `__name__!`
+/// (it may hold any name) and pruning by name falls to the row groups' bloom filters.
+const MAX_METRIC_NAME_TAGS: usize = 1000;
 
 impl Indexer {
     /// An empty batch of documents of `doc_mapper`'s mapping, due after the commit timeout.
@@ -80,6 +106,8 @@ impl Indexer {
         Ok(Batch {
             doc_mapper,
             builders: BTreeMap::new(),
+            metrics: BTreeMap::new(),
+            metrics_sort_fields: Vec::new(),
             partitions: BTreeSet::new(),
             num_docs: 0,
             last_position: 0,
@@ -99,6 +127,9 @@ impl Indexer {
         mut batch: Batch,
         records: Vec<(u64, Record)>,
     ) -> Result<Batch, StepError> {
+        if let Some(metrics) = &self.metrics {
+            return self.add_samples(batch, records, metrics.clone()).await;
+        }
         let doc_mapper = batch.doc_mapper.clone();
         let dead_letters = self.dead_letters.clone();
         let max_partitions = self.max_num_partitions.max(1) as usize;
@@ -163,33 +194,168 @@ impl Indexer {
         .await?
     }
 
+    /// Adds metrics records (batches of samples) to the batch's writers, one per time
+    /// bucket, off the async runtime. A record that does not decode is kept in the dead
+    /// letters.
+    async fn add_samples(
+        &self,
+        mut batch: Batch,
+        records: Vec<(u64, Record)>,
+        params: super::MetricsParams,
+    ) -> Result<Batch, StepError> {
+        let dead_letters = self.dead_letters.clone();
+        batch.metrics_sort_fields = std::iter::once(shale_metrics::METRIC_NAME_LABEL)
+            .chain(params.sort_labels.iter().map(String::as_str))
+            .chain([shale_metrics::SERIES_ID_COLUMN])
+            .map(str::to_string)
+            .collect();
+        tokio::task::spawn_blocking(move || -> Result<Batch, StepError> {
+            for (position, record) in records {
+                batch.last_position = position;
+                let Record::Raw(payload) = record else {
+                    continue; // never handed over parsed
+                };
+                let payload = crate::opstamps::decode_record(&payload).json;
+                let series = match shale_metrics::wal::decode_record(payload) {
+                    Ok(series) => series,
+                    Err(err) => {
+                        dead_letters.keep(position, payload, &err.to_string())?;
+                        continue;
+                    }
+                };
+                for (labels, samples) in series {
+                    let mut samples = samples.into_iter().peekable();
+                    while let Some(first) = samples.peek() {
+                        let bucket =
+                            shale_metrics::bucket_start_ms(first.timestamp_ms, params.bucket_secs);
+                        let end = bucket + (params.bucket_secs * 1000) as i64;
+                        let mut run = Vec::new();
+                        while let Some(sample) =
+                            samples.next_if(|s| s.timestamp_ms >= bucket && s.timestamp_ms < end)
+                        {
+                            run.push(sample);
+                        }
+                        batch.num_docs += run.len() as u64;
+                        batch
+                            .metrics
+                            .entry(bucket)
+                            .or_insert_with(|| MetricsSplitWriter::new(params.sort_labels.clone()))
+                            .add(&labels, run);
+                    }
+                }
+            }
+            Ok(batch)
+        })
+        .await?
+    }
+
     /// Finishes every builder of the batch into a split bundle.
     pub(super) async fn finish(batch: Batch) -> Result<FinishedBatch, StepError> {
         let Batch {
             doc_mapper,
             builders,
+            metrics,
+            metrics_sort_fields,
             last_position,
             scratch,
             ..
         } = batch;
-        let splits = tokio::task::spawn_blocking(move || {
-            builders
-                .into_iter()
-                .map(|((partition, _), builder)| Ok((partition, builder.finish()?)))
-                .collect::<Result<Vec<_>, shale_index::IndexError>>()
-        })
-        .await??;
+        let dir = scratch.path().to_path_buf();
+        let splits =
+            tokio::task::spawn_blocking(move || -> Result<Vec<FinishedSplit>, StepError> {
+                let mut splits = Vec::new();
+                for ((partition_id, _), builder) in builders {
+                    splits.push(FinishedSplit {
+                        partition_id,
+                        built: builder.finish()?,
+                        format: SplitFormat::Tantivy,
+                        num_series: None,
+                        sort_fields: None,
+                    });
+                }
+                for (bucket_ms, writer) in metrics {
+                    let mut split = finish_metrics_split(&dir, bucket_ms, writer)?;
+                    split.sort_fields = Some(metrics_sort_fields.clone());
+                    splits.push(split);
+                }
+                Ok(splits)
+            })
+            .await??;
         Ok(FinishedBatch {
             doc_mapper,
             splits: splits
                 .into_iter()
-                .filter(|(_, split)| split.num_docs > 0)
+                .filter(|split| split.built.num_docs > 0)
                 .collect(),
             last_position,
             scratch,
         })
     }
 }
+
+/// Writes a bucket's samples as a Parquet split in `dir`.
+fn finish_metrics_split(
+    dir: &std::path::Path,
+    bucket_ms: i64,
+    writer: MetricsSplitWriter,
+) -> Result<FinishedSplit, StepError> {
+    let num_added = writer.num_added();
+    let (bytes, summary) = writer
+        .finish()
+        .map_err(|err| StepError::Metrics(err.to_string()))?;
+    let path = dir.join(format!("b{bucket_ms}.parquet"));
+    std::fs::write(&path, &bytes)?;
+    // The footer: its length (4 bytes) and `PAR1` end the file.
+    let size = bytes.len() as u64;
+    let footer_len = bytes
+        .len()
+        .checked_sub(8)
+        .and_then(|at| bytes.get(at..at + 4))
+        .map(|len| u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as u64)
+        .unwrap_or(0);
+    let mut tags: BTreeSet<String> = BTreeSet::new();
+    if summary.metric_names.len() > MAX_METRIC_NAME_TAGS {
+        tags.insert(format!("{}!", shale_metrics::METRIC_NAME_LABEL));
+    } else {
+        for name in &summary.metric_names {
+            tags.insert(format!("{}:{name}", shale_metrics::METRIC_NAME_LABEL));
+        }
+    }
+    let (sort_key_min, sort_key_max) = match summary.sort_key_range {
+        Some((lo, hi)) => (
+            Some(shale_types::sort_key::SortKey(lo)),
+            Some(shale_types::sort_key::SortKey(hi)),
+        ),
+        None => (None, None),
+    };
+    Ok(FinishedSplit {
+        partition_id: 0,
+        built: BuiltSplit {
+            path,
+            num_docs: summary.num_samples,
+            time_range: summary
+                .time_range_ms
+                .map(|(start, end)| shale_types::TimeRange {
+                    start: start.div_euclid(1000),
+                    end: end.div_euclid(1000),
+                }),
+            tags,
+            // Samples as received: 16 bytes each (timestamp and value), labels left out.
+            uncompressed_docs_size_bytes: num_added * 16,
+            size_bytes: size,
+            footer_offsets: (size.saturating_sub(8 + footer_len), size),
+            sort_key_min,
+            sort_key_max,
+            time_bucket_start: Some(bucket_ms.div_euclid(1000)),
+            min_doc_opstamp: 0,
+        },
+        format: SplitFormat::Parquet,
+        num_series: Some(summary.num_series),
+        sort_fields: None,
+    })
+}
+
+impl Indexer {}
 
 /// Records of one shard that could not be indexed, kept in `{dir}/{queue}.ndjson`: one JSON
 /// line per record with its WAL position, the error and the document as ingested. Each line
@@ -282,6 +448,7 @@ doc_mapping:
             max_num_partitions: 10,
             writer_heap_bytes: 15_000_000,
             writer_threads: 1,
+            metrics: None,
         };
         // 1 000 documents over 20 minutes starting mid-bucket, in two batches' worth of
         // records, with late documents of the first bucket at the end.
@@ -306,7 +473,7 @@ doc_mapping:
         let mut by_bucket: Vec<(Option<i64>, u64)> = finished
             .splits
             .iter()
-            .map(|(_, split)| (split.time_bucket_start, split.num_docs))
+            .map(|split| (split.built.time_bucket_start, split.built.num_docs))
             .collect();
         by_bucket.sort();
         let first = start - start % 300;
@@ -317,7 +484,7 @@ doc_mapping:
             "{by_bucket:?}"
         );
         assert_eq!(by_bucket.iter().map(|(_, n)| n).sum::<u64>(), 1005);
-        for (_, split) in &finished.splits {
+        for split in finished.splits.iter().map(|s| &s.built) {
             let bucket = split.time_bucket_start.expect("bucket");
             let range = split.time_range.expect("time range");
             assert!(
@@ -326,5 +493,96 @@ doc_mapping:
             );
             assert!(split.sort_key_min <= split.sort_key_max);
         }
+    }
+
+    #[tokio::test]
+    async fn metrics_records_give_one_parquet_split_per_bucket_and_bad_records_are_kept_aside() {
+        use shale_metrics::{Labels, Sample};
+        let config =
+            shale_config::IndexConfig::parse(b"index_id: mmm\nmetrics: {}\n").expect("config");
+        let doc_mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+        let scratch = tempfile::tempdir().expect("scratch");
+        let indexer = Indexer {
+            scratch_dir: scratch.path().to_path_buf(),
+            dead_letters: Arc::new(DeadLetters::new(scratch.path(), "q")),
+            commit_timeout: Duration::from_secs(60),
+            max_num_partitions: 10,
+            writer_heap_bytes: 15_000_000,
+            writer_threads: 1,
+            metrics: Some(crate::pipeline::MetricsParams {
+                sort_labels: vec!["host".to_string()],
+                bucket_secs: 900,
+            }),
+        };
+        // A series whose samples straddle a bucket boundary, and another in one bucket.
+        // A bucket boundary (a multiple of 15 minutes).
+        let t0 = 1_800_000_000_000i64;
+        assert_eq!(t0 % 900_000, 0);
+        let series = |host: &str, times: &[i64]| {
+            (
+                Labels::new([
+                    ("__name__".to_string(), "cpu".to_string()),
+                    ("host".to_string(), host.to_string()),
+                ]),
+                times
+                    .iter()
+                    .map(|&t| Sample {
+                        timestamp_ms: t0 + t,
+                        value: t as f64,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let record = |series: &[(Labels, Vec<Sample>)]| {
+            let mut bytes = crate::opstamps::record_prefix(0, "uid");
+            bytes.extend(shale_metrics::wal::encode_record(series));
+            Record::Raw(bytes)
+        };
+        let records = vec![
+            (0, record(&[series("a", &[-20_000, -10_000, 0, 10_000])])),
+            (1, Record::Raw(b"garbage".to_vec())),
+            (2, record(&[series("b", &[5_000]), series("a", &[-10_000])])),
+        ];
+        let batch = indexer.new_batch(doc_mapper).expect("batch");
+        let batch = indexer.add(batch, records).await.expect("added");
+        assert_eq!(batch.num_docs, 6);
+        let finished = Indexer::finish(batch).await.expect("finished");
+        assert_eq!(finished.last_position, 2);
+        let splits: Vec<(Option<i64>, u64, Option<u64>, SplitFormat)> = finished
+            .splits
+            .iter()
+            .map(|s| {
+                (
+                    s.built.time_bucket_start,
+                    s.built.num_docs,
+                    s.num_series,
+                    s.format,
+                )
+            })
+            .collect();
+        assert_eq!(
+            splits,
+            vec![
+                // The duplicate (series a, -10 s) is one sample.
+                (Some(t0 / 1000 - 900), 2, Some(1), SplitFormat::Parquet),
+                (Some(t0 / 1000), 3, Some(2), SplitFormat::Parquet),
+            ]
+        );
+        for split in &finished.splits {
+            assert!(split.built.path.exists());
+            assert_eq!(
+                split.sort_fields.as_deref(),
+                Some(
+                    &[
+                        "__name__".to_string(),
+                        "host".to_string(),
+                        "__series_id__".to_string()
+                    ][..]
+                )
+            );
+            assert!(split.built.tags.contains("__name__:cpu"));
+        }
+        let dead = std::fs::read_to_string(scratch.path().join("q.ndjson")).expect("dead letters");
+        assert!(dead.contains("\"position\":1"), "{dead}");
     }
 }

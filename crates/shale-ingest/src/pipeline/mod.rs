@@ -68,6 +68,18 @@ pub struct PipelineParams {
     /// The index's own indexing memory per split builder (`resources.heap_size`), overriding
     /// the node's.
     pub writer_heap_bytes: Option<usize>,
+    /// Set for a metrics index: its records are batches of samples, written as Parquet
+    /// splits (one per time bucket) instead of Tantivy splits.
+    pub metrics: Option<MetricsParams>,
+}
+
+/// How a metrics index's splits are written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsParams {
+    /// The label keys after the metric name in the rows' sort key.
+    pub sort_labels: Vec<String>,
+    /// The time bucket of a split, in seconds.
+    pub bucket_secs: u64,
 }
 
 /// Node-wide services a pipeline uses.
@@ -256,6 +268,7 @@ pub fn spawn_pipeline(
             max_num_partitions: params.max_num_partitions,
             writer_heap_bytes: params.writer_heap_bytes.unwrap_or(env.writer_heap_bytes),
             writer_threads: env.writer_threads,
+            metrics: params.metrics.clone(),
         },
         uploader: Arc::new(Uploader {
             node_id: env.node_id.clone(),
@@ -318,6 +331,8 @@ pub(crate) enum StepError {
     Storage(#[from] shale_storage::StorageError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("metrics split: {0}")]
+    Metrics(String),
     #[error("split building task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
     #[error("the pipeline is stopping")]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use shale_config::MergePolicyConfig;
 use shale_metastore::Metastore;
 use shale_storage::StorageRef;
-use shale_types::{new_ulid, now_unix_secs, IndexUid, SplitMetadata, INGEST_API_SOURCE_ID};
+use shale_types::{
+    new_ulid, now_unix_secs, IndexUid, SplitFormat, SplitMetadata, INGEST_API_SOURCE_ID,
+};
 
 use super::indexer::FinishedBatch;
 use super::StepError;
@@ -45,7 +47,8 @@ impl Uploader {
         let splits: Vec<(SplitMetadata, PathBuf)> = batch
             .splits
             .into_iter()
-            .map(|(partition_id, split)| {
+            .map(|finished| {
+                let (partition_id, split) = (finished.partition_id, finished.built);
                 let maturity =
                     self.merge_policy
                         .split_maturity(self.split_num_docs_target, split.num_docs, 0);
@@ -71,10 +74,16 @@ impl Uploader {
                     sort_key_min: split.sort_key_min,
                     sort_key_max: split.sort_key_max,
                     key_level: 0,
-                    sort_fields: sort_fields.clone(),
-                    tag_fields: Some(tag_fields.clone()),
-                    format: Default::default(),
-                    num_series: None,
+                    sort_fields: match finished.format {
+                        SplitFormat::Tantivy => sort_fields.clone(),
+                        SplitFormat::Parquet => finished.sort_fields.clone(),
+                    },
+                    tag_fields: Some(match finished.format {
+                        SplitFormat::Tantivy => tag_fields.clone(),
+                        SplitFormat::Parquet => vec![shale_metrics::METRIC_NAME_LABEL.to_string()],
+                    }),
+                    format: finished.format,
+                    num_series: finished.num_series,
                 };
                 (meta, split.path)
             })

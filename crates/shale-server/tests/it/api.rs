@@ -83,9 +83,10 @@ async fn index_lifecycle_and_config_errors() {
         .map(|index| index["index_config"]["index_id"].as_str().unwrap())
         .collect();
     ids.sort();
-    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert_eq!(ids.len(), 5, "{ids:?}");
     assert!(ids.contains(&"other-index"), "{ids:?}");
     assert!(ids.contains(&"otel-logs-v0_9") && ids.contains(&"otel-traces-v0_9"));
+    assert!(ids.contains(&"otel-metrics-v0_9"), "{ids:?}");
 
     let (status, body) = node.get("/api/v1/indexes/nope").await;
     assert_eq!(status, 404);

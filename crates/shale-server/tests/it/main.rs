@@ -21,6 +21,7 @@ mod full_disk;
 mod index_update;
 mod limits;
 mod locality;
+mod metrics_ingest;
 mod otlp;
 mod postgres_s3;
 mod query_errors;

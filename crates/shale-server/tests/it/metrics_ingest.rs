@@ -1,0 +1,461 @@
+//! Metrics ingest on a real node: the `otel-metrics-v0_9` index created at start, Prometheus
+//! remote write and OTLP metrics (protobuf and JSON) into Parquet splits — one per time bucket
+//! — with their metadata in the metastore, read back sample for sample; refusals counted and
+//! answered; documents and searches kept away from metrics indexes.
+
+use crate::common;
+
+use common::TestNode;
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as OtlpValue;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+use serde_json::{json, Value};
+use shale_metrics::remote_write::{
+    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+};
+use shale_metrics::{Labels, Matcher};
+
+const METRICS: &str = "otel-metrics-v0_9";
+/// 2026-05-28T20:00:00Z in ms: a 15-minute bucket boundary.
+const T0: i64 = 1_780_084_800_000;
+
+fn series(name: &str, extra: &[(&str, &str)], samples: &[(i64, f64)]) -> TimeSeries {
+    let mut labels = vec![Label {
+        name: "__name__".into(),
+        value: name.into(),
+    }];
+    labels.extend(extra.iter().map(|(n, v)| Label {
+        name: n.to_string(),
+        value: v.to_string(),
+    }));
+    TimeSeries {
+        labels,
+        samples: samples
+            .iter()
+            .map(|&(timestamp, value)| ProtoSample { value, timestamp })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn remote_write(node: &TestNode, path: &str, request: &WriteRequest) -> (u16, String) {
+    let resp = node
+        .client
+        .post(node.url(path))
+        .header("Content-Encoding", "snappy")
+        .header("Content-Type", "application/x-protobuf")
+        .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+        .body(encode_remote_write(request))
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+async fn splits(node: &TestNode, index: &str) -> Vec<Value> {
+    let (status, resp) = node
+        .get(&format!(
+            "/api/v1/indexes/{index}/splits?split_states=Published"
+        ))
+        .await;
+    assert_eq!(status, 200, "{resp}");
+    let mut splits = resp["splits"].as_array().unwrap().clone();
+    splits.sort_by_key(|s| s["time_bucket_start"].as_i64());
+    splits
+}
+
+/// Every series of the index's published splits, read from their Parquet objects.
+async fn read_all(node: &TestNode, index: &str) -> Vec<(Labels, Vec<(i64, u64)>)> {
+    let mut out = Vec::new();
+    for split in splits(node, index).await {
+        let name = format!("{}.parquet", split["split_id"].as_str().unwrap());
+        let path = node.data_dir.join("indexes").join(index).join(&name);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let read = shale_metrics::read_split(bytes.into(), &[], i64::MIN, i64::MAX).unwrap();
+        for s in read.series {
+            out.push((
+                s.labels,
+                s.samples
+                    .iter()
+                    .map(|s| (s.timestamp_ms, s.value.to_bits()))
+                    .collect(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| (a.0.iter().collect::<Vec<_>>()).cmp(&b.0.iter().collect::<Vec<_>>()));
+    out
+}
+
+#[tokio::test]
+async fn remote_write_lands_in_one_parquet_split_per_time_bucket() {
+    let node = TestNode::start().await;
+    let (status, index) = node.get(&format!("/api/v1/indexes/{METRICS}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        index["index_config"]["metrics"]["sort_labels"],
+        json!(["job", "instance"])
+    );
+    let stale = f64::from_bits(shale_metrics::STALE_NAN_BITS);
+    // Two buckets: the samples before T0 and after; out of order and with a duplicate
+    // timestamp (the last written value is kept).
+    let request = WriteRequest {
+        timeseries: vec![
+            series(
+                "http_requests_total",
+                &[("job", "api"), ("instance", "a:9090")],
+                &[
+                    (T0 + 10_000, 5.0),
+                    (T0 - 10_000, 3.0),
+                    (T0 + 20_000, 7.0),
+                    (T0 + 10_000, 6.0),
+                ],
+            ),
+            series(
+                "http_requests_total",
+                &[("job", "api"), ("instance", "b:9090")],
+                &[(T0 + 10_000, 1.0), (T0 + 20_000, stale)],
+            ),
+            series("up", &[("job", "node")], &[(T0 - 5_000, 1.0)]),
+        ],
+        ..Default::default()
+    };
+    let (status, body) =
+        remote_write(&node, "/prometheus/api/v1/write?commit=force", &request).await;
+    assert_eq!(status, 204, "{body}");
+
+    let splits = splits(&node, METRICS).await;
+    assert_eq!(splits.len(), 2, "{splits:#?}");
+    let (before, after) = (&splits[0], &splits[1]);
+    assert_eq!(before["format"], "parquet");
+    assert_eq!(before["time_bucket_start"], json!((T0 - 900_000) / 1000));
+    assert_eq!(after["time_bucket_start"], json!(T0 / 1000));
+    assert_eq!(before["num_docs"], 2);
+    assert_eq!(before["num_series"], 2);
+    assert_eq!(
+        after["num_docs"], 4,
+        "the duplicate timestamp keeps one sample"
+    );
+    assert_eq!(after["num_series"], 2);
+    assert_eq!(
+        before["tags"],
+        json!(["__name__:http_requests_total", "__name__:up"])
+    );
+    assert_eq!(after["tags"], json!(["__name__:http_requests_total"]));
+    assert_eq!(
+        after["time_range"],
+        json!({"start": T0 / 1000 + 10, "end": T0 / 1000 + 20})
+    );
+    assert_eq!(
+        after["sort_fields"],
+        json!(["__name__", "job", "instance", "__series_id__"])
+    );
+
+    let all = read_all(&node, METRICS).await;
+    let find = |instance: &str| {
+        all.iter()
+            .filter(|(l, _)| l.get("instance") == Some(instance))
+            .flat_map(|(_, s)| s.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        find("a:9090"),
+        vec![
+            (T0 - 10_000, 3f64.to_bits()),
+            (T0 + 10_000, 6f64.to_bits()),
+            (T0 + 20_000, 7f64.to_bits())
+        ]
+    );
+    assert_eq!(
+        find("b:9090"),
+        vec![
+            (T0 + 10_000, 1f64.to_bits()),
+            (T0 + 20_000, shale_metrics::STALE_NAN_BITS)
+        ]
+    );
+    // Selectors read the split through its matchers.
+    let split_path = node
+        .data_dir
+        .join("indexes")
+        .join(METRICS)
+        .join(format!("{}.parquet", before["split_id"].as_str().unwrap()));
+    let read = shale_metrics::read_split(
+        std::fs::read(split_path).unwrap().into(),
+        &[Matcher::equal("__name__", "up")],
+        i64::MIN,
+        i64::MAX,
+    )
+    .unwrap();
+    assert_eq!(read.series.len(), 1);
+    assert_eq!(read.series[0].labels.get("job"), Some("node"));
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_series_are_refused_and_named_while_the_rest_is_stored() {
+    let node = TestNode::start().await;
+    node.create_index("index_id: prom\nmetrics:\n  sort_labels: [host]\n  time_bucket: 1h\n")
+        .await;
+    let request = WriteRequest {
+        timeseries: vec![
+            series("cpu", &[("host", "h1")], &[(T0, 0.5)]),
+            series("cpu", &[("bad-label", "x")], &[(T0, 0.5)]),
+            series("", &[("host", "h2")], &[(T0, 0.5)]),
+        ],
+        ..Default::default()
+    };
+    let (status, body) = remote_write(
+        &node,
+        "/prometheus/prom/api/v1/write?commit=force",
+        &request,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("1 samples stored"), "{body}");
+    assert!(body.contains("2 series"), "{body}");
+    assert!(body.contains("bad-label"), "{body}");
+    let all = read_all(&node, "prom").await;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].0.get("host"), Some("h1"));
+    assert!(node
+        .metrics()
+        .await
+        .contains("shale_metric_samples_refused_total{protocol=\"remote_write\"} 2"));
+
+    // A body that is not snappy, or another encoding, is a clear 4xx.
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/write"))
+        .header("Content-Encoding", "snappy")
+        .body("not snappy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert!(resp.text().await.unwrap().contains("snappy"));
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/write"))
+        .header("Content-Encoding", "gzip")
+        .body(encode_remote_write(&request))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 415);
+    // Unknown index: 404.
+    let (status, body) = remote_write(&node, "/prometheus/nope/api/v1/write", &request).await;
+    assert_eq!(status, 404, "{body}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn documents_and_searches_are_kept_away_from_metrics_indexes() {
+    let node = TestNode::start().await;
+    let resp = node
+        .client
+        .post(node.url(&format!("/api/v1/{METRICS}/ingest")))
+        .body("{\"a\": 1}\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body.to_string().contains("metrics index"), "{body}");
+    let (status, body) = node
+        .post(
+            &format!("/api/v1/{METRICS}/search"),
+            json!({"query": "*"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("PromQL"), "{body}");
+    // Samples into a logs index are refused too.
+    node.create_index("index_id: logs\ndoc_mapping:\n  mode: dynamic\n")
+        .await;
+    let request = WriteRequest {
+        timeseries: vec![series("up", &[], &[(T0, 1.0)])],
+        ..Default::default()
+    };
+    let (status, body) = remote_write(&node, "/prometheus/logs/api/v1/write", &request).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not a metrics index"), "{body}");
+    // `*` searches the document indexes only.
+    node.ingest("logs", "{\"a\": 1}\n", "force").await;
+    let (status, body) = node
+        .post(
+            "/api/v1/_elastic/*/_search",
+            json!({"query": {"match_all": {}}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["hits"]["total"]["value"], 1);
+    // No delete tasks nor manual compactions on a metrics index.
+    let (status, _) = node
+        .post(
+            &format!("/api/v1/{METRICS}/delete-tasks"),
+            json!({"query": "*"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 400);
+    node.stop().await;
+}
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(OtlpValue::StringValue(value.to_string())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn otlp_request() -> ExportMetricsServiceRequest {
+    let t = |offset_ms: i64| ((T0 + offset_ms) * 1_000_000) as u64;
+    let point = |offset_ms: i64, value: f64, attrs: Vec<KeyValue>| NumberDataPoint {
+        attributes: attrs,
+        time_unix_nano: t(offset_ms),
+        start_time_unix_nano: t(-60_000),
+        value: Some(number_data_point::Value::AsDouble(value)),
+        ..Default::default()
+    };
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", "checkout"),
+                    kv("service.instance.id", "pod-1"),
+                    kv("host.name", "node-7"),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![
+                    Metric {
+                        name: "http.server.requests".into(),
+                        unit: "1".into(),
+                        data: Some(metric::Data::Sum(Sum {
+                            data_points: vec![
+                                point(1_000, 10.0, vec![kv("http.method", "GET")]),
+                                point(2_000, 12.0, vec![kv("http.method", "GET")]),
+                            ],
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    },
+                    Metric {
+                        name: "queue.size".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![point(1_000, 3.0, vec![])],
+                        })),
+                        ..Default::default()
+                    },
+                    Metric {
+                        name: "bytes.sent".into(),
+                        data: Some(metric::Data::Sum(Sum {
+                            data_points: vec![point(1_000, 100.0, vec![])],
+                            aggregation_temporality: AggregationTemporality::Delta as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[tokio::test]
+async fn otlp_metrics_protobuf_and_json_with_partial_success() {
+    let node = TestNode::start().await;
+    let request = otlp_request();
+    let resp = node
+        .client
+        .post(node.url("/api/v1/otlp/v1/metrics?commit=force"))
+        .header("Content-Type", "application/x-protobuf")
+        .body(request.encode_to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let answer = ExportMetricsServiceResponse::decode(resp.bytes().await.unwrap()).unwrap();
+    let partial = answer.partial_success.expect("the delta sum is refused");
+    assert_eq!(partial.rejected_data_points, 1);
+    assert!(
+        partial.error_message.contains("delta"),
+        "{}",
+        partial.error_message
+    );
+
+    let all = read_all(&node, METRICS).await;
+    let names: Vec<&str> = all.iter().map(|(l, _)| l.metric_name()).collect();
+    assert!(names.contains(&"http_server_requests_total"), "{names:?}");
+    assert!(names.contains(&"queue_size"), "{names:?}");
+    // The other resource attributes are in `target_info` (as Prometheus's OTLP receiver).
+    let info = all
+        .iter()
+        .find(|(l, _)| l.metric_name() == "target_info")
+        .unwrap();
+    assert_eq!(info.0.get("host_name"), Some("node-7"));
+    assert_eq!(info.0.get("job"), Some("checkout"));
+    let requests = all
+        .iter()
+        .find(|(l, _)| l.metric_name() == "http_server_requests_total")
+        .unwrap();
+    assert_eq!(requests.0.get("job"), Some("checkout"));
+    assert_eq!(requests.0.get("instance"), Some("pod-1"));
+    assert_eq!(requests.0.get("http_method"), Some("GET"));
+    assert_eq!(
+        requests.1,
+        vec![(T0 + 1_000, 10f64.to_bits()), (T0 + 2_000, 12f64.to_bits())]
+    );
+
+    // OTLP/JSON into another metrics index named by the header.
+    node.create_index("index_id: app-metrics\nmetrics: {}\n")
+        .await;
+    let json_body = serde_json::to_vec(&request).unwrap();
+    let resp = node
+        .client
+        .post(node.url("/api/v1/otlp/v1/metrics?commit=force"))
+        .header("Content-Type", "application/json")
+        .header("qw-otel-metrics-index", "app-metrics")
+        .body(json_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer["partialSuccess"]["rejectedDataPoints"],
+        json!(1),
+        "{answer}"
+    );
+    let app = read_all(&node, "app-metrics").await;
+    assert_eq!(app.len(), all.len());
+    // A malformed body is a 400 naming the message.
+    let resp = node
+        .client
+        .post(node.url("/api/v1/otlp/v1/metrics"))
+        .header("Content-Type", "application/x-protobuf")
+        .body(vec![0xff, 0xff, 0xff])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .contains("ExportMetricsServiceRequest"));
+    node.stop().await;
+}
