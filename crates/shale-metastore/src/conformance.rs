@@ -75,6 +75,7 @@ macro_rules! metastore_conformance_tests {
             stage_splits_fails_on_non_staged_split_and_writes_nothing,
             stage_splits_rejects_split_of_another_index,
             split_metadata_round_trips,
+            metrics_index_and_split_metadata_round_trip,
             publish_splits_publishes_replaces_and_checkpoints,
             publish_splits_checks_split_states,
             failed_publish_changes_nothing,
@@ -975,6 +976,67 @@ pub async fn split_metadata_round_trips(metastore: Arc<dyn Metastore>) {
         listed_ids(&metastore, query).await,
         [split.split_id.clone()]
     );
+}
+
+/// A metrics index's config and its Parquet splits' metadata (format, series count, bucket,
+/// sort-key range and fields, metric-name tags) come back as written, and time-range listing
+/// finds them.
+pub async fn metrics_index_and_split_metadata_round_trip(metastore: Arc<dyn Metastore>) {
+    let config = IndexConfig::parse(
+        b"index_id: prom\nmetrics:\n  sort_labels: [job, instance]\n  time_bucket: 5m\n",
+    )
+    .expect("metrics config");
+    let index = metastore
+        .create_index(config.clone())
+        .await
+        .expect("create");
+    let read = metastore.index_metadata("prom").await.expect("read");
+    assert_eq!(read.index_config.metrics, config.metrics);
+    let uid = &index.index_uid;
+    let mut split = split_metadata(uid, "01HZZZZZZZZZZZZZZZZZZZZZZY");
+    split.format = shale_types::SplitFormat::Parquet;
+    split.num_series = Some(12_345);
+    split.num_docs = 1_234_567;
+    split.time_bucket_start = Some(1_800_000_000);
+    split.time_range = Some(TimeRange {
+        start: 1_800_000_000,
+        end: 1_800_000_299,
+    });
+    split.sort_key_min = Some(shale_types::sort_key::SortKey(vec![0, 1, 2]));
+    split.sort_key_max = Some(shale_types::sort_key::SortKey(vec![0xff; 40]));
+    split.sort_fields = Some(vec![
+        "__name__".to_string(),
+        "job".to_string(),
+        "instance".to_string(),
+        "__series_id__".to_string(),
+    ]);
+    split.tag_fields = Some(vec!["__name__".to_string()]);
+    split.tags = ["__name__:up", "__name__:http_requests_total"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    split.doc_mapping_uid = index.index_config.doc_mapping.doc_mapping_uid.clone();
+    metastore
+        .stage_splits(uid, vec![split.clone()])
+        .await
+        .expect("stage");
+    let splits = splits_of(&metastore, uid).await;
+    assert_eq!(splits.len(), 1);
+    assert_eq!(splits[0].split_metadata, split);
+    assert_eq!(
+        splits[0].split_metadata.object_key(),
+        format!("{}.parquet", split.split_id)
+    );
+    let mut query = ListSplitsQuery::for_index(uid.clone());
+    query.time_range_start = Some(1_800_000_100);
+    query.time_range_end = Some(1_800_000_101);
+    assert_eq!(
+        listed_ids(&metastore, query).await,
+        [split.split_id.clone()]
+    );
+    let mut query = ListSplitsQuery::for_index(uid.clone());
+    query.time_range_start = Some(1_800_000_300);
+    assert!(listed_ids(&metastore, query).await.is_empty());
 }
 
 // ----- publishing -----

@@ -604,6 +604,11 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
         "{:<28} {:<18} {:>10} {:>10} {:>9} {:>6} {:<10} {:<21} {:<21}",
         "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "LEVEL", "MATURITY", "START", "END"
     );
+    // Metrics splits (Parquet): DOCS counts samples; their series are counted too.
+    let metrics = splits.iter().any(|split| split["num_series"].is_u64());
+    if metrics {
+        print!(" {:>9}", "SERIES");
+    }
     if keyed {
         print!(" {:<21} {:>9}  KEY RANGE", "BUCKET", "KEY LEVEL");
     }
@@ -635,6 +640,9 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
             ts(&split["time_range"]["start"]),
             ts(&split["time_range"]["end"]),
         );
+        if metrics {
+            print!(" {:>9}", split["num_series"].as_u64().unwrap_or(0));
+        }
         if keyed {
             let key = |value: &Value| -> String {
                 let Some(hex) = value.as_str() else {
@@ -666,9 +674,15 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The sort field types of a locality index's config (as the API returns it).
+/// The sort field types of a locality or metrics index's config (as the API returns it).
 fn sort_field_types(config: &Value) -> Option<Vec<SortFieldType>> {
     let config = shale_config::IndexConfig::parse(config.to_string().as_bytes()).ok()?;
+    // Metrics splits: the metric name and sort labels (text), then the series id.
+    if let Some(metrics) = &config.metrics {
+        let mut kinds = vec![SortFieldType::Text; 1 + metrics.sort_labels.len()];
+        kinds.push(SortFieldType::U64);
+        return Some(kinds);
+    }
     match &config.indexing_settings.merge_policy {
         shale_config::MergePolicyConfig::Locality(locality) => {
             locality.sort_field_types(&config.doc_mapping).ok()
