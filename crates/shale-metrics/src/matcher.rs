@@ -1,6 +1,7 @@
 //! Label matchers with Prometheus's semantics: `=` and `!=` compare whole values, `=~` and
-//! `!~` match a regex anchored at both ends, and a missing label matches as the empty string
-//! (`{env=""}` selects the series without `env`).
+//! `!~` match a regex anchored at both ends (RE2 syntax, `.` not matching a newline, as in
+//! Prometheus 2.x), and a missing label matches as the empty string (`{env=""}` selects the
+//! series without `env`).
 
 use regex::Regex;
 
@@ -36,7 +37,7 @@ impl Matcher {
     pub fn new(name: &str, op: MatchOp, value: &str) -> Result<Matcher, MetricsError> {
         let regex = match op {
             MatchOp::Regex | MatchOp::NotRegex => {
-                Some(Regex::new(&format!("^(?s:{value})$")).map_err(|err| {
+                Some(Regex::new(&format!("^(?:{value})$")).map_err(|err| {
                     MetricsError::InvalidRegex {
                         regex: value.to_string(),
                         reason: err.to_string(),

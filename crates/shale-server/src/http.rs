@@ -214,6 +214,7 @@ fn routes(node: Arc<Node>) -> Router {
     Router::new()
         .merge(crate::internal::routes(state.clone()))
         .merge(crate::otlp_api::routes())
+        .merge(crate::prometheus::query_routes())
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -8,6 +8,7 @@ pub mod elastic_read;
 pub mod http;
 pub mod internal;
 pub mod metrics;
+pub mod metrics_source;
 pub mod node;
 pub mod otlp;
 pub mod otlp_api;

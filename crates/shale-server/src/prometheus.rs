@@ -13,16 +13,31 @@
 //!
 //! These routes are mounted outside the gzip request decompression of the other routes:
 //! their bodies are snappy.
+//!
+//! The query API, under `/prometheus/api/v1/` (default metrics index) and
+//! `/prometheus/{index_id}/api/v1/`: `query`, `query_range`, `series`, `labels`,
+//! `label/{name}/values`, `metadata`, `status/buildinfo`, GET or POST with a form body,
+//! answered in Prometheus's JSON shape (`status`, `data`, `errorType`, `error`, `warnings`), so
+//! that Grafana's Prometheus data source works with `http://<node>:7280/prometheus`. PromQL is
+//! evaluated by `shale_promql` over the index's splits ([`crate::metrics_source`]); the
+//! `x-shale-splits-listed|pruned|opened` headers (and `data.stats` with `stats=all`) say how
+//! many splits a query listed, skipped by metric name, and read.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use bytes::Bytes;
+use serde_json::{json, Value};
+use shale_metastore::{IndexMetadata, MetastoreError};
+use shale_metrics::{Labels, MatchOp, Matcher, METRIC_NAME_LABEL};
+use shale_promql::{EngineOptions, PromqlError, QueryOutput, SeriesSource, Value as PromValue};
+
+use crate::metrics_source::SplitSource;
 
 use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
 use crate::otlp::OTEL_METRICS_INDEX_ID;
@@ -121,4 +136,593 @@ async fn remote_write(
         )));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- the query API -----
+
+/// The Prometheus HTTP API routes (GET, and POST with form bodies), for the default metrics
+/// index and for a named one.
+pub fn query_routes() -> Router<AppState> {
+    let mut router = Router::new();
+    for prefix in ["/prometheus/api/v1", "/prometheus/{index_id}/api/v1"] {
+        router = router
+            .route(&format!("{prefix}/query"), get(query).post(query))
+            .route(
+                &format!("{prefix}/query_range"),
+                get(query_range).post(query_range),
+            )
+            .route(&format!("{prefix}/series"), get(series).post(series))
+            .route(&format!("{prefix}/labels"), get(labels).post(labels))
+            .route(
+                &format!("{prefix}/label/{{name}}/values"),
+                get(label_values),
+            )
+            .route(&format!("{prefix}/metadata"), get(metadata))
+            .route(&format!("{prefix}/status/buildinfo"), get(buildinfo));
+    }
+    router
+}
+
+/// An answer in Prometheus's error shape.
+#[derive(Debug)]
+pub struct PromError {
+    status: StatusCode,
+    error_type: &'static str,
+    message: String,
+}
+
+impl PromError {
+    fn bad_data(message: impl Into<String>) -> Self {
+        PromError {
+            status: StatusCode::BAD_REQUEST,
+            error_type: "bad_data",
+            message: message.into(),
+        }
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        PromError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            error_type: "internal",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<PromqlError> for PromError {
+    fn from(err: PromqlError) -> Self {
+        let (status, error_type) = match &err {
+            PromqlError::BadData(_) => (StatusCode::BAD_REQUEST, "bad_data"),
+            PromqlError::Execution(_) | PromqlError::TooManySamples(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "execution")
+            }
+            PromqlError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
+            PromqlError::Source(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        PromError {
+            status,
+            error_type,
+            message: err.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for PromError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({
+                "status": "error",
+                "errorType": self.error_type,
+                "error": self.message,
+            })),
+        )
+            .into_response()
+    }
+}
+
+type PromResult = Result<Response, PromError>;
+
+/// The parameters of a request: the query string's, then a form body's (repeated keys kept).
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn read(uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) -> Params {
+        let mut pairs: Vec<(String, String)> = uri
+            .query()
+            .map(|q| {
+                url::form_urlencoded::parse(q.as_bytes())
+                    .into_owned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let form = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if form {
+            pairs.extend(url::form_urlencoded::parse(body).into_owned());
+        }
+        Params(pairs)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .collect()
+    }
+}
+
+/// A time parameter: Unix seconds (with a fraction) or RFC 3339, in milliseconds.
+fn parse_time(name: &str, text: &str) -> Result<i64, PromError> {
+    if let Ok(secs) = text.parse::<f64>() {
+        if secs.is_finite() {
+            return Ok((secs * 1000.0).round() as i64);
+        }
+    }
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+        .map_err(|_| {
+            PromError::bad_data(format!(
+                "invalid parameter \"{name}\": cannot parse \"{text}\" to a valid timestamp"
+            ))
+        })
+}
+
+/// A duration parameter: seconds (with a fraction) or a Prometheus duration (`1h30m`), in
+/// milliseconds.
+fn parse_duration_ms(name: &str, text: &str) -> Result<i64, PromError> {
+    let invalid = || {
+        PromError::bad_data(format!(
+            "invalid parameter \"{name}\": cannot parse \"{text}\" to a valid duration"
+        ))
+    };
+    if let Ok(secs) = text.parse::<f64>() {
+        if !secs.is_finite() || secs.abs() > (i64::MAX / 1000) as f64 {
+            return Err(invalid());
+        }
+        return Ok((secs * 1000.0).round() as i64);
+    }
+    let mut total: i64 = 0;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(invalid());
+        }
+        let value: i64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let (unit_ms, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else {
+            match rest.chars().next() {
+                Some('s') => (1_000, 1),
+                Some('m') => (60_000, 1),
+                Some('h') => (3_600_000, 1),
+                Some('d') => (86_400_000, 1),
+                Some('w') => (604_800_000, 1),
+                Some('y') => (31_536_000_000, 1),
+                _ => return Err(invalid()),
+            }
+        };
+        rest = &rest[len..];
+        total = value
+            .checked_mul(unit_ms)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(invalid)?;
+    }
+    Ok(total)
+}
+
+/// A float as Prometheus writes sample values.
+pub fn format_value(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_string()
+    } else if value == f64::INFINITY {
+        "+Inf".to_string()
+    } else if value == f64::NEG_INFINITY {
+        "-Inf".to_string()
+    } else {
+        format!("{value}")
+    }
+}
+
+/// A timestamp as Prometheus writes it: Unix seconds, a JSON number.
+fn format_time(ms: i64) -> Value {
+    if ms % 1000 == 0 {
+        json!(ms / 1000)
+    } else {
+        json!(ms as f64 / 1000.0)
+    }
+}
+
+fn labels_json(labels: &Labels) -> Value {
+    Value::Object(
+        labels
+            .iter()
+            .map(|(name, value)| (name.to_string(), Value::String(value.to_string())))
+            .collect(),
+    )
+}
+
+/// The metrics index of a request (the default one without an index in the path).
+async fn metrics_index(
+    state: &AppState,
+    index_id: Option<String>,
+) -> Result<(IndexMetadata, SplitSource), PromError> {
+    let index_id = index_id.unwrap_or_else(|| OTEL_METRICS_INDEX_ID.to_string());
+    let index = match state.node.metastore.index_metadata(&index_id).await {
+        Ok(index) => index,
+        Err(MetastoreError::NotFound { .. }) => {
+            return Err(PromError {
+                status: StatusCode::NOT_FOUND,
+                error_type: "not_found",
+                message: format!("index `{index_id}` not found"),
+            })
+        }
+        Err(err) => return Err(PromError::internal(err.to_string())),
+    };
+    if index.index_config.metrics.is_none() {
+        return Err(PromError::bad_data(format!(
+            "`{index_id}` is not a metrics index: PromQL reads indexes with a `metrics` section"
+        )));
+    }
+    let storage = state
+        .node
+        .index_storage(&index)
+        .map_err(|err| PromError::internal(err.to_string()))?;
+    let source = SplitSource::new(
+        state.node.metastore.clone(),
+        storage,
+        index.index_uid.clone(),
+    );
+    Ok((index, source))
+}
+
+/// The engine's limits for a request (`timeout` shortens the node's).
+fn engine_options(params: &Params) -> Result<EngineOptions, PromError> {
+    let mut options = EngineOptions::default();
+    if let Some(timeout) = params.get("timeout") {
+        let ms = parse_duration_ms("timeout", timeout)?;
+        if ms > 0 {
+            options.timeout = options
+                .timeout
+                .min(std::time::Duration::from_millis(ms as u64));
+        }
+    }
+    Ok(options)
+}
+
+/// A success answer with the split counts in headers (and in `stats` when asked).
+fn success(
+    data: Value,
+    warnings: &[String],
+    stats: Option<Value>,
+    source: &SplitSource,
+) -> Response {
+    let counts = source.stats();
+    let mut body = json!({"status": "success", "data": data});
+    if let (Some(stats), Value::Object(data)) = (stats, &mut body["data"]) {
+        data.insert("stats".to_string(), stats);
+    }
+    if !warnings.is_empty() {
+        body["warnings"] = json!(warnings);
+    }
+    (
+        [
+            ("x-shale-splits-listed", counts.splits_listed.to_string()),
+            ("x-shale-splits-pruned", counts.splits_pruned.to_string()),
+            ("x-shale-splits-opened", counts.splits_opened.to_string()),
+        ],
+        Json(body),
+    )
+        .into_response()
+}
+
+fn query_stats(params: &Params, output: &QueryOutput, source: &SplitSource) -> Option<Value> {
+    params.get("stats")?;
+    let counts = source.stats();
+    Some(json!({
+        "samples": {
+            "totalQueryableSamples": output.stats.samples_read,
+            "peakSamples": output.stats.peak_samples,
+        },
+        "splits": {
+            "listed": counts.splits_listed,
+            "pruned": counts.splits_pruned,
+            "opened": counts.splits_opened,
+            "rowGroupsRead": counts.row_groups_read,
+            "rowGroupsPruned": counts.row_groups_pruned,
+        },
+    }))
+}
+
+fn value_json(value: &PromValue) -> Value {
+    match value {
+        PromValue::Scalar {
+            timestamp_ms,
+            value,
+        } => json!({
+            "resultType": "scalar",
+            "result": [format_time(*timestamp_ms), format_value(*value)],
+        }),
+        PromValue::String {
+            timestamp_ms,
+            value,
+        } => json!({
+            "resultType": "string",
+            "result": [format_time(*timestamp_ms), value],
+        }),
+        PromValue::Vector(samples) => json!({
+            "resultType": "vector",
+            "result": samples.iter().map(|s| json!({
+                "metric": labels_json(&s.labels),
+                "value": [format_time(s.timestamp_ms), format_value(s.value)],
+            })).collect::<Vec<_>>(),
+        }),
+        PromValue::Matrix(series) => json!({
+            "resultType": "matrix",
+            "result": series.iter().map(|s| json!({
+                "metric": labels_json(&s.labels),
+                "values": s.samples.iter()
+                    .map(|p| json!([format_time(p.timestamp_ms), format_value(p.value)]))
+                    .collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        }),
+    }
+}
+
+fn now_ms() -> i64 {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+async fn query(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &body);
+    let text = params.get("query").ok_or_else(|| {
+        PromError::bad_data("invalid parameter \"query\": query must not be empty")
+    })?;
+    let time_ms = match params.get("time") {
+        Some(t) => parse_time("time", t)?,
+        None => now_ms(),
+    };
+    let options = engine_options(&params)?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let output = shale_promql::instant_query(&source, text, time_ms, &options).await?;
+    let stats = query_stats(&params, &output, &source);
+    Ok(success(
+        value_json(&output.value),
+        &output.warnings,
+        stats,
+        &source,
+    ))
+}
+
+/// Most points per series of a range query (Prometheus's limit).
+const MAX_POINTS: i64 = 11_000;
+
+async fn query_range(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &body);
+    let text = params.get("query").ok_or_else(|| {
+        PromError::bad_data("invalid parameter \"query\": query must not be empty")
+    })?;
+    let required = |name: &str| {
+        params
+            .get(name)
+            .ok_or_else(|| PromError::bad_data(format!("invalid parameter \"{name}\": missing")))
+    };
+    let start = parse_time("start", required("start")?)?;
+    let end = parse_time("end", required("end")?)?;
+    if end < start {
+        return Err(PromError::bad_data(
+            "invalid parameter \"end\": end timestamp must not be before start time",
+        ));
+    }
+    let step = parse_duration_ms("step", required("step")?)?;
+    if step <= 0 {
+        return Err(PromError::bad_data(
+            "invalid parameter \"step\": zero or negative query resolution step widths are not \
+             accepted. Try a positive integer",
+        ));
+    }
+    if (end - start) / step > MAX_POINTS {
+        return Err(PromError::bad_data(
+            "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the \
+             query resolution (?step=XX)",
+        ));
+    }
+    let options = engine_options(&params)?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let output = shale_promql::range_query(&source, text, start, end, step, &options).await?;
+    let stats = query_stats(&params, &output, &source);
+    Ok(success(
+        value_json(&output.value),
+        &output.warnings,
+        stats,
+        &source,
+    ))
+}
+
+/// The matcher sets of the `match[]` selectors (a series matches if one set matches).
+fn match_params(params: &Params) -> Result<Vec<Vec<Matcher>>, PromError> {
+    let mut sets = Vec::new();
+    for text in params.all("match[]") {
+        let expr = promql_parser::parser::parse(text)
+            .map_err(|err| PromError::bad_data(format!("invalid parameter \"match[]\": {err}")))?;
+        let promql_parser::parser::Expr::VectorSelector(selector) = expr else {
+            return Err(PromError::bad_data(format!(
+                "invalid parameter \"match[]\": `{text}` is not a series selector"
+            )));
+        };
+        let groups = if selector.matchers.or_matchers.is_empty() {
+            vec![selector.matchers.matchers.clone()]
+        } else {
+            selector.matchers.or_matchers.clone()
+        };
+        for group in groups {
+            let mut set = Vec::new();
+            if let Some(name) = &selector.name {
+                set.push(Matcher::equal(METRIC_NAME_LABEL, name));
+            }
+            for m in group {
+                use promql_parser::label::MatchOp as P;
+                let op = match &m.op {
+                    P::Equal => MatchOp::Equal,
+                    P::NotEqual => MatchOp::NotEqual,
+                    P::Re(_) => MatchOp::Regex,
+                    P::NotRe(_) => MatchOp::NotRegex,
+                };
+                set.push(
+                    Matcher::new(&m.name, op, &m.value)
+                        .map_err(|err| PromError::bad_data(err.to_string()))?,
+                );
+            }
+            sets.push(set);
+        }
+    }
+    Ok(sets)
+}
+
+/// `start`/`end` of a metadata request (default: all time).
+fn time_window(params: &Params) -> Result<(i64, i64), PromError> {
+    let start = match params.get("start") {
+        Some(t) => parse_time("start", t)?,
+        None => i64::MIN / 4,
+    };
+    let end = match params.get("end") {
+        Some(t) => parse_time("end", t)?,
+        None => i64::MAX / 4,
+    };
+    Ok((start, end))
+}
+
+/// The series of the matcher sets in the window (all series without a set), distinct,
+/// sorted by labels.
+async fn matching_series(
+    source: &SplitSource,
+    sets: &[Vec<Matcher>],
+    start: i64,
+    end: i64,
+) -> Result<Vec<Labels>, PromError> {
+    let mut found: BTreeSet<Labels> = BTreeSet::new();
+    let all = [Vec::new()];
+    let sets = if sets.is_empty() { &all[..] } else { sets };
+    for set in sets {
+        for series in source.select(set, start, end).await? {
+            found.insert(series.labels);
+        }
+    }
+    Ok(found.into_iter().collect())
+}
+
+async fn series(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &body);
+    let sets = match_params(&params)?;
+    if sets.is_empty() {
+        return Err(PromError::bad_data("no match[] parameter provided"));
+    }
+    let (start, end) = time_window(&params)?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let found = matching_series(&source, &sets, start, end).await?;
+    let data: Vec<Value> = found.iter().map(labels_json).collect();
+    Ok(success(json!(data), &[], None, &source))
+}
+
+async fn labels(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &body);
+    let sets = match_params(&params)?;
+    let (start, end) = time_window(&params)?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let found = matching_series(&source, &sets, start, end).await?;
+    let names: BTreeSet<&str> = found
+        .iter()
+        .flat_map(|labels| labels.iter().map(|(name, _)| name))
+        .collect();
+    Ok(success(json!(names), &[], None, &source))
+}
+
+async fn label_values(
+    State(state): State<AppState>,
+    Path(path): Path<HashMap<String, String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &[]);
+    let name = path.get("name").cloned().unwrap_or_default();
+    if !shale_metrics::remote_write::is_valid_label_name(&name) {
+        return Err(PromError::bad_data(format!(
+            "invalid label name: \"{name}\""
+        )));
+    }
+    let sets = match_params(&params)?;
+    let (start, end) = time_window(&params)?;
+    let (_, source) = metrics_index(&state, path.get("index_id").cloned()).await?;
+    let found = matching_series(&source, &sets, start, end).await?;
+    let values: BTreeSet<&str> = found
+        .iter()
+        .filter_map(|labels| labels.get(&name))
+        .collect();
+    Ok(success(json!(values), &[], None, &source))
+}
+
+/// Metric metadata (type, help, unit) is not stored yet: the answer is Prometheus's for a
+/// server that has none.
+async fn metadata(index_id: Option<Path<String>>, State(state): State<AppState>) -> PromResult {
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    Ok(success(json!({}), &[], None, &source))
+}
+
+/// The Prometheus version whose API and PromQL this node answers, for clients (Grafana)
+/// that adapt to it.
+async fn buildinfo() -> Response {
+    Json(json!({
+        "status": "success",
+        "data": {
+            "version": "2.42.0",
+            "revision": "shale",
+            "branch": "",
+            "buildUser": "shale",
+            "buildDate": "",
+            "goVersion": "",
+            "application": "shale",
+            "shaleVersion": env!("CARGO_PKG_VERSION"),
+        },
+    }))
+    .into_response()
 }

@@ -6,6 +6,7 @@
 
 pub mod fault_proxy;
 pub mod postgres;
+pub mod prometheus;
 pub mod s3;
 pub mod strace;
 pub mod tmpfs;

@@ -24,6 +24,7 @@ mod locality;
 mod metrics_ingest;
 mod otlp;
 mod postgres_s3;
+mod promql_diff;
 mod query_errors;
 mod request_forms;
 mod s3_faults;

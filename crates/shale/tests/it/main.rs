@@ -10,6 +10,7 @@ mod compaction_crash;
 mod crash;
 mod data_dir;
 mod delete_crash;
+mod metrics_crash;
 mod plan;
 mod secrets;
 mod simulate;

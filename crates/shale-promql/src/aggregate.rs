@@ -1,0 +1,346 @@
+//! Aggregation operators (`sum`, `avg`, `count`, `min`, `max`, `group`, `stddev`, `stdvar`,
+//! `topk`, `bottomk`, `quantile`, `count_values`) with `by`/`without` grouping, computed with
+//! Prometheus's float operations (incremental mean, Welford, Go-style heaps for `topk`).
+
+use std::collections::HashMap;
+
+use promql_parser::parser::{AggregateExpr, LabelModifier};
+use shale_metrics::{Labels, METRIC_NAME_LABEL};
+
+use crate::eval::{string_arg, with_label, Elem, Evaluator, Val};
+use crate::PromqlError;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AggOp {
+    Sum,
+    Avg,
+    Count,
+    Min,
+    Max,
+    Group,
+    Stddev,
+    Stdvar,
+    Topk,
+    Bottomk,
+    Quantile,
+    CountValues,
+}
+
+struct Group {
+    labels: Labels,
+    value: f64,
+    mean: f64,
+    count: f64,
+    values: Vec<f64>,
+    /// Indices into the input vector (for `topk`/`bottomk`), kept as a Go-style heap.
+    heap: Vec<usize>,
+}
+
+/// Evaluates an aggregation at `t`.
+pub(crate) fn eval_aggregate<'a>(
+    ev: &'a Evaluator,
+    agg: &'a AggregateExpr,
+    t: i64,
+) -> Result<Val<'a>, PromqlError> {
+    let name = agg.op.to_string();
+    let op = match name.as_str() {
+        "sum" => AggOp::Sum,
+        "avg" => AggOp::Avg,
+        "count" => AggOp::Count,
+        "min" => AggOp::Min,
+        "max" => AggOp::Max,
+        "group" => AggOp::Group,
+        "stddev" => AggOp::Stddev,
+        "stdvar" => AggOp::Stdvar,
+        "topk" => AggOp::Topk,
+        "bottomk" => AggOp::Bottomk,
+        "quantile" => AggOp::Quantile,
+        "count_values" => AggOp::CountValues,
+        other => {
+            return Err(PromqlError::BadData(format!(
+                "unsupported aggregation {other:?}"
+            )))
+        }
+    };
+    let mut scalar_param = 0.0;
+    let mut value_label = String::new();
+    if let Some(param) = &agg.param {
+        if op == AggOp::CountValues {
+            value_label = string_arg(param)?;
+            if !is_label_name(&value_label) {
+                return Err(PromqlError::Execution(format!(
+                    "invalid label name {value_label:?}"
+                )));
+            }
+        } else {
+            scalar_param = ev.eval_scalar(param, t)?;
+        }
+    }
+    let input = ev.eval_vector(&agg.expr, t)?;
+    let k = if matches!(op, AggOp::Topk | AggOp::Bottomk) {
+        if scalar_param.is_nan() || scalar_param < 1.0 {
+            return Ok(Val::Vector(Vec::new()));
+        }
+        // Go's int64 conversion truncates toward zero.
+        let k = scalar_param.trunc();
+        if k >= input.len() as f64 {
+            input.len().max(1)
+        } else {
+            k as usize
+        }
+    } else {
+        0
+    };
+    let (without, names): (bool, Vec<&str>) = match &agg.modifier {
+        None => (false, Vec::new()),
+        Some(LabelModifier::Include(l)) => (false, l.labels.iter().map(String::as_str).collect()),
+        Some(LabelModifier::Exclude(l)) => (true, l.labels.iter().map(String::as_str).collect()),
+    };
+    let mut by_names = names.clone();
+    if op == AggOp::CountValues && !without {
+        by_names.push(value_label.as_str());
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    for (i, e) in input.iter().enumerate() {
+        let metric_owned;
+        let metric = if op == AggOp::CountValues {
+            metric_owned = with_label(&e.labels, &value_label, &format_value(e.value));
+            &metric_owned
+        } else {
+            &e.labels
+        };
+        let key = group_labels(metric, without, &by_names);
+        let v = e.value;
+        let gi = match index.get(&key) {
+            Some(&gi) => gi,
+            None => {
+                index.insert(key.clone(), groups.len());
+                groups.push(Group {
+                    labels: key,
+                    value: if op == AggOp::Stddev || op == AggOp::Stdvar {
+                        0.0
+                    } else {
+                        v
+                    },
+                    mean: v,
+                    count: 1.0,
+                    values: if op == AggOp::Quantile {
+                        vec![v]
+                    } else {
+                        Vec::new()
+                    },
+                    heap: vec![i],
+                });
+                continue;
+            }
+        };
+        let g = &mut groups[gi];
+        match op {
+            AggOp::Sum => g.value += v,
+            AggOp::Avg => {
+                g.count += 1.0;
+                if g.mean.is_infinite() {
+                    if v.is_infinite() && (g.mean > 0.0) == (v > 0.0) {
+                        continue;
+                    }
+                    if !v.is_infinite() && !v.is_nan() {
+                        continue;
+                    }
+                }
+                g.mean += v / g.count - g.mean / g.count;
+            }
+            AggOp::Count | AggOp::CountValues => g.count += 1.0,
+            AggOp::Group => {}
+            AggOp::Min => {
+                if g.value > v || g.value.is_nan() {
+                    g.value = v;
+                }
+            }
+            AggOp::Max => {
+                if g.value < v || g.value.is_nan() {
+                    g.value = v;
+                }
+            }
+            AggOp::Stddev | AggOp::Stdvar => {
+                g.count += 1.0;
+                let delta = v - g.mean;
+                g.mean += delta / g.count;
+                g.value += delta * (v - g.mean);
+            }
+            AggOp::Topk | AggOp::Bottomk => {
+                let top = op == AggOp::Topk;
+                let less = |a: usize, b: usize| heap_less(top, input[a].value, input[b].value);
+                if g.heap.len() < k {
+                    g.heap.push(i);
+                    let last = g.heap.len() - 1;
+                    heap_up(&mut g.heap, last, &less);
+                } else {
+                    let root = input[g.heap[0]].value;
+                    let replace = if top {
+                        root < v || (root.is_nan() && !v.is_nan())
+                    } else {
+                        root > v || (root.is_nan() && !v.is_nan())
+                    };
+                    if replace {
+                        g.heap[0] = i;
+                        if k > 1 {
+                            let n = g.heap.len();
+                            if !heap_down(&mut g.heap, 0, n, &less) {
+                                heap_up(&mut g.heap, 0, &less);
+                            }
+                        }
+                    }
+                }
+            }
+            AggOp::Quantile => g.values.push(v),
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for mut g in groups {
+        let value = match op {
+            AggOp::Sum | AggOp::Min | AggOp::Max => g.value,
+            AggOp::Avg => g.mean,
+            AggOp::Count | AggOp::CountValues => g.count,
+            AggOp::Group => 1.0,
+            AggOp::Stdvar => g.value / g.count,
+            AggOp::Stddev => (g.value / g.count).sqrt(),
+            AggOp::Quantile => quantile(scalar_param, &mut g.values),
+            AggOp::Topk | AggOp::Bottomk => {
+                let top = op == AggOp::Topk;
+                let mut picked: Vec<usize> = g.heap.clone();
+                // Best first, as Prometheus returns them.
+                picked.sort_by(|&a, &b| {
+                    let (x, y) = (input[a].value, input[b].value);
+                    if heap_less(top, x, y) {
+                        std::cmp::Ordering::Greater
+                    } else if heap_less(top, y, x) {
+                        std::cmp::Ordering::Less
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                });
+                for i in picked {
+                    out.push(input[i].clone());
+                }
+                continue;
+            }
+        };
+        out.push(Elem {
+            labels: g.labels,
+            value,
+        });
+    }
+    ev.hold(out.len())?;
+    Ok(Val::Vector(out))
+}
+
+/// The labels of an element's group.
+fn group_labels(labels: &Labels, without: bool, names: &[&str]) -> Labels {
+    Labels::new(
+        labels
+            .iter()
+            .filter(|(n, _)| {
+                if without {
+                    *n != METRIC_NAME_LABEL && !names.contains(n)
+                } else {
+                    names.contains(n)
+                }
+            })
+            .map(|(n, v)| (n.to_string(), v.to_string())),
+    )
+}
+
+/// The heap order of Prometheus's `topk` (min-heap) and `bottomk` (max-heap); NaN first.
+fn heap_less(top: bool, a: f64, b: f64) -> bool {
+    if a.is_nan() {
+        return true;
+    }
+    if top {
+        a < b
+    } else {
+        a > b
+    }
+}
+
+fn heap_up(h: &mut [usize], mut j: usize, less: &impl Fn(usize, usize) -> bool) {
+    while j > 0 {
+        let i = (j - 1) / 2;
+        if !less(h[j], h[i]) {
+            break;
+        }
+        h.swap(i, j);
+        j = i;
+    }
+}
+
+fn heap_down(h: &mut [usize], i0: usize, n: usize, less: &impl Fn(usize, usize) -> bool) -> bool {
+    let mut i = i0;
+    loop {
+        let j1 = 2 * i + 1;
+        if j1 >= n {
+            break;
+        }
+        let mut j = j1;
+        let j2 = j1 + 1;
+        if j2 < n && less(h[j2], h[j1]) {
+            j = j2;
+        }
+        if !less(h[j], h[i]) {
+            break;
+        }
+        h.swap(i, j);
+        i = j;
+    }
+    i > i0
+}
+
+/// Prometheus's `quantile`: linear interpolation between the closest ranks.
+pub(crate) fn quantile(q: f64, values: &mut [f64]) -> f64 {
+    if values.is_empty() || q.is_nan() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    values.sort_by(|a, b| match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
+    });
+    let n = values.len() as f64;
+    let rank = q * (n - 1.0);
+    let lower = rank.floor().max(0.0);
+    let upper = (lower + 1.0).min(n - 1.0);
+    let weight = rank - rank.floor();
+    values[lower as usize] * (1.0 - weight) + values[upper as usize] * weight
+}
+
+/// A float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` writes it.
+pub(crate) fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "+Inf".to_string()
+        } else {
+            "-Inf".to_string()
+        }
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Whether `s` is a valid label name (`[a-zA-Z_][a-zA-Z0-9_]*`).
+pub(crate) fn is_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

@@ -1,0 +1,553 @@
+//! The step-by-step evaluator: every node is evaluated at one time `t` at a time (a range
+//! query loops over its steps), selectors read the series fetched by `plan`, subqueries
+//! evaluate their inner expression at aligned steps. Owns the intermediate value type, the
+//! sample limit and the timeout.
+
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use promql_parser::parser::{Expr, SubqueryExpr, VectorSelector};
+use shale_metrics::{Labels, Sample};
+
+use crate::plan::{at_ms, duration_ms, offset_ms, selector_key, QueryWindow, SelectorData};
+use crate::{EngineOptions, PromqlError, RangeSeries, Value, VectorSample};
+
+/// Prometheus's default evaluation interval: the step of a subquery without one.
+const DEFAULT_SUBQUERY_STEP_MS: i64 = 60_000;
+
+/// Inner results of subqueries by (subquery node address, evaluation time).
+type SubqueryCache = HashMap<(usize, i64), Rc<Vec<Elem>>>;
+
+/// One element of an instant vector.
+#[derive(Clone, Debug)]
+pub(crate) struct Elem {
+    pub labels: Labels,
+    pub value: f64,
+}
+
+/// One series of a range vector: borrowed from the fetched data or owned (subqueries).
+pub(crate) struct MSeries<'a> {
+    pub labels: Cow<'a, Labels>,
+    pub samples: Cow<'a, [Sample]>,
+}
+
+/// A range vector argument with the window it covers (for `rate`'s extrapolation).
+pub(crate) struct Window<'a> {
+    pub series: Vec<MSeries<'a>>,
+    /// Lower bound of the window (inclusive).
+    pub start_ms: i64,
+    /// Upper bound of the window (inclusive).
+    pub end_ms: i64,
+    /// The range of the selector or subquery.
+    pub range_ms: i64,
+}
+
+/// The value of a node at one time.
+pub(crate) enum Val<'a> {
+    Scalar(f64),
+    Str(String),
+    Vector(Vec<Elem>),
+    Matrix(Window<'a>),
+}
+
+impl Val<'_> {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Val::Scalar(_) => "scalar",
+            Val::Str(_) => "string",
+            Val::Vector(_) => "instant vector",
+            Val::Matrix(_) => "range vector",
+        }
+    }
+}
+
+/// Evaluates expressions over the fetched series.
+pub(crate) struct Evaluator {
+    data: SelectorData,
+    pub window: QueryWindow,
+    max_samples: usize,
+    timeout: Duration,
+    started: Instant,
+    current: Cell<usize>,
+    peak: Cell<usize>,
+    /// Inner results of subqueries by (node, time): overlapping windows of successive steps
+    /// evaluate each inner step once.
+    subquery_cache: RefCell<SubqueryCache>,
+    /// Per range-function call: each output label set and the input series it came from.
+    range_outputs: RefCell<HashMap<usize, HashMap<Labels, Labels>>>,
+}
+
+impl Evaluator {
+    pub(crate) fn new(
+        data: SelectorData,
+        window: QueryWindow,
+        options: &EngineOptions,
+        started: Instant,
+    ) -> Evaluator {
+        Evaluator {
+            data,
+            window,
+            max_samples: options.max_samples,
+            timeout: options.timeout,
+            started,
+            current: Cell::new(0),
+            peak: Cell::new(0),
+            subquery_cache: RefCell::new(HashMap::new()),
+            range_outputs: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Most samples held at once.
+    pub(crate) fn peak_samples(&self) -> u64 {
+        self.peak.get() as u64
+    }
+
+    /// Accounts for `n` more samples held; over the limit is an error.
+    pub(crate) fn hold(&self, n: usize) -> Result<(), PromqlError> {
+        let now = self.current.get().saturating_add(n);
+        self.current.set(now);
+        if now > self.peak.get() {
+            self.peak.set(now);
+        }
+        if now > self.max_samples {
+            return Err(PromqlError::TooManySamples("query execution".to_string()));
+        }
+        Ok(())
+    }
+
+    fn set_held(&self, n: usize) {
+        self.current.set(n);
+    }
+
+    /// Errors when a range function's output `labels` came from another input series
+    /// before (at this or another step).
+    pub(crate) fn check_range_output(
+        &self,
+        call_key: usize,
+        labels: &Labels,
+        input: &Labels,
+    ) -> Result<(), PromqlError> {
+        let mut all = self.range_outputs.borrow_mut();
+        let outputs = all.entry(call_key).or_default();
+        match outputs.get(labels) {
+            Some(previous) if previous != input => Err(PromqlError::Execution(
+                "vector cannot contain metrics with the same labelset".to_string(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                outputs.insert(labels.clone(), input.clone());
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn check_timeout(&self) -> Result<(), PromqlError> {
+        if self.started.elapsed() > self.timeout {
+            return Err(PromqlError::Timeout("query execution".to_string()));
+        }
+        Ok(())
+    }
+
+    /// An instant query's result.
+    pub(crate) fn run_instant(&self, expr: &Expr, t: i64) -> Result<Value, PromqlError> {
+        Ok(match self.eval(expr, t)? {
+            Val::Scalar(value) => Value::Scalar {
+                timestamp_ms: t,
+                value,
+            },
+            Val::Str(value) => Value::String {
+                timestamp_ms: t,
+                value,
+            },
+            Val::Vector(v) => Value::Vector(
+                v.into_iter()
+                    .map(|e| VectorSample {
+                        labels: e.labels,
+                        timestamp_ms: t,
+                        value: e.value,
+                    })
+                    .collect(),
+            ),
+            Val::Matrix(w) => Value::Matrix(
+                w.series
+                    .into_iter()
+                    .filter(|s| !s.samples.is_empty())
+                    .map(|s| RangeSeries {
+                        labels: s.labels.into_owned(),
+                        samples: s.samples.into_owned(),
+                    })
+                    .collect(),
+            ),
+        })
+    }
+
+    /// A range query's result: a matrix sorted by labels.
+    pub(crate) fn run_range(
+        &self,
+        expr: &Expr,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Value, PromqlError> {
+        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut series: Vec<RangeSeries> = Vec::new();
+        let mut held = 0usize;
+        let mut t = start;
+        while t <= end {
+            self.check_timeout()?;
+            self.set_held(held);
+            let elems = match self.eval(expr, t)? {
+                Val::Scalar(v) => vec![Elem {
+                    labels: Labels::default(),
+                    value: v,
+                }],
+                Val::Vector(v) => v,
+                other => {
+                    return Err(PromqlError::BadData(format!(
+                        "invalid expression type {:?} for range query, must be Scalar or instant Vector",
+                        other.type_name()
+                    )))
+                }
+            };
+            held += elems.len();
+            for e in elems {
+                let sample = Sample {
+                    timestamp_ms: t,
+                    value: e.value,
+                };
+                match index.get(&e.labels) {
+                    Some(&i) => series[i].samples.push(sample),
+                    None => {
+                        index.insert(e.labels.clone(), series.len());
+                        series.push(RangeSeries {
+                            labels: e.labels,
+                            samples: vec![sample],
+                        });
+                    }
+                }
+            }
+            t = match t.checked_add(step) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(Value::Matrix(series))
+    }
+
+    /// The value of `expr` at time `t`.
+    pub(crate) fn eval<'a>(&'a self, expr: &'a Expr, t: i64) -> Result<Val<'a>, PromqlError> {
+        match expr {
+            Expr::NumberLiteral(n) => Ok(Val::Scalar(n.val)),
+            Expr::StringLiteral(s) => Ok(Val::Str(s.val.clone())),
+            Expr::Paren(p) => self.eval(&p.expr, t),
+            Expr::Unary(u) => match self.eval(&u.expr, t)? {
+                Val::Scalar(v) => Ok(Val::Scalar(-v)),
+                Val::Vector(v) => {
+                    let out: Vec<Elem> = v
+                        .into_iter()
+                        .map(|e| Elem {
+                            labels: e.labels.without_name(),
+                            value: -e.value,
+                        })
+                        .collect();
+                    check_unique(&out)?;
+                    Ok(Val::Vector(out))
+                }
+                other => Err(PromqlError::BadData(format!(
+                    "unary expression only allowed on expressions of type scalar or instant vector, got {:?}",
+                    other.type_name()
+                ))),
+            },
+            Expr::VectorSelector(vs) => {
+                let out: Vec<Elem> = self
+                    .instant_select(vs, t)
+                    .map(|(labels, _, value)| Elem {
+                        labels: labels.clone(),
+                        value,
+                    })
+                    .collect();
+                self.hold(out.len())?;
+                Ok(Val::Vector(out))
+            }
+            Expr::MatrixSelector(_) | Expr::Subquery(_) => Ok(Val::Matrix(self.eval_window(expr, t)?)),
+            Expr::Call(call) => crate::functions::eval_call(self, call, t),
+            Expr::Aggregate(agg) => crate::aggregate::eval_aggregate(self, agg, t),
+            Expr::Binary(bin) => crate::binary::eval_binary(self, bin, t),
+            Expr::Extension(_) => Err(PromqlError::BadData(
+                "extension expressions are not supported".to_string(),
+            )),
+        }
+    }
+
+    /// The instant selector at `t`: per series, the latest sample in the lookback window
+    /// (none when it is a staleness marker), as (labels, sample time, value).
+    pub(crate) fn instant_select<'a>(
+        &'a self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> impl Iterator<Item = (&'a Labels, i64, f64)> + 'a {
+        let ref_time = at_ms(&vs.at, &self.window)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&vs.offset));
+        let min_time = ref_time.saturating_sub(self.window.lookback_ms);
+        let series = self
+            .data
+            .get(&selector_key(vs))
+            .map(|s| s.as_slice())
+            .unwrap_or(&[]);
+        series.iter().filter_map(move |s| {
+            let end = s.raw.partition_point(|x| x.timestamp_ms <= ref_time);
+            let last = s.raw[..end].last()?;
+            if last.timestamp_ms < min_time || last.is_stale() {
+                return None;
+            }
+            Some((&s.labels, last.timestamp_ms, last.value))
+        })
+    }
+
+    /// A range vector argument (matrix selector or subquery, parentheses allowed) at `t`.
+    pub(crate) fn eval_window<'a>(
+        &'a self,
+        expr: &'a Expr,
+        t: i64,
+    ) -> Result<Window<'a>, PromqlError> {
+        match expr {
+            Expr::Paren(p) => self.eval_window(&p.expr, t),
+            Expr::MatrixSelector(ms) => {
+                let vs = &ms.vs;
+                let range_ms = duration_ms(&ms.range);
+                let end = at_ms(&vs.at, &self.window)
+                    .unwrap_or(t)
+                    .saturating_sub(offset_ms(&vs.offset));
+                let start = end.saturating_sub(range_ms);
+                let data = self
+                    .data
+                    .get(&selector_key(vs))
+                    .map(|s| s.as_slice())
+                    .unwrap_or(&[]);
+                let mut series = Vec::with_capacity(data.len());
+                let mut n = 0;
+                for s in data {
+                    let lo = s.clean.partition_point(|x| x.timestamp_ms < start);
+                    let hi = s.clean.partition_point(|x| x.timestamp_ms <= end);
+                    if lo < hi {
+                        n += hi - lo;
+                        series.push(MSeries {
+                            labels: Cow::Borrowed(&s.labels),
+                            samples: Cow::Borrowed(&s.clean[lo..hi]),
+                        });
+                    }
+                }
+                self.hold(n)?;
+                Ok(Window {
+                    series,
+                    start_ms: start,
+                    end_ms: end,
+                    range_ms,
+                })
+            }
+            Expr::Subquery(sq) => self.eval_subquery(sq, t),
+            _ => Err(PromqlError::BadData(
+                "expected a range vector (a matrix selector or a subquery)".to_string(),
+            )),
+        }
+    }
+
+    fn eval_subquery<'a>(
+        &'a self,
+        sq: &'a SubqueryExpr,
+        t: i64,
+    ) -> Result<Window<'a>, PromqlError> {
+        let range_ms = duration_ms(&sq.range);
+        let step = sq
+            .step
+            .as_ref()
+            .map(duration_ms)
+            .filter(|s| *s > 0)
+            .unwrap_or(DEFAULT_SUBQUERY_STEP_MS);
+        let end = at_ms(&sq.at, &self.window)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&sq.offset));
+        let start = end.saturating_sub(range_ms);
+        // The first multiple of the step at or after the window's start.
+        let mut ts = start.div_euclid(step) * step;
+        if ts < start {
+            ts = ts.saturating_add(step);
+        }
+        let key = sq as *const SubqueryExpr as usize;
+        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut series: Vec<(Labels, Vec<Sample>)> = Vec::new();
+        let mut n = 0;
+        while ts <= end {
+            self.check_timeout()?;
+            let cached = self.subquery_cache.borrow().get(&(key, ts)).cloned();
+            let elems = match cached {
+                Some(elems) => elems,
+                None => {
+                    let elems = match self.eval(&sq.expr, ts)? {
+                        Val::Vector(v) => v,
+                        Val::Scalar(v) => vec![Elem {
+                            labels: Labels::default(),
+                            value: v,
+                        }],
+                        other => {
+                            return Err(PromqlError::BadData(format!(
+                                "subquery is only allowed on instant vector, got {:?}",
+                                other.type_name()
+                            )))
+                        }
+                    };
+                    let elems = Rc::new(elems);
+                    self.subquery_cache
+                        .borrow_mut()
+                        .insert((key, ts), Rc::clone(&elems));
+                    elems
+                }
+            };
+            n += elems.len();
+            for e in elems.iter() {
+                let sample = Sample {
+                    timestamp_ms: ts,
+                    value: e.value,
+                };
+                match index.get(&e.labels) {
+                    Some(&i) => series[i].1.push(sample),
+                    None => {
+                        index.insert(e.labels.clone(), series.len());
+                        series.push((e.labels.clone(), vec![sample]));
+                    }
+                }
+            }
+            ts = match ts.checked_add(step) {
+                Some(next) => next,
+                None => break,
+            };
+        }
+        self.hold(n)?;
+        Ok(Window {
+            series: series
+                .into_iter()
+                .map(|(labels, samples)| MSeries {
+                    labels: Cow::Owned(labels),
+                    samples: Cow::Owned(samples),
+                })
+                .collect(),
+            start_ms: start,
+            end_ms: end,
+            range_ms,
+        })
+    }
+
+    /// The value of a scalar argument at `t`.
+    pub(crate) fn eval_scalar(&self, expr: &Expr, t: i64) -> Result<f64, PromqlError> {
+        match self.eval(expr, t)? {
+            Val::Scalar(v) => Ok(v),
+            other => Err(PromqlError::BadData(format!(
+                "expected a scalar, got {:?}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// The value of an instant vector argument at `t`.
+    pub(crate) fn eval_vector(&self, expr: &Expr, t: i64) -> Result<Vec<Elem>, PromqlError> {
+        match self.eval(expr, t)? {
+            Val::Vector(v) => Ok(v),
+            other => Err(PromqlError::BadData(format!(
+                "expected an instant vector, got {:?}",
+                other.type_name()
+            ))),
+        }
+    }
+}
+
+/// The expression inside any parentheses.
+pub(crate) fn unwrap_parens(mut expr: &Expr) -> &Expr {
+    while let Expr::Paren(p) = expr {
+        expr = &p.expr;
+    }
+    expr
+}
+
+/// The value of a string literal argument.
+pub(crate) fn string_arg(expr: &Expr) -> Result<String, PromqlError> {
+    match unwrap_parens(expr) {
+        Expr::StringLiteral(s) => Ok(s.val.clone()),
+        _ => Err(PromqlError::BadData(
+            "expected a string literal".to_string(),
+        )),
+    }
+}
+
+/// Prometheus's error when a result holds two series with the same labels.
+pub(crate) fn check_unique(v: &[Elem]) -> Result<(), PromqlError> {
+    if v.len() < 2 {
+        return Ok(());
+    }
+    let mut seen = HashSet::with_capacity(v.len());
+    for e in v {
+        if !seen.insert(&e.labels) {
+            return Err(PromqlError::Execution(
+                "vector cannot contain metrics with the same labelset".to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Labels as Prometheus prints them: `{a="b", c="d"}`.
+pub(crate) fn format_labels(labels: &Labels) -> String {
+    let parts: Vec<String> = labels.iter().map(|(n, v)| format!("{n}={v:?}")).collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// `labels` with `name` set to `value` (removed when `value` is empty).
+pub(crate) fn with_label(labels: &Labels, name: &str, value: &str) -> Labels {
+    Labels::new(
+        labels
+            .iter()
+            .filter(|(n, _)| *n != name)
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .chain(std::iter::once((name.to_string(), value.to_string()))),
+    )
+}
+
+/// Go's `math.Max` (NaN wins, +Inf wins).
+pub(crate) fn go_max(a: f64, b: f64) -> f64 {
+    if a.is_infinite() && a > 0.0 || b.is_infinite() && b > 0.0 {
+        return f64::INFINITY;
+    }
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    if a == 0.0 && b == 0.0 {
+        return if a.is_sign_negative() { b } else { a };
+    }
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Go's `math.Min` (NaN wins, -Inf wins).
+pub(crate) fn go_min(a: f64, b: f64) -> f64 {
+    if a.is_infinite() && a < 0.0 || b.is_infinite() && b < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    if a == 0.0 && b == 0.0 {
+        return if a.is_sign_negative() { a } else { b };
+    }
+    if a < b {
+        a
+    } else {
+        b
+    }
+}

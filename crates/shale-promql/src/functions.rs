@@ -1,0 +1,744 @@
+//! PromQL's functions as of Prometheus 2.42: per-element math, range functions over a
+//! window (`rate` and its extrapolation, `*_over_time`, regressions, `holt_winters`), label
+//! manipulation, `histogram_quantile` over classic buckets, `absent*`, time and date functions.
+
+use promql_parser::parser::{Call, Expr};
+use shale_metrics::{Labels, Sample, METRIC_NAME_LABEL};
+
+use crate::aggregate::{is_label_name, quantile};
+use crate::eval::{
+    check_unique, go_max, go_min, string_arg, unwrap_parens, with_label, Elem, Evaluator, Val,
+    Window,
+};
+use crate::plan::matchers_of;
+use crate::PromqlError;
+use shale_metrics::MatchOp;
+
+/// Evaluates a function call at `t`.
+pub(crate) fn eval_call<'a>(
+    ev: &'a Evaluator,
+    call: &'a Call,
+    t: i64,
+) -> Result<Val<'a>, PromqlError> {
+    let name = call.func.name;
+    let args: Vec<&Expr> = call.args.args.iter().map(|a| a.as_ref()).collect();
+    let arg = |i: usize| -> Result<&'a Expr, PromqlError> {
+        call.args
+            .args
+            .get(i)
+            .map(|a| a.as_ref())
+            .ok_or_else(|| PromqlError::BadData(format!("missing argument {i} of {name}")))
+    };
+    let out = match name {
+        "time" => return Ok(Val::Scalar(t as f64 / 1000.0)),
+        "pi" => return Ok(Val::Scalar(std::f64::consts::PI)),
+        "scalar" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            return Ok(Val::Scalar(if v.len() == 1 {
+                v[0].value
+            } else {
+                f64::NAN
+            }));
+        }
+        "vector" => vec![Elem {
+            labels: Labels::default(),
+            value: ev.eval_scalar(arg(0)?, t)?,
+        }],
+        "abs" | "ceil" | "floor" | "exp" | "sqrt" | "ln" | "log2" | "log10" | "sin" | "cos"
+        | "tan" | "asin" | "acos" | "atan" | "sinh" | "cosh" | "tanh" | "asinh" | "acosh"
+        | "atanh" | "deg" | "rad" | "sgn" => {
+            let f = simple_fn(name);
+            map_values(ev.eval_vector(arg(0)?, t)?, f)
+        }
+        "round" => {
+            let to_nearest = match args.get(1) {
+                Some(a) => ev.eval_scalar(a, t)?,
+                None => 1.0,
+            };
+            let inverse = 1.0 / to_nearest;
+            map_values(ev.eval_vector(arg(0)?, t)?, |v| {
+                (v * inverse + 0.5).floor() / inverse
+            })
+        }
+        "clamp" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            let min = ev.eval_scalar(arg(1)?, t)?;
+            let max = ev.eval_scalar(arg(2)?, t)?;
+            if max < min {
+                Vec::new()
+            } else {
+                map_values(v, |x| go_max(min, go_min(max, x)))
+            }
+        }
+        "clamp_max" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            let max = ev.eval_scalar(arg(1)?, t)?;
+            map_values(v, |x| go_min(x, max))
+        }
+        "clamp_min" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            let min = ev.eval_scalar(arg(1)?, t)?;
+            map_values(v, |x| go_max(x, min))
+        }
+        "day_of_month" | "day_of_week" | "day_of_year" | "days_in_month" | "hour" | "minute"
+        | "month" | "year" => {
+            let v = match args.first() {
+                Some(a) => ev.eval_vector(a, t)?,
+                None => vec![Elem {
+                    labels: Labels::default(),
+                    value: t as f64 / 1000.0,
+                }],
+            };
+            map_values(v, |x| date_part(name, x))
+        }
+        "timestamp" => {
+            let a = unwrap_parens(arg(0)?);
+            if let Expr::VectorSelector(vs) = a {
+                ev.instant_select(vs, t)
+                    .map(|(labels, ts, _)| Elem {
+                        labels: labels.without_name(),
+                        value: ts as f64 / 1000.0,
+                    })
+                    .collect()
+            } else {
+                map_values(ev.eval_vector(a, t)?, |_| t as f64 / 1000.0)
+            }
+        }
+        "absent" => {
+            let a = unwrap_parens(arg(0)?);
+            let v = ev.eval_vector(a, t)?;
+            if v.is_empty() {
+                vec![Elem {
+                    labels: absent_labels(a)?,
+                    value: 1.0,
+                }]
+            } else {
+                Vec::new()
+            }
+        }
+        "sort" | "sort_desc" => {
+            let mut v = ev.eval_vector(arg(0)?, t)?;
+            let desc = name == "sort_desc";
+            v.sort_by(|a, b| {
+                let (x, y) = (a.value, b.value);
+                let ord = match (x.is_nan(), y.is_nan()) {
+                    (true, true) => std::cmp::Ordering::Equal,
+                    (true, false) => std::cmp::Ordering::Less,
+                    (false, true) => std::cmp::Ordering::Greater,
+                    _ => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
+                };
+                if desc {
+                    ord.reverse()
+                } else {
+                    ord
+                }
+            });
+            return Ok(Val::Vector(v));
+        }
+        "label_replace" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            let dst = string_arg(arg(1)?)?;
+            let replacement = string_arg(arg(2)?)?;
+            let src = string_arg(arg(3)?)?;
+            let regex_src = string_arg(arg(4)?)?;
+            let re = regex::Regex::new(&format!("^(?:{regex_src})$")).map_err(|_| {
+                PromqlError::Execution(format!(
+                    "invalid regular expression in label_replace(): {regex_src}"
+                ))
+            })?;
+            if !is_label_name(&dst) {
+                return Err(PromqlError::Execution(format!(
+                    "invalid destination label name in label_replace(): {dst}"
+                )));
+            }
+            v.into_iter()
+                .map(|e| {
+                    let src_val = e.labels.get(&src).unwrap_or("");
+                    match re.captures(src_val) {
+                        Some(caps) => {
+                            let mut res = String::new();
+                            caps.expand(&replacement, &mut res);
+                            Elem {
+                                labels: with_label(&e.labels, &dst, &res),
+                                value: e.value,
+                            }
+                        }
+                        None => e,
+                    }
+                })
+                .collect()
+        }
+        "label_join" => {
+            let v = ev.eval_vector(arg(0)?, t)?;
+            let dst = string_arg(arg(1)?)?;
+            let sep = string_arg(arg(2)?)?;
+            let mut srcs = Vec::new();
+            for a in args.iter().skip(3) {
+                let s = string_arg(a)?;
+                if !is_label_name(&s) {
+                    return Err(PromqlError::Execution(format!(
+                        "invalid source label name in label_join(): {s}"
+                    )));
+                }
+                srcs.push(s);
+            }
+            if !is_label_name(&dst) {
+                return Err(PromqlError::Execution(format!(
+                    "invalid destination label name in label_join(): {dst}"
+                )));
+            }
+            v.into_iter()
+                .map(|e| {
+                    let joined = srcs
+                        .iter()
+                        .map(|s| e.labels.get(s).unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join(&sep);
+                    Elem {
+                        labels: with_label(&e.labels, &dst, &joined),
+                        value: e.value,
+                    }
+                })
+                .collect()
+        }
+        "histogram_quantile" => {
+            let q = ev.eval_scalar(arg(0)?, t)?;
+            let v = ev.eval_vector(arg(1)?, t)?;
+            histogram_quantile(q, v)
+        }
+        "rate" | "increase" | "delta" | "irate" | "idelta" | "deriv" | "changes" | "resets"
+        | "avg_over_time" | "min_over_time" | "max_over_time" | "sum_over_time"
+        | "count_over_time" | "stddev_over_time" | "stdvar_over_time" | "last_over_time"
+        | "present_over_time" | "absent_over_time" | "quantile_over_time" | "predict_linear"
+        | "holt_winters" => range_function(ev, call as *const Call as usize, name, &args, t)?,
+        other => {
+            return Err(PromqlError::BadData(format!(
+                "unknown function with name {other:?}"
+            )))
+        }
+    };
+    check_unique(&out)?;
+    ev.hold(out.len())?;
+    Ok(Val::Vector(out))
+}
+
+fn map_values(v: Vec<Elem>, f: impl Fn(f64) -> f64) -> Vec<Elem> {
+    v.into_iter()
+        .map(|e| Elem {
+            labels: e.labels.without_name(),
+            value: f(e.value),
+        })
+        .collect()
+}
+
+fn simple_fn(name: &str) -> fn(f64) -> f64 {
+    match name {
+        "abs" => f64::abs,
+        "ceil" => f64::ceil,
+        "floor" => f64::floor,
+        "exp" => f64::exp,
+        "sqrt" => f64::sqrt,
+        "ln" => f64::ln,
+        "log2" => f64::log2,
+        "log10" => f64::log10,
+        "sin" => f64::sin,
+        "cos" => f64::cos,
+        "tan" => f64::tan,
+        "asin" => f64::asin,
+        "acos" => f64::acos,
+        "atan" => f64::atan,
+        "sinh" => f64::sinh,
+        "cosh" => f64::cosh,
+        "tanh" => f64::tanh,
+        "asinh" => f64::asinh,
+        "acosh" => f64::acosh,
+        "atanh" => f64::atanh,
+        "deg" => |v| v * 180.0 / std::f64::consts::PI,
+        "rad" => |v| v * std::f64::consts::PI / 180.0,
+        _ => |v: f64| {
+            if v < 0.0 {
+                -1.0
+            } else if v > 0.0 {
+                1.0
+            } else {
+                v
+            }
+        },
+    }
+}
+
+/// The labels `absent` gives: the selector's equality matchers, but `__name__` and labels
+/// matched more than once or otherwise.
+fn absent_labels(expr: &Expr) -> Result<Labels, PromqlError> {
+    let vs = match unwrap_parens(expr) {
+        Expr::VectorSelector(vs) => vs,
+        Expr::MatrixSelector(ms) => &ms.vs,
+        _ => return Ok(Labels::default()),
+    };
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    for m in matchers_of(vs)? {
+        if m.name == METRIC_NAME_LABEL {
+            continue;
+        }
+        if m.op == MatchOp::Equal && !pairs.iter().any(|(n, _)| *n == m.name) {
+            pairs.push((m.name.clone(), m.value.clone()));
+        } else {
+            dropped.push(m.name.clone());
+        }
+    }
+    pairs.retain(|(n, _)| !dropped.contains(n));
+    Ok(Labels::new(pairs))
+}
+
+/// Days since the epoch → (year, month 1-12, day 1-31).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn is_leap(y: i64) -> bool {
+    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if is_leap(y) => 29,
+        _ => 28,
+    }
+}
+
+/// A date part of a Unix time in seconds (UTC), as Prometheus's date functions give it.
+fn date_part(name: &str, value: f64) -> f64 {
+    let secs = value as i64;
+    let days = secs.div_euclid(86_400);
+    let in_day = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let v = match name {
+        "day_of_month" => d,
+        "day_of_week" => (days + 4).rem_euclid(7),
+        "day_of_year" => (1..m).map(|mm| days_in_month(y, mm)).sum::<i64>() + d,
+        "days_in_month" => days_in_month(y, m),
+        "hour" => in_day / 3600,
+        "minute" => (in_day % 3600) / 60,
+        "month" => m,
+        _ => y,
+    };
+    v as f64
+}
+
+/// `histogram_quantile` over classic buckets (`le` labels).
+fn histogram_quantile(q: f64, v: Vec<Elem>) -> Vec<Elem> {
+    let mut keys: std::collections::HashMap<Labels, usize> = std::collections::HashMap::new();
+    let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
+    for e in v {
+        let Some(le) = e.labels.get("le") else {
+            continue;
+        };
+        let Some(upper) = parse_go_float(le) else {
+            continue;
+        };
+        let key = Labels::new(
+            e.labels
+                .iter()
+                .filter(|(n, _)| *n != "le")
+                .map(|(n, v)| (n.to_string(), v.to_string())),
+        );
+        let gi = match keys.get(&key) {
+            Some(&gi) => gi,
+            None => {
+                let out_labels = key.without_name();
+                keys.insert(key, groups.len());
+                groups.push((out_labels, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        groups[gi].1.push((upper, e.value));
+    }
+    groups
+        .into_iter()
+        .map(|(labels, mut buckets)| Elem {
+            labels,
+            value: bucket_quantile(q, &mut buckets),
+        })
+        .collect()
+}
+
+fn parse_go_float(s: &str) -> Option<f64> {
+    match s {
+        "+Inf" | "Inf" | "inf" | "+inf" => Some(f64::INFINITY),
+        "-Inf" | "-inf" => Some(f64::NEG_INFINITY),
+        _ => s.parse::<f64>().ok(),
+    }
+}
+
+fn bucket_quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
+    if q.is_nan() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+    match buckets.last() {
+        Some(last) if last.0 == f64::INFINITY => {}
+        _ => return f64::NAN,
+    }
+    // Coalesce buckets with the same upper bound.
+    let mut merged: Vec<(f64, f64)> = Vec::with_capacity(buckets.len());
+    for &(ub, c) in buckets.iter() {
+        match merged.last_mut() {
+            Some(last) if last.0 == ub => last.1 += c,
+            _ => merged.push((ub, c)),
+        }
+    }
+    // Force the counts to be monotonic.
+    let mut max = f64::NEG_INFINITY;
+    for b in merged.iter_mut() {
+        if b.1 > max {
+            max = b.1;
+        } else if b.1 < max {
+            b.1 = max;
+        }
+    }
+    if merged.len() < 2 {
+        return f64::NAN;
+    }
+    let observations = merged[merged.len() - 1].1;
+    if observations == 0.0 {
+        return f64::NAN;
+    }
+    let mut rank = q * observations;
+    let n = merged.len() - 1;
+    let b = merged[..n].partition_point(|x| x.1 < rank);
+    if b == n {
+        return merged[n - 1].0;
+    }
+    if b == 0 && merged[0].0 <= 0.0 {
+        return merged[0].0;
+    }
+    let mut start = 0.0;
+    let end = merged[b].0;
+    let mut count = merged[b].1;
+    if b > 0 {
+        start = merged[b - 1].0;
+        count -= merged[b - 1].1;
+        rank -= merged[b - 1].1;
+    }
+    start + (end - start) * (rank / count)
+}
+
+/// Neumaier's compensated summation step, as Prometheus uses it.
+fn kahan_inc(inc: f64, sum: f64, c: f64) -> (f64, f64) {
+    let t = sum + inc;
+    let c = if sum.abs() >= inc.abs() {
+        c + ((sum - t) + inc)
+    } else {
+        c + ((inc - t) + sum)
+    };
+    (t, c)
+}
+
+/// Least-squares slope and intercept, x in seconds relative to `intercept_ms`.
+fn linear_regression(samples: &[Sample], intercept_ms: i64) -> (f64, f64) {
+    let init_y = samples[0].value;
+    let mut const_y = true;
+    let (mut n, mut sx, mut cx, mut sy, mut cy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut sxy, mut cxy, mut sx2, mut cx2) = (0.0, 0.0, 0.0, 0.0);
+    for (i, s) in samples.iter().enumerate() {
+        if const_y && i > 0 && s.value != init_y {
+            const_y = false;
+        }
+        n += 1.0;
+        let x = (s.timestamp_ms - intercept_ms) as f64 / 1e3;
+        (sx, cx) = kahan_inc(x, sx, cx);
+        (sy, cy) = kahan_inc(s.value, sy, cy);
+        (sxy, cxy) = kahan_inc(x * s.value, sxy, cxy);
+        (sx2, cx2) = kahan_inc(x * x, sx2, cx2);
+    }
+    if const_y {
+        if init_y.is_infinite() {
+            return (f64::NAN, f64::NAN);
+        }
+        return (0.0, init_y);
+    }
+    let (sx, sy, sxy, sx2) = (sx + cx, sy + cy, sxy + cxy, sx2 + cx2);
+    let cov_xy = sxy - sx * sy / n;
+    let var_x = sx2 - sx * sx / n;
+    let slope = cov_xy / var_x;
+    let intercept = sy / n - slope * sx / n;
+    (slope, intercept)
+}
+
+/// `rate`, `increase` and `delta` with Prometheus's extrapolation.
+fn extrapolated_rate(w: &Window<'_>, s: &[Sample], is_counter: bool, is_rate: bool) -> Option<f64> {
+    if s.len() < 2 {
+        return None;
+    }
+    let first = s[0];
+    let last = s[s.len() - 1];
+    let mut result = last.value - first.value;
+    if is_counter {
+        let mut prev = 0.0;
+        for x in s {
+            if x.value < prev {
+                result += prev;
+            }
+            prev = x.value;
+        }
+    }
+    let mut to_start = (first.timestamp_ms - w.start_ms) as f64 / 1000.0;
+    let to_end = (w.end_ms - last.timestamp_ms) as f64 / 1000.0;
+    let sampled = (last.timestamp_ms - first.timestamp_ms) as f64 / 1000.0;
+    let avg_step = sampled / (s.len() - 1) as f64;
+    if is_counter && result > 0.0 && first.value >= 0.0 {
+        let to_zero = sampled * (first.value / result);
+        if to_zero < to_start {
+            to_start = to_zero;
+        }
+    }
+    let threshold = avg_step * 1.1;
+    let mut interval = sampled;
+    interval += if to_start < threshold {
+        to_start
+    } else {
+        avg_step / 2.0
+    };
+    interval += if to_end < threshold {
+        to_end
+    } else {
+        avg_step / 2.0
+    };
+    result *= interval / sampled;
+    if is_rate {
+        result /= w.range_ms as f64 / 1000.0;
+    }
+    Some(result)
+}
+
+fn instant_delta(s: &[Sample], is_rate: bool) -> Option<f64> {
+    if s.len() < 2 {
+        return None;
+    }
+    let last = s[s.len() - 1];
+    let prev = s[s.len() - 2];
+    let mut result = if is_rate && last.value < prev.value {
+        last.value
+    } else {
+        last.value - prev.value
+    };
+    let interval = last.timestamp_ms - prev.timestamp_ms;
+    if interval == 0 {
+        return None;
+    }
+    if is_rate {
+        result /= interval as f64 / 1000.0;
+    }
+    Some(result)
+}
+
+fn holt_winters(s: &[Sample], sf: f64, tf: f64) -> Option<f64> {
+    if s.len() < 2 {
+        return None;
+    }
+    let (mut s0, mut s1) = (0.0, s[0].value);
+    let mut b = s[1].value - s[0].value;
+    for (i, x) in s.iter().enumerate().skip(1) {
+        let scaled = sf * x.value;
+        if i > 1 {
+            b = tf * (s1 - s0) + (1.0 - tf) * b;
+        }
+        let y = (1.0 - sf) * (s1 + b);
+        s0 = s1;
+        s1 = scaled + y;
+    }
+    Some(s1)
+}
+
+fn range_function(
+    ev: &Evaluator,
+    call_key: usize,
+    name: &str,
+    args: &[&Expr],
+    t: i64,
+) -> Result<Vec<Elem>, PromqlError> {
+    // The range argument: the first matrix selector or subquery.
+    let mut matrix_index = None;
+    for (i, a) in args.iter().enumerate() {
+        if matches!(
+            unwrap_parens(a),
+            Expr::MatrixSelector(_) | Expr::Subquery(_)
+        ) {
+            matrix_index = Some(i);
+            break;
+        }
+    }
+    let Some(mi) = matrix_index else {
+        return Err(PromqlError::BadData(format!(
+            "expected a range vector argument to {name}"
+        )));
+    };
+    let scalar_at = |i: usize| -> Result<f64, PromqlError> {
+        match args.get(i) {
+            Some(a) => ev.eval_scalar(a, t),
+            None => Err(PromqlError::BadData(format!(
+                "missing argument {i} of {name}"
+            ))),
+        }
+    };
+    let param = match name {
+        "quantile_over_time" => scalar_at(0)?,
+        "predict_linear" => scalar_at(1)?,
+        _ => 0.0,
+    };
+    let (sf, tf) = if name == "holt_winters" {
+        let sf = scalar_at(1)?;
+        let tf = scalar_at(2)?;
+        if sf <= 0.0 || sf >= 1.0 {
+            return Err(PromqlError::Execution(format!(
+                "invalid smoothing factor. Expected: 0 < sf < 1, got: {sf:.6}"
+            )));
+        }
+        if tf <= 0.0 || tf >= 1.0 {
+            return Err(PromqlError::Execution(format!(
+                "invalid trend factor. Expected: 0 < tf < 1, got: {tf:.6}"
+            )));
+        }
+        (sf, tf)
+    } else {
+        (0.0, 0.0)
+    };
+    let window = ev.eval_window(args[mi], t)?;
+    if name == "absent_over_time" {
+        if window.series.iter().any(|s| !s.samples.is_empty()) {
+            return Ok(Vec::new());
+        }
+        return Ok(vec![Elem {
+            labels: absent_labels(args[mi])?,
+            value: 1.0,
+        }]);
+    }
+    // `predict_linear` regresses against the evaluation time, not shifted by the offset; an
+    // `@` argument is step-invariant, evaluated (by Prometheus) once at the query's start.
+    let pinned = match unwrap_parens(args[mi]) {
+        Expr::MatrixSelector(ms) => ms.vs.at.is_some(),
+        Expr::Subquery(sq) => sq.at.is_some(),
+        _ => false,
+    };
+    let eval_time = if pinned { ev.window.start_ms } else { t };
+    let mut out = Vec::with_capacity(window.series.len());
+    for series in &window.series {
+        let s: &[Sample] = &series.samples;
+        if s.is_empty() {
+            continue;
+        }
+        let value = match name {
+            "rate" => extrapolated_rate(&window, s, true, true),
+            "increase" => extrapolated_rate(&window, s, true, false),
+            "delta" => extrapolated_rate(&window, s, false, false),
+            "irate" => instant_delta(s, true),
+            "idelta" => instant_delta(s, false),
+            "deriv" => (s.len() >= 2).then(|| linear_regression(s, s[0].timestamp_ms).0),
+            "predict_linear" => (s.len() >= 2).then(|| {
+                let (slope, intercept) = linear_regression(s, eval_time);
+                slope * param + intercept
+            }),
+            "holt_winters" => holt_winters(s, sf, tf),
+            "changes" => Some(
+                s.windows(2)
+                    .filter(|p| {
+                        p[1].value != p[0].value && !(p[1].value.is_nan() && p[0].value.is_nan())
+                    })
+                    .count() as f64,
+            ),
+            "resets" => Some(s.windows(2).filter(|p| p[1].value < p[0].value).count() as f64),
+            "avg_over_time" => {
+                let mut mean: f64 = 0.0;
+                let mut count = 0.0;
+                for x in s {
+                    count += 1.0;
+                    if mean.is_infinite() {
+                        if x.value.is_infinite() && (mean > 0.0) == (x.value > 0.0) {
+                            continue;
+                        }
+                        if !x.value.is_infinite() && !x.value.is_nan() {
+                            continue;
+                        }
+                    }
+                    mean += x.value / count - mean / count;
+                }
+                Some(mean)
+            }
+            "min_over_time" => {
+                let mut m = s[0].value;
+                for x in s {
+                    if x.value < m || m.is_nan() {
+                        m = x.value;
+                    }
+                }
+                Some(m)
+            }
+            "max_over_time" => {
+                let mut m = s[0].value;
+                for x in s {
+                    if x.value > m || m.is_nan() {
+                        m = x.value;
+                    }
+                }
+                Some(m)
+            }
+            "sum_over_time" => Some(s.iter().map(|x| x.value).sum()),
+            "count_over_time" => Some(s.len() as f64),
+            "stddev_over_time" | "stdvar_over_time" => {
+                let (mut count, mut mean, mut c_mean, mut aux, mut c_aux) =
+                    (0.0, 0.0, 0.0, 0.0, 0.0);
+                for x in s {
+                    count += 1.0;
+                    let delta = x.value - (mean + c_mean);
+                    (mean, c_mean) = kahan_inc(delta / count, mean, c_mean);
+                    (aux, c_aux) = kahan_inc(delta * (x.value - (mean + c_mean)), aux, c_aux);
+                }
+                let var = (aux + c_aux) / count;
+                Some(if name == "stddev_over_time" {
+                    var.sqrt()
+                } else {
+                    var
+                })
+            }
+            "last_over_time" => Some(s[s.len() - 1].value),
+            "present_over_time" => Some(1.0),
+            "quantile_over_time" => {
+                let mut values: Vec<f64> = s.iter().map(|x| x.value).collect();
+                Some(quantile(param, &mut values))
+            }
+            _ => None,
+        };
+        if let Some(value) = value {
+            let labels = if name == "last_over_time" {
+                series.labels.clone().into_owned()
+            } else {
+                let labels = series.labels.without_name();
+                // Prometheus checks the whole output matrix of the function, over every
+                // step: two input series giving one label set is an error even at
+                // different steps.
+                ev.check_range_output(call_key, &labels, &series.labels)?;
+                labels
+            };
+            out.push(Elem { labels, value });
+        }
+    }
+    Ok(out)
+}

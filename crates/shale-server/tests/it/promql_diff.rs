@@ -1,0 +1,584 @@
+//! PromQL against the real Prometheus: the same generated samples (counters with resets and
+//! gaps, gauges that go stale or start late, classic histograms, jittered scrape times) go by
+//! remote write into a Prometheus 2.42 (started by the test) and into a Shale node (as
+//! several commits, so series span many splits); then hundreds of generated queries, instant
+//! and range, are asked of both. Every answer must agree: status and error type, result type,
+//! the set of series (label sets), timestamps, and values to 1e-9 relative.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+
+use common::TestNode;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use shale_metrics::remote_write::{
+    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+};
+use shale_testkit::prometheus::Prometheus;
+
+/// An hour boundary (ms).
+const T0: i64 = 1_780_081_200_000;
+/// Minutes of data.
+const MINUTES: i64 = 55;
+
+type Series = (Vec<(String, String)>, Vec<(i64, f64)>);
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Scrape times every 15 s with up to ±3 s of jitter, from minute `from` to `to`, leaving
+/// out the minutes in `gap`.
+fn times(rng: &mut rand::rngs::StdRng, from: i64, to: i64, gap: Option<(i64, i64)>) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut i = from * 4;
+    while i < to * 4 {
+        let minute = i / 4;
+        i += 1;
+        if gap.is_some_and(|(a, b)| minute >= a && minute < b) {
+            continue;
+        }
+        let jitter = rng.random_range(-3_000..=3_000);
+        out.push(T0 + (i - 1) * 15_000 + jitter);
+    }
+    out
+}
+
+fn generate() -> Vec<Series> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut out: Vec<Series> = Vec::new();
+    for job in ["api", "web"] {
+        for instance in ["a", "b", "c"] {
+            for code in ["200", "500"] {
+                // Counters: resets now and then; one has a 10-minute gap.
+                let gap = (instance == "c" && code == "500").then_some((20, 30));
+                let mut value: f64 = rng.random_range(0..1000) as f64;
+                let samples = times(&mut rng, 0, MINUTES, gap)
+                    .into_iter()
+                    .map(|t| {
+                        if rng.random_bool(0.02) {
+                            value = rng.random_range(0..5) as f64;
+                        } else {
+                            value += rng.random_range(0..20) as f64;
+                        }
+                        (t, value)
+                    })
+                    .collect();
+                out.push((
+                    labels(&[
+                        ("__name__", "http_requests_total"),
+                        ("job", job),
+                        ("instance", instance),
+                        ("code", code),
+                    ]),
+                    samples,
+                ));
+            }
+            for room in ["r1", "r2"] {
+                // Gauges: a random walk; one goes stale at minute 35, one starts at 30.
+                let (from, to) = match (instance, room) {
+                    ("b", "r2") => (30, MINUTES),
+                    _ => (0, MINUTES),
+                };
+                let mut value: f64 = rng.random_range(-10.0..40.0);
+                let mut samples: Vec<(i64, f64)> = times(&mut rng, from, to, None)
+                    .into_iter()
+                    .map(|t| {
+                        value += rng.random_range(-1.5..1.5);
+                        if rng.random_bool(0.1) {
+                            value = value.round();
+                        }
+                        (t, value)
+                    })
+                    .collect();
+                if instance == "a" && room == "r2" && job == "web" {
+                    samples.retain(|(t, _)| *t < T0 + 35 * 60_000);
+                    samples.push((
+                        T0 + 35 * 60_000 + 1,
+                        f64::from_bits(shale_metrics::STALE_NAN_BITS),
+                    ));
+                }
+                out.push((
+                    labels(&[
+                        ("__name__", "temperature_celsius"),
+                        ("job", job),
+                        ("instance", instance),
+                        ("room", room),
+                    ]),
+                    samples,
+                ));
+            }
+        }
+        // Classic histograms of two instances.
+        for instance in ["a", "b"] {
+            let bounds = ["0.1", "0.5", "1", "5", "+Inf"];
+            let scrape = times(&mut rng, 0, MINUTES, None);
+            let mut buckets = [0f64; 5];
+            let (mut sum, mut count) = (0f64, 0f64);
+            let mut series: Vec<Vec<(i64, f64)>> = vec![Vec::new(); 7];
+            for t in scrape {
+                for _ in 0..rng.random_range(0..30) {
+                    let observed: f64 = rng.random_range(0.0..3.0f64).powi(2);
+                    sum += observed;
+                    count += 1.0;
+                    for (i, bound) in [0.1, 0.5, 1.0, 5.0, f64::INFINITY].iter().enumerate() {
+                        if observed <= *bound {
+                            buckets[i] += 1.0;
+                        }
+                    }
+                }
+                for i in 0..5 {
+                    series[i].push((t, buckets[i]));
+                }
+                series[5].push((t, sum));
+                series[6].push((t, count));
+            }
+            for (i, samples) in series.into_iter().enumerate() {
+                let mut pairs = vec![("job", job), ("instance", instance)];
+                let name = match i {
+                    0..=4 => {
+                        pairs.push(("le", bounds[i]));
+                        "request_duration_seconds_bucket"
+                    }
+                    5 => "request_duration_seconds_sum",
+                    _ => "request_duration_seconds_count",
+                };
+                pairs.push(("__name__", name));
+                out.push((labels(&pairs), samples));
+            }
+        }
+    }
+    out
+}
+
+/// The samples of minutes `[from, to)` as a remote-write request.
+fn chunk(series: &[Series], from: i64, to: i64) -> WriteRequest {
+    let (lo, hi) = (T0 + from * 60_000, T0 + to * 60_000);
+    WriteRequest {
+        timeseries: series
+            .iter()
+            .filter_map(|(labels, samples)| {
+                let samples: Vec<ProtoSample> = samples
+                    .iter()
+                    .filter(|(t, _)| *t >= lo && *t < hi)
+                    .map(|&(timestamp, value)| ProtoSample { value, timestamp })
+                    .collect();
+                (!samples.is_empty()).then(|| TimeSeries {
+                    labels: labels
+                        .iter()
+                        .map(|(name, value)| Label {
+                            name: name.clone(),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                    samples,
+                    ..Default::default()
+                })
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn write(client: &reqwest::Client, url: &str, request: &WriteRequest) {
+    let resp = client
+        .post(url)
+        .header("Content-Encoding", "snappy")
+        .header("Content-Type", "application/x-protobuf")
+        .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+        .body(encode_remote_write(request))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    assert!(
+        status == 204 || status == 200,
+        "{url}: {status} {}",
+        resp.text().await.unwrap()
+    );
+}
+
+/// The queries: every function and operator over the generated metrics.
+fn queries() -> Vec<String> {
+    let mut q: Vec<String> = Vec::new();
+    let counter = "http_requests_total";
+    let gauge = "temperature_celsius";
+    for selector in [
+        counter.to_string(),
+        format!("{counter}{{code=\"500\"}}"),
+        format!("{counter}{{code!=\"200\",job=~\"a.*\"}}"),
+        "{__name__=~\"temp.*\",instance!~\"c|b\"}".to_string(),
+        format!("{gauge}{{room=\"r2\"}}"),
+        "request_duration_seconds_count".to_string(),
+        "nonexistent_metric".to_string(),
+    ] {
+        q.push(selector.clone());
+        q.push(format!("{selector} offset 3m"));
+        q.push(format!("timestamp({selector})"));
+    }
+    for range in ["1m", "5m", "11m"] {
+        for f in ["rate", "irate", "increase", "resets", "changes"] {
+            q.push(format!("{f}({counter}[{range}])"));
+        }
+        for f in [
+            "delta",
+            "idelta",
+            "deriv",
+            "avg_over_time",
+            "min_over_time",
+            "max_over_time",
+            "sum_over_time",
+            "count_over_time",
+            "last_over_time",
+            "stddev_over_time",
+            "stdvar_over_time",
+            "present_over_time",
+        ] {
+            q.push(format!("{f}({gauge}[{range}])"));
+        }
+        q.push(format!("quantile_over_time(0.9, {gauge}[{range}])"));
+        q.push(format!("predict_linear({gauge}[{range}], 600)"));
+        q.push(format!("holt_winters({gauge}[{range}], 0.5, 0.3)"));
+        q.push(format!("absent_over_time(nonexistent[{range}])"));
+        q.push(format!(
+            "absent_over_time({gauge}{{room=\"r2\",instance=\"a\"}}[{range}])"
+        ));
+    }
+    for agg in [
+        "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
+    ] {
+        q.push(format!("{agg}({gauge})"));
+        q.push(format!("{agg} by (job) (rate({counter}[5m]))"));
+        q.push(format!("{agg} without (instance, code) ({counter})"));
+    }
+    for k in ["1", "2"] {
+        q.push(format!("topk({k}, {gauge})"));
+        q.push(format!("bottomk({k}, rate({counter}[5m]))"));
+        q.push(format!("topk by (job) ({k}, {gauge})"));
+    }
+    for phi in ["0", "0.25", "0.5", "0.9", "1"] {
+        q.push(format!("quantile({phi}, {gauge})"));
+        q.push(format!(
+            "histogram_quantile({phi}, sum by (le) (rate(request_duration_seconds_bucket[5m])))"
+        ));
+        q.push(format!(
+            "histogram_quantile({phi}, rate(request_duration_seconds_bucket[10m]))"
+        ));
+    }
+    q.push(format!("count_values(\"value\", round({gauge}))"));
+    q.push(format!(
+        "count_values by (job) (\"v\", floor({gauge} / 10))"
+    ));
+    for op in ["+", "-", "*", "/", "%", "^", "atan2"] {
+        q.push(format!("{gauge} {op} 3"));
+        q.push(format!("2 {op} {gauge}"));
+    }
+    for op in ["==", "!=", ">", "<", ">=", "<="] {
+        q.push(format!("{gauge} {op} 10"));
+        q.push(format!("{gauge} {op} bool 10"));
+        q.push(format!(
+            "rate({counter}[5m]) {op} on(job, instance, code) rate({counter}[10m])"
+        ));
+    }
+    q.push(format!(
+        "rate({counter}[5m]) / on(job, instance) group_left sum by (job, instance) (rate({counter}[5m]))"
+    ));
+    q.push(format!(
+        "sum by (job, instance) (rate({counter}[5m])) / ignoring(code) group_right {counter}"
+    ));
+    q.push(format!("{counter} + {gauge}"));
+    q.push(format!("{counter} + on(job, instance) {gauge}"));
+    q.push(format!(
+        "{counter} + on(job, instance) group_left(room) {gauge}{{room=\"r1\"}}"
+    ));
+    q.push(format!("{gauge} and {gauge} > 10"));
+    q.push(format!("{gauge} or {counter}"));
+    q.push(format!(
+        "{gauge} unless on(instance) {gauge}{{instance=\"a\"}}"
+    ));
+    q.push(format!(
+        "{gauge}{{room=\"r1\"}} or on(job) {gauge}{{room=\"r2\"}}"
+    ));
+    q.push(format!("-{gauge}"));
+    q.push("1 + 2 * 3 ^ 2 ^ 0.5 % 4".to_string());
+    q.push("(1 > bool 0) - (2 == bool 3)".to_string());
+    for f in [
+        "abs",
+        "ceil",
+        "floor",
+        "round",
+        "sgn",
+        "exp",
+        "sqrt",
+        "ln",
+        "log2",
+        "log10",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "deg",
+        "rad",
+        "sort",
+        "sort_desc",
+    ] {
+        q.push(format!("{f}({gauge} / 40)"));
+    }
+    q.push(format!("round({gauge}, 0.3)"));
+    q.push(format!("clamp({gauge}, 0, 20)"));
+    q.push(format!("clamp_min({gauge}, 5)"));
+    q.push(format!("clamp_max({gauge}, 5)"));
+    q.push(format!("clamp({gauge}, 20, 0)"));
+    for f in [
+        "hour",
+        "minute",
+        "month",
+        "year",
+        "day_of_month",
+        "day_of_week",
+        "day_of_year",
+        "days_in_month",
+    ] {
+        q.push(format!("{f}()"));
+        q.push(format!("{f}(timestamp({gauge}))"));
+    }
+    q.push("time()".to_string());
+    q.push("vector(time())".to_string());
+    q.push(format!("scalar(sum({gauge}))"));
+    q.push(format!("scalar({gauge})"));
+    q.push("pi()".to_string());
+    q.push(format!(
+        "label_replace({gauge}, \"host\", \"$1-x\", \"instance\", \"(.*)\")"
+    ));
+    q.push(format!(
+        "label_replace({gauge}, \"room\", \"\", \"room\", \"r1\")"
+    ));
+    q.push(format!(
+        "label_join({gauge}, \"id\", \"/\", \"job\", \"instance\", \"room\")"
+    ));
+    q.push("absent(nonexistent{job=\"x\", code=~\"5.*\"})".to_string());
+    q.push(format!("absent({gauge})"));
+    q.push(format!("max_over_time(rate({counter}[1m])[10m:1m])"));
+    q.push(format!("avg_over_time({gauge}[7m:30s])"));
+    q.push(format!("rate({counter}[5m] offset 5m)"));
+    q.push(format!("{gauge} @ {}", (T0 + 20 * 60_000) / 1000));
+    q.push(format!(
+        "rate({counter}[5m] @ {})",
+        (T0 + 30 * 60_000) / 1000
+    ));
+    q.push(format!("{gauge} @ start()"));
+    q.push(format!("{gauge} @ end() offset 1m"));
+    q.push(format!("sum(rate({counter}[5m])) by (code) > 1"));
+    q.push(format!("increase({counter}[1h])"));
+    // Errors must agree too.
+    q.push(format!("{counter} + ignoring(code) {gauge}"));
+    q.push(format!("{gauge} / on(job) group_left {counter}"));
+    q.push("sum(".to_string());
+    q.push("rate(http_requests_total)".to_string());
+    q
+}
+
+fn number(value: &Value) -> f64 {
+    match value.as_str() {
+        Some("NaN") => f64::NAN,
+        Some("+Inf") => f64::INFINITY,
+        Some("-Inf") => f64::NEG_INFINITY,
+        Some(text) => text.parse().unwrap_or(f64::NAN),
+        None => value.as_f64().unwrap_or(f64::NAN),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// Points of a result by label set (`[t, v]` pairs).
+fn points(data: &Value) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut out = BTreeMap::new();
+    for item in data["result"].as_array().into_iter().flatten() {
+        let key = item["metric"].to_string();
+        let pairs: Vec<(f64, f64)> = if let Some(values) = item["values"].as_array() {
+            values
+                .iter()
+                .map(|p| (number(&p[0]), number(&p[1])))
+                .collect()
+        } else {
+            vec![(number(&item["value"][0]), number(&item["value"][1]))]
+        };
+        out.insert(key, pairs);
+    }
+    out
+}
+
+/// Why two answers differ, if they do.
+fn compare(expected: &Value, actual: &Value) -> Option<String> {
+    if expected["status"] != actual["status"] {
+        return Some("status".to_string());
+    }
+    if expected["status"] == "error" {
+        return (expected["errorType"] != actual["errorType"]).then(|| "errorType".to_string());
+    }
+    let (e, a) = (&expected["data"], &actual["data"]);
+    if e["resultType"] != a["resultType"] {
+        return Some("resultType".to_string());
+    }
+    if matches!(e["resultType"].as_str(), Some("scalar" | "string")) {
+        let same = number(&e["result"][0]) == number(&a["result"][0])
+            && (close(number(&e["result"][1]), number(&a["result"][1]))
+                || e["result"][1] == a["result"][1]);
+        return (!same).then(|| "scalar".to_string());
+    }
+    let (pe, pa) = (points(e), points(a));
+    if pe.keys().ne(pa.keys()) {
+        let missing: Vec<&String> = pe.keys().filter(|k| !pa.contains_key(*k)).take(3).collect();
+        let extra: Vec<&String> = pa.keys().filter(|k| !pe.contains_key(*k)).take(3).collect();
+        return Some(format!(
+            "series sets differ: missing {missing:?}, extra {extra:?}"
+        ));
+    }
+    for (key, ep) in &pe {
+        let ap = &pa[key];
+        if ep.len() != ap.len() {
+            return Some(format!("{key}: {} points, expected {}", ap.len(), ep.len()));
+        }
+        for (x, y) in ep.iter().zip(ap) {
+            if x.0 != y.0 || !close(x.1, y.1) {
+                return Some(format!("{key}: point {y:?}, expected {x:?}"));
+            }
+        }
+    }
+    // Sorted results keep their order.
+    None
+}
+
+#[tokio::test]
+async fn promql_answers_equal_prometheus() {
+    let Some(prometheus) = Prometheus::start() else {
+        return;
+    };
+    let node = TestNode::start().await;
+    let client = reqwest::Client::new();
+    let series = generate();
+    for from in (0..MINUTES).step_by(5) {
+        let request = chunk(&series, from, from + 5);
+        write(
+            &client,
+            &format!("{}/api/v1/write", prometheus.url),
+            &request,
+        )
+        .await;
+        write(
+            &client,
+            &node.url("/prometheus/api/v1/write?commit=force"),
+            &request,
+        )
+        .await;
+    }
+    let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
+    let instants = [
+        7 * 60_000 + 500,
+        22 * 60_000 + 30_000,
+        44 * 60_000,
+        57 * 60_000,
+        61 * 60_000,
+    ];
+    let mut asked = 0;
+    // Answers with series (or a scalar), and errors, as Prometheus gave them.
+    let (mut non_empty, mut errors) = (0, 0);
+    let mut failures = Vec::new();
+    for query in queries() {
+        let mut requests: Vec<(String, Vec<(&str, String)>)> = instants
+            .iter()
+            .map(|t| {
+                (
+                    "query".to_string(),
+                    vec![("query", query.clone()), ("time", secs(T0 + t))],
+                )
+            })
+            .collect();
+        for step in ["60", "43"] {
+            requests.push((
+                "query_range".to_string(),
+                vec![
+                    ("query", query.clone()),
+                    ("start", secs(T0 + 60_000)),
+                    ("end", secs(T0 + MINUTES * 60_000)),
+                    ("step", step.to_string()),
+                ],
+            ));
+        }
+        for (endpoint, params) in requests {
+            let get = |base: String| {
+                let client = client.clone();
+                let params = params.clone();
+                let endpoint = endpoint.clone();
+                async move {
+                    client
+                        .get(format!("{base}/api/v1/{endpoint}"))
+                        .query(&params)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json::<Value>()
+                        .await
+                        .unwrap()
+                }
+            };
+            let expected = get(prometheus.url.clone()).await;
+            let actual = get(node.url("/prometheus")).await;
+            asked += 1;
+            match expected["data"]["result"].as_array() {
+                Some(result) if !result.is_empty() => non_empty += 1,
+                _ if expected["status"] == "error" => errors += 1,
+                _ => {}
+            }
+            if let Some(why) = compare(&expected, &actual) {
+                failures.push(format!(
+                    "{endpoint} {params:?}: {why}\n  prometheus: {}\n  shale:      {}",
+                    truncate(&expected),
+                    truncate(&actual)
+                ));
+            }
+        }
+    }
+    eprintln!("{asked} answers compared: {non_empty} with results, {errors} errors");
+    assert!(asked > 1000, "{asked} comparisons");
+    assert!(
+        non_empty > asked * 3 / 4,
+        "{non_empty} of {asked} answers hold results"
+    );
+    assert!(errors > 10, "{errors} errors");
+    assert!(
+        failures.is_empty(),
+        "{} of {asked} answers differ:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(25)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    node.stop().await;
+}
+
+fn truncate(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 600 {
+        format!("{}…", text.chars().take(600).collect::<String>())
+    } else {
+        text
+    }
+}
