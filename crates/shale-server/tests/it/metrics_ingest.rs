@@ -459,3 +459,160 @@ async fn otlp_metrics_protobuf_and_json_with_partial_success() {
         .contains("ExportMetricsServiceRequest"));
     node.stop().await;
 }
+
+/// The requests Grafana's Prometheus data source sends (its health check, the metric
+/// browser, panels with the POST method) get Prometheus's answers.
+#[tokio::test]
+async fn grafana_setup_requests_work() {
+    let node = TestNode::start().await;
+    let request = WriteRequest {
+        timeseries: vec![
+            series(
+                "up",
+                &[("job", "api"), ("instance", "a")],
+                &[(T0, 1.0), (T0 + 15_000, 1.0)],
+            ),
+            series("up", &[("job", "db"), ("instance", "b")], &[(T0, 0.0)]),
+            series(
+                "cpu_seconds_total",
+                &[("job", "api"), ("mode", "idle")],
+                &[(T0, 10.0), (T0 + 60_000, 40.0)],
+            ),
+        ],
+        ..Default::default()
+    };
+    let (status, body) =
+        remote_write(&node, "/prometheus/api/v1/write?commit=force", &request).await;
+    assert_eq!(status, 204, "{body}");
+    let form = |pairs: &[(&str, String)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let post = |path: &'static str, body: String| {
+        let node = &node;
+        async move {
+            let resp = node
+                .client
+                .post(node.url(path))
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let opened = resp
+                .headers()
+                .get("x-shale-splits-opened")
+                .map(|v| v.to_str().unwrap().to_string());
+            (status, resp.json::<Value>().await.unwrap(), opened)
+        }
+    };
+    // Health check: `1+1`.
+    let (status, body, _) = post(
+        "/prometheus/api/v1/query",
+        form(&[
+            ("query", "1+1".into()),
+            ("time", ((T0 + 30_000) / 1000).to_string()),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"status": "success", "data": {"resultType": "scalar", "result": [(T0 + 30_000) / 1000, "2"]}})
+    );
+    let (status, body) = node.get("/prometheus/api/v1/status/buildinfo").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["data"]["version"], "2.42.0");
+    // The metric browser.
+    let window = format!("start={}&end={}", T0 / 1000 - 60, T0 / 1000 + 120);
+    let (_, body) = node
+        .get(&format!("/prometheus/api/v1/labels?{window}"))
+        .await;
+    assert_eq!(body["data"], json!(["__name__", "instance", "job", "mode"]));
+    let (_, body) = node
+        .get(&format!(
+            "/prometheus/api/v1/label/__name__/values?{window}"
+        ))
+        .await;
+    assert_eq!(body["data"], json!(["cpu_seconds_total", "up"]));
+    let (_, body) = node
+        .get(&format!(
+            "/prometheus/api/v1/label/job/values?match[]=up&{window}"
+        ))
+        .await;
+    assert_eq!(body["data"], json!(["api", "db"]));
+    let (_, body) = node
+        .get(&format!(
+            "/prometheus/api/v1/series?match[]={}&{window}",
+            urlencode("up{job=~\"a.*\"}")
+        ))
+        .await;
+    assert_eq!(
+        body["data"],
+        json!([{"__name__": "up", "instance": "a", "job": "api"}])
+    );
+    let (status, body) = node.get("/prometheus/api/v1/metadata").await;
+    assert_eq!((status, &body["status"]), (200, &json!("success")));
+    // A panel: a range query by POST, with the splits it opened in a header.
+    let (status, body, opened) = post(
+        "/prometheus/api/v1/query_range",
+        form(&[
+            ("query", "sum by (job) (up)".into()),
+            ("start", (T0 / 1000).to_string()),
+            ("end", (T0 / 1000 + 60).to_string()),
+            ("step", "30".into()),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(opened.as_deref(), Some("1"));
+    let t = T0 / 1000;
+    assert_eq!(
+        body["data"],
+        json!({"resultType": "matrix", "result": [
+            {"metric": {"job": "api"}, "values": [[t, "1"], [t + 30, "1"], [t + 60, "1"]]},
+            {"metric": {"job": "db"}, "values": [[t, "0"], [t + 30, "0"], [t + 60, "0"]]},
+        ]})
+    );
+    // `rate` over the counter, with stats asked for.
+    let (_, body) = node
+        .get(&format!(
+            "/prometheus/api/v1/query?query={}&time={}&stats=all",
+            urlencode("rate(cpu_seconds_total[2m])"),
+            t + 60
+        ))
+        .await;
+    // 30 over 60 s of samples, extrapolated to 80 s (the counter's zero point is 20 s before
+    // its first sample, inside the 2-minute window), divided by the window.
+    assert_eq!(
+        body["data"]["result"][0]["value"][1], "0.3333333333333333",
+        "{body}"
+    );
+    assert_eq!(body["data"]["stats"]["splits"]["opened"], 1, "{body}");
+    // Errors in Prometheus's shape.
+    let (status, body) = node.get("/prometheus/api/v1/query?query=sum(").await;
+    assert_eq!(status, 400);
+    assert_eq!(body["status"], "error");
+    assert_eq!(body["errorType"], "bad_data");
+    assert!(body["error"].as_str().unwrap().len() > 5, "{body}");
+    let (status, body) = node
+        .get("/prometheus/api/v1/query_range?query=up&start=10&end=5&step=1")
+        .await;
+    assert_eq!((status, &body["errorType"]), (400, &json!("bad_data")));
+    let (status, body) = node
+        .get("/prometheus/api/v1/query_range?query=up&start=0&end=100000&step=1")
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("11,000"), "{body}");
+    let (status, body) = node.get("/prometheus/nope/api/v1/query?query=up").await;
+    assert_eq!((status, &body["errorType"]), (404, &json!("not_found")));
+    node.stop().await;
+}
+
+fn urlencode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
