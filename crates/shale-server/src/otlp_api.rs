@@ -206,7 +206,8 @@ async fn export_metrics(
     .await
     .map_err(|err| ApiError::internal(format!("the OTLP conversion failed: {err}")))?
     .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    if !records.is_empty() {
+    // An empty request with `commit=force` still cuts the shard's batch.
+    if !records.is_empty() || commit == shale_ingest::CommitMode::Force {
         state.node.ingest_samples(index_id, records, commit).await?;
     }
     let samples: u64 = translated.series.iter().map(|(_, s)| s.len() as u64).sum();

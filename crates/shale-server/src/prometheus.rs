@@ -113,7 +113,8 @@ async fn remote_write(
     .await
     .map_err(|err| ApiError::internal(format!("decoding the remote write failed: {err}")))?
     .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    if !records.is_empty() {
+    // An empty request with `commit=force` still cuts the shard's batch.
+    if !records.is_empty() || commit == shale_ingest::CommitMode::Force {
         state
             .node
             .ingest_samples(&index_id, records, commit)

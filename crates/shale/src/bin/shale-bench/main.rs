@@ -20,6 +20,9 @@
 //! - `shale-bench metadata`: the metastore cost of a search and of a planning round with
 //!   10 000 published splits and 1 000 delete tasks, with the delete history bounded as Shale
 //!   keeps it vs unbounded, on SQLite and PostgreSQL.
+//! - `shale-bench metrics`: Prometheus remote write of 10 000 series every 10 s for 2 h:
+//!   samples/s end to end vs decoding and writing the Parquet splits in process, bytes per
+//!   sample on storage, PromQL range queries over the span.
 
 mod cluster;
 mod compaction;
@@ -29,6 +32,7 @@ mod ingest;
 mod locality;
 mod merge;
 mod metadata;
+mod metrics;
 mod remote;
 mod search;
 
@@ -61,6 +65,9 @@ enum Command {
     /// Metastore cost of a search and a planning round with 10 000 splits and 1 000 delete
     /// tasks, bounded vs unbounded delete history, SQLite and PostgreSQL.
     Metadata(metadata::Args),
+    /// Prometheus remote write into a metrics index: samples/s vs the Parquet format alone,
+    /// bytes per sample, PromQL range queries.
+    Metrics(metrics::Args),
 }
 
 #[tokio::main]
@@ -82,5 +89,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Search(args) => search::run(args).await,
         Command::Remote(args) => remote::run(args).await,
         Command::Metadata(args) => metadata::run(args).await,
+        Command::Metrics(args) => metrics::run(args).await,
     }
 }
