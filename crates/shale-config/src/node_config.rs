@@ -7,6 +7,7 @@
 //! advertise_address: 10.0.0.7:7280     # how other nodes reach this one; default: listen_address
 //! roles: [indexer, searcher, compactor] # default: all three
 //! listen_address: 0.0.0.0:7280         # default: 127.0.0.1:7280
+//! grpc_listen_address: 0.0.0.0:4317    # OTLP/gRPC (logs, traces, metrics); default: off
 //! data_dir: /var/lib/shale             # default: ./shale-data
 //! metastore_uri: postgres://…          # default: sqlite://{data_dir}/metastore.db
 //! default_index_root_uri: s3://bucket  # alias `storage_uri`; default: file://{data_dir}/indexes
@@ -248,6 +249,8 @@ pub struct NodeConfig {
     pub roles: Vec<Role>,
     /// `host:port` the REST API listens on.
     pub listen_address: String,
+    /// `host:port` of the OTLP/gRPC services (logs, traces, metrics); `None`: not served.
+    pub grpc_listen_address: Option<String>,
     /// Local directory for the WAL, the split cache, scratch space and the default SQLite
     /// metastore and file storage.
     pub data_dir: PathBuf,
@@ -309,6 +312,7 @@ impl fmt::Debug for NodeConfig {
             .field("advertise_address", &self.advertise_address)
             .field("roles", &self.roles)
             .field("listen_address", &self.listen_address)
+            .field("grpc_listen_address", &self.grpc_listen_address)
             .field("data_dir", &self.data_dir)
             .field("metastore_uri", &crate::redact_uri(&self.metastore_uri))
             .field(
@@ -433,6 +437,8 @@ struct NodeConfigFile {
     #[serde(default)]
     listen_address: Option<String>,
     #[serde(default)]
+    grpc_listen_address: Option<String>,
+    #[serde(default)]
     data_dir: Option<PathBuf>,
     #[serde(default)]
     metastore_uri: Option<String>,
@@ -537,6 +543,7 @@ impl NodeConfig {
             advertise_address: file.advertise_address,
             roles: file.roles.unwrap_or_else(|| Role::ALL.to_vec()),
             listen_address,
+            grpc_listen_address: file.grpc_listen_address,
             metastore_uri: file
                 .metastore_uri
                 .unwrap_or_else(|| Self::default_metastore_uri(&data_dir)),
@@ -674,6 +681,17 @@ impl NodeConfig {
                 ),
             ));
         }
+        if let Some(grpc) = &self.grpc_listen_address {
+            let grpc_ok = grpc
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !grpc_ok || grpc == &self.listen_address {
+                return Err(invalid(
+                    "grpc_listen_address",
+                    format!("`{grpc}` is not a `host:port` of its own (e.g. `127.0.0.1:4317`)"),
+                ));
+            }
+        }
         let advertise_address = self.advertise_address();
         let advertise_ok = advertise_address
             .rsplit_once(':')
@@ -749,6 +767,7 @@ impl Default for NodeConfig {
             advertise_address: None,
             roles: Role::ALL.to_vec(),
             listen_address: DEFAULT_LISTEN_ADDRESS.to_string(),
+            grpc_listen_address: None,
             metastore_uri: Self::default_metastore_uri(&data_dir),
             default_index_root_uri: Self::default_storage_uri(&data_dir),
             data_dir,
@@ -801,6 +820,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("enable_otlp_endpoint"), "{err}");
+    }
+
+    #[test]
+    fn the_otlp_grpc_address_is_off_unless_set_and_checked() {
+        assert_eq!(
+            NodeConfig::from_yaml(b"").unwrap().grpc_listen_address,
+            None
+        );
+        let config = NodeConfig::from_yaml(b"grpc_listen_address: 0.0.0.0:4317").unwrap();
+        assert_eq!(config.grpc_listen_address.as_deref(), Some("0.0.0.0:4317"));
+        config.validate().unwrap();
+        for bad in [
+            "grpc_listen_address: 4317",
+            "grpc_listen_address: 127.0.0.1:7280",
+        ] {
+            let err = NodeConfig::from_yaml(bad.as_bytes())
+                .and_then(|c| c.validate())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("grpc_listen_address"), "{err}");
+        }
     }
 
     #[test]

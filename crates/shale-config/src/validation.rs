@@ -149,24 +149,8 @@ impl IndexConfig {
         self.doc_mapping.validate()?;
         let mapping = &self.doc_mapping;
         self.search_settings.validate_against(mapping)?;
+        self.validate_indexing_settings()?;
         let settings = &self.indexing_settings;
-        if settings.commit_timeout_secs < 1 {
-            return Err(invalid(
-                "indexing_settings.commit_timeout_secs",
-                "must be at least 1",
-            ));
-        }
-        if settings.split_num_docs_target < 1 {
-            return Err(invalid(
-                "indexing_settings.split_num_docs_target",
-                "must be at least 1",
-            ));
-        }
-        settings.heap_size_bytes()?;
-        settings
-            .merge_policy
-            .validate()
-            .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
         if let crate::MergePolicyConfig::Locality(locality) = &settings.merge_policy {
             // The sort fields must be fast fields of a supported type, and a timestamp field
             // must exist (it makes the time buckets).
@@ -197,6 +181,29 @@ impl IndexConfig {
 }
 
 impl IndexConfig {
+    /// The checks of `indexing_settings` every index shares.
+    fn validate_indexing_settings(&self) -> Result<(), ConfigError> {
+        let settings = &self.indexing_settings;
+        if settings.commit_timeout_secs < 1 {
+            return Err(invalid(
+                "indexing_settings.commit_timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        if settings.split_num_docs_target < 1 {
+            return Err(invalid(
+                "indexing_settings.split_num_docs_target",
+                "must be at least 1",
+            ));
+        }
+        settings.heap_size_bytes()?;
+        settings
+            .merge_policy
+            .validate()
+            .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
+        Ok(())
+    }
+
     /// The checks of a metrics index: its `metrics` section, and no key that only documents
     /// have.
     fn validate_metrics(&self, metrics: &crate::MetricsSettings) -> Result<(), ConfigError> {
@@ -231,24 +238,7 @@ impl IndexConfig {
                  in time buckets by `metrics.time_bucket`",
             ));
         }
-        let settings = &self.indexing_settings;
-        if settings.commit_timeout_secs < 1 {
-            return Err(invalid(
-                "indexing_settings.commit_timeout_secs",
-                "must be at least 1",
-            ));
-        }
-        if settings.split_num_docs_target < 1 {
-            return Err(invalid(
-                "indexing_settings.split_num_docs_target",
-                "must be at least 1",
-            ));
-        }
-        settings.heap_size_bytes()?;
-        settings
-            .merge_policy
-            .validate()
-            .map_err(|err| invalid(format!("indexing_settings.{}", err.field), err.message))?;
+        self.validate_indexing_settings()?;
         self.compaction.validate()?;
         let bucket = parse_duration(&metrics.time_bucket).map_err(|err| match err {
             ConfigError::Invalid { message, .. } => invalid("metrics.time_bucket", message),

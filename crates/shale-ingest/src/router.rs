@@ -651,7 +651,23 @@ impl IngestRouter {
             .ok_or_else(|| IngestError::ShardNotOpen(queue.clone()))?;
         if raw.is_empty() {
             if commit == CommitMode::Force {
+                // Cut the batch, and answer once what the shard holds is published.
+                let next = self
+                    .env
+                    .wal
+                    .queues()
+                    .await
+                    .into_iter()
+                    .find(|(q, _)| *q == queue)
+                    .map_or(0, |(_, next)| next);
                 served.pipeline.force_commit();
+                if next > 0 {
+                    served
+                        .pipeline
+                        .wait_published(next - 1)
+                        .await
+                        .map_err(|_| IngestError::PipelineStopped)?;
+                }
             }
             return Ok(());
         }

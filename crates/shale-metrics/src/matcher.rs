@@ -105,11 +105,12 @@ mod tests {
         assert!(empty.matches_missing());
         let present = Matcher::new("env", MatchOp::NotEqual, "").expect("a matcher");
         assert!(!present.matches_missing());
-        let dotall = Matcher::new("m", MatchOp::Regex, "a.b").expect("a regex");
+        let dot = Matcher::new("m", MatchOp::Regex, "a.b").expect("a regex");
         assert!(
-            dotall.matches_value("a\nb"),
-            "`.` matches a newline, as in Prometheus"
+            !dot.matches_value("a\nb"),
+            "`.` does not match a newline, as in Prometheus 2.x (3.0 changed it)"
         );
+        assert!(dot.matches_value("a-b"));
         let not = Matcher::new("job", MatchOp::NotRegex, "a.*").expect("a regex");
         assert!(not.matches_missing());
         assert!(!not.matches_value("abc"));

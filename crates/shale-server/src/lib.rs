@@ -12,6 +12,7 @@ pub mod metrics_source;
 pub mod node;
 pub mod otlp;
 pub mod otlp_api;
+pub mod otlp_grpc;
 pub mod prometheus;
 pub mod routing;
 

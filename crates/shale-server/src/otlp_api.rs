@@ -159,29 +159,12 @@ async fn export(
             .await
             .map_err(|err| ApiError::internal(format!("the OTLP conversion failed: {err}")))?
             .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    let mut num_rejected = documents.num_rejected;
-    let mut messages = Vec::new();
-    if !documents.error_message.is_empty() {
-        messages.push(documents.error_message);
-    }
-    if !documents.docs.is_empty() {
-        let outcome = state.node.ingest(&index_id, documents.docs, commit).await?;
-        if let Some(err) = outcome.results.iter().flatten().next() {
-            messages.push(format!(
-                "{} {}(s) rejected by index `{index_id}`, the first because: {err}",
-                outcome.num_rejected,
-                signal.record_name(),
-            ));
-        }
-        num_rejected += outcome.num_rejected as u64;
-    }
-    let response = encode_response(signal, encoding, num_rejected, &messages.join("; "))
+    let (num_rejected, message) =
+        ingest_documents(&state.node, signal, &index_id, documents, commit).await?;
+    let response = encode_response(signal, encoding, num_rejected, &message)
         .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(([(header::CONTENT_TYPE, encoding.content_type())], response).into_response())
 }
-
-/// Bytes of samples per WAL record.
-const RECORD_TARGET_BYTES: usize = 1 << 20;
 
 /// An OTLP metrics export: the data points become Prometheus series (as Prometheus's OTLP
 /// receiver names them) in the metrics index `index_id`; points that cannot be stored are
@@ -195,28 +178,14 @@ async fn export_metrics(
 ) -> Result<Response, ApiError> {
     let (translated, records) = tokio::task::spawn_blocking(move || {
         decode_metrics(encoding, &body).map(|translated| {
-            let records: Vec<bytes::Bytes> =
-                shale_metrics::wal::encode_records(&translated.series, RECORD_TARGET_BYTES)
-                    .into_iter()
-                    .map(bytes::Bytes::from)
-                    .collect();
+            let records = crate::prometheus::wal_records(&translated.series);
             (translated, records)
         })
     })
     .await
     .map_err(|err| ApiError::internal(format!("the OTLP conversion failed: {err}")))?
     .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    // An empty request with `commit=force` still cuts the shard's batch.
-    if !records.is_empty() || commit == shale_ingest::CommitMode::Force {
-        state.node.ingest_samples(index_id, records, commit).await?;
-    }
-    let samples: u64 = translated.series.iter().map(|(_, s)| s.len() as u64).sum();
-    crate::metrics::METRIC_SAMPLES_INGESTED
-        .with_label_values(&["otlp"])
-        .inc_by(samples);
-    crate::metrics::METRIC_SAMPLES_REFUSED
-        .with_label_values(&["otlp"])
-        .inc_by(translated.rejected_points);
+    ingest_series(&state.node, index_id, &translated, records, commit).await?;
     let response = encode_response(
         Signal::Metrics,
         encoding,
@@ -225,4 +194,52 @@ async fn export_metrics(
     )
     .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(([(header::CONTENT_TYPE, encoding.content_type())], response).into_response())
+}
+
+/// Ingests the documents of an OTLP logs or traces export into `index_id`; returns the
+/// records rejected (by the conversion or the index) and why, for the partial success.
+pub(crate) async fn ingest_documents(
+    node: &crate::Node,
+    signal: Signal,
+    index_id: &str,
+    documents: crate::otlp::Documents,
+    commit: shale_ingest::CommitMode,
+) -> Result<(u64, String), shale_ingest::IngestError> {
+    let mut num_rejected = documents.num_rejected;
+    let mut messages = Vec::new();
+    if !documents.error_message.is_empty() {
+        messages.push(documents.error_message);
+    }
+    if !documents.docs.is_empty() {
+        let outcome = node.ingest(index_id, documents.docs, commit).await?;
+        if let Some(err) = outcome.results.iter().flatten().next() {
+            messages.push(format!(
+                "{} {}(s) rejected by index `{index_id}`, the first because: {err}",
+                outcome.num_rejected,
+                signal.record_name(),
+            ));
+        }
+        num_rejected += outcome.num_rejected as u64;
+    }
+    Ok((num_rejected, messages.join("; ")))
+}
+
+/// Ingests the series of an OTLP metrics export (already encoded as `records`) into the
+/// metrics index `index_id`, counting what was stored and refused.
+pub(crate) async fn ingest_series(
+    node: &crate::Node,
+    index_id: &str,
+    translated: &shale_metrics::otlp::OtlpSeries,
+    records: Vec<bytes::Bytes>,
+    commit: shale_ingest::CommitMode,
+) -> Result<(), shale_ingest::IngestError> {
+    crate::prometheus::ingest_records(node, index_id, records, commit).await?;
+    let samples: u64 = translated.series.iter().map(|(_, s)| s.len() as u64).sum();
+    crate::metrics::METRIC_SAMPLES_INGESTED
+        .with_label_values(&["otlp"])
+        .inc_by(samples);
+    crate::metrics::METRIC_SAMPLES_REFUSED
+        .with_label_values(&["otlp"])
+        .inc_by(translated.rejected_points);
+    Ok(())
 }

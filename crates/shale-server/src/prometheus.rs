@@ -52,6 +52,28 @@ pub fn write_routes() -> Router<AppState> {
         .route("/prometheus/{index_id}/api/v1/write", post(index_write))
 }
 
+/// The WAL records of `series`, about [`RECORD_TARGET_BYTES`] each.
+pub(crate) fn wal_records(series: &[(Labels, Vec<shale_metrics::Sample>)]) -> Vec<Bytes> {
+    shale_metrics::wal::encode_records(series, RECORD_TARGET_BYTES)
+        .into_iter()
+        .map(Bytes::from)
+        .collect()
+}
+
+/// Hands metrics records to a shard of `index_id`, waiting as `commit` says; an empty request
+/// with `commit=force` still cuts the shard's batch.
+pub(crate) async fn ingest_records(
+    node: &crate::Node,
+    index_id: &str,
+    records: Vec<Bytes>,
+    commit: shale_ingest::CommitMode,
+) -> Result<(), shale_ingest::IngestError> {
+    if !records.is_empty() || commit == shale_ingest::CommitMode::Force {
+        node.ingest_samples(index_id, records, commit).await?;
+    }
+    Ok(())
+}
+
 async fn default_write(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
@@ -102,24 +124,14 @@ async fn remote_write(
     // Decompressing, decoding and encoding records is CPU work: off the async workers.
     let (decoded, records) = tokio::task::spawn_blocking(move || {
         shale_metrics::remote_write::decode_remote_write(&body).map(|decoded| {
-            let records: Vec<Bytes> =
-                shale_metrics::wal::encode_records(&decoded.series, RECORD_TARGET_BYTES)
-                    .into_iter()
-                    .map(Bytes::from)
-                    .collect();
+            let records = wal_records(&decoded.series);
             (decoded, records)
         })
     })
     .await
     .map_err(|err| ApiError::internal(format!("decoding the remote write failed: {err}")))?
     .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    // An empty request with `commit=force` still cuts the shard's batch.
-    if !records.is_empty() || commit == shale_ingest::CommitMode::Force {
-        state
-            .node
-            .ingest_samples(&index_id, records, commit)
-            .await?;
-    }
+    ingest_records(&state.node, &index_id, records, commit).await?;
     crate::metrics::METRIC_SAMPLES_INGESTED
         .with_label_values(&["remote_write"])
         .inc_by(decoded.num_samples);
@@ -505,16 +517,26 @@ async fn query(
         Some(t) => parse_time("time", t)?,
         None => now_ms(),
     };
-    let options = engine_options(&params)?;
-    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let (source, options) = prepare(&state, index_id, &params).await?;
     let output = shale_promql::instant_query(&source, text, time_ms, &options).await?;
-    let stats = query_stats(&params, &output, &source);
-    Ok(success(
-        value_json(&output.value),
-        &output.warnings,
-        stats,
-        &source,
-    ))
+    Ok(answer(&params, &output, &source))
+}
+
+/// The request's metrics index as a source, and the engine's limits.
+async fn prepare(
+    state: &AppState,
+    index_id: Option<Path<String>>,
+    params: &Params,
+) -> Result<(SplitSource, EngineOptions), PromError> {
+    let options = engine_options(params)?;
+    let (_, source) = metrics_index(state, index_id.map(|p| p.0)).await?;
+    Ok((source, options))
+}
+
+/// The answer of an evaluated query.
+fn answer(params: &Params, output: &QueryOutput, source: &SplitSource) -> Response {
+    let stats = query_stats(params, output, source);
+    success(value_json(&output.value), &output.warnings, stats, source)
 }
 
 /// Most points per series of a range query (Prometheus's limit).
@@ -556,16 +578,9 @@ async fn query_range(
              query resolution (?step=XX)",
         ));
     }
-    let options = engine_options(&params)?;
-    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let (source, options) = prepare(&state, index_id, &params).await?;
     let output = shale_promql::range_query(&source, text, start, end, step, &options).await?;
-    let stats = query_stats(&params, &output, &source);
-    Ok(success(
-        value_json(&output.value),
-        &output.warnings,
-        stats,
-        &source,
-    ))
+    Ok(answer(&params, &output, &source))
 }
 
 /// The matcher sets of the `match[]` selectors (a series matches if one set matches).

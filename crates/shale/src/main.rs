@@ -64,6 +64,9 @@ struct RunArgs {
     /// Address of the REST API.
     #[arg(long, env = "SHALE_LISTEN")]
     listen: Option<String>,
+    /// Address of the OTLP/gRPC services (logs, traces, metrics), e.g. `127.0.0.1:4317`.
+    #[arg(long, env = "SHALE_GRPC_LISTEN")]
+    grpc_listen: Option<String>,
     /// `sqlite://PATH` or `postgres://…`.
     #[arg(long, env = "SHALE_METASTORE_URI")]
     metastore_uri: Option<String>,
@@ -122,6 +125,9 @@ fn node_config(args: &RunArgs) -> anyhow::Result<NodeConfig> {
     if let Some(listen) = &args.listen {
         config.listen_address = listen.clone();
     }
+    if let Some(grpc) = &args.grpc_listen {
+        config.grpc_listen_address = Some(grpc.clone());
+    }
     if let Some(uri) = &args.metastore_uri {
         config.metastore_uri = uri.clone();
     }
@@ -171,10 +177,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    let grpc_listener = match &config.grpc_listen_address {
+        Some(address) => Some((
+            address.clone(),
+            tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (grpc_listen_address)"))?,
+        )),
+        None => None,
+    };
     // `NodeConfig`'s Debug redacts secrets.
     tracing::info!(?config, "starting node");
     let node = shale_server::Node::start_locked(config, lock).await?;
     eprintln!("shale node listening on http://{listen}");
+    // OTLP/gRPC, stopped when the REST API stops.
+    let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some((address, grpc_listener)) = grpc_listener {
+        eprintln!("OTLP/gRPC listening on {address}");
+        let node = node.clone();
+        tokio::spawn(async move {
+            let stopped = async {
+                let _ = grpc_stopped.await;
+            };
+            if let Err(err) =
+                shale_server::otlp_grpc::serve_grpc(node, grpc_listener, stopped).await
+            {
+                tracing::error!(%err, "the OTLP/gRPC server failed");
+            }
+        });
+    }
     let mut superseded = node.membership.subscribe_superseded();
     let shutdown = async move {
         let zombie = async move {
@@ -201,6 +232,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = ctrl_c.await;
     };
     shale_server::serve(node.clone(), listener, shutdown).await?;
+    let _ = grpc_stop.send(());
     if node.membership.is_superseded() {
         node.shutdown().await;
         anyhow::bail!(

@@ -441,15 +441,7 @@ doc_mapping:
         );
         let doc_mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
         let scratch = tempfile::tempdir().expect("scratch");
-        let indexer = Indexer {
-            scratch_dir: scratch.path().to_path_buf(),
-            dead_letters: Arc::new(DeadLetters::new(scratch.path(), "q")),
-            commit_timeout: Duration::from_secs(60),
-            max_num_partitions: 10,
-            writer_heap_bytes: 15_000_000,
-            writer_threads: 1,
-            metrics: None,
-        };
+        let indexer = test_indexer(scratch.path(), None);
         // 1 000 documents over 20 minutes starting mid-bucket, in two batches' worth of
         // records, with late documents of the first bucket at the end.
         let start = 1_800_000_000 + 120;
@@ -495,6 +487,22 @@ doc_mapping:
         }
     }
 
+    /// An indexer with scratch space and dead letters (queue `q`) in `dir`.
+    fn test_indexer(
+        dir: &std::path::Path,
+        metrics: Option<crate::pipeline::MetricsParams>,
+    ) -> Indexer {
+        Indexer {
+            scratch_dir: dir.to_path_buf(),
+            dead_letters: Arc::new(DeadLetters::new(dir, "q")),
+            commit_timeout: Duration::from_secs(60),
+            max_num_partitions: 10,
+            writer_heap_bytes: 15_000_000,
+            writer_threads: 1,
+            metrics,
+        }
+    }
+
     #[tokio::test]
     async fn metrics_records_give_one_parquet_split_per_bucket_and_bad_records_are_kept_aside() {
         use shale_metrics::{Labels, Sample};
@@ -502,18 +510,13 @@ doc_mapping:
             shale_config::IndexConfig::parse(b"index_id: mmm\nmetrics: {}\n").expect("config");
         let doc_mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
         let scratch = tempfile::tempdir().expect("scratch");
-        let indexer = Indexer {
-            scratch_dir: scratch.path().to_path_buf(),
-            dead_letters: Arc::new(DeadLetters::new(scratch.path(), "q")),
-            commit_timeout: Duration::from_secs(60),
-            max_num_partitions: 10,
-            writer_heap_bytes: 15_000_000,
-            writer_threads: 1,
-            metrics: Some(crate::pipeline::MetricsParams {
+        let indexer = test_indexer(
+            scratch.path(),
+            Some(crate::pipeline::MetricsParams {
                 sort_labels: vec!["host".to_string()],
                 bucket_secs: 900,
             }),
-        };
+        );
         // A series whose samples straddle a bucket boundary, and another in one bucket.
         // A bucket boundary (a multiple of 15 minutes).
         let t0 = 1_800_000_000_000i64;

@@ -24,6 +24,7 @@ mod locality;
 mod metrics_ingest;
 mod otel_sdk;
 mod otlp;
+mod otlp_grpc;
 mod postgres_s3;
 mod promql_diff;
 mod query_errors;

@@ -616,3 +616,57 @@ async fn grafana_setup_requests_work() {
 fn urlencode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
+
+/// Retention and the janitor treat metrics splits as any split: an expired one is marked,
+/// its `.parquet` object deleted, and PromQL no longer sees its samples.
+#[tokio::test]
+async fn retention_expires_metrics_splits_and_deletes_their_objects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = common::config_in(tmp.path());
+    config.compaction.deletion_grace_period_secs = 0;
+    let node = TestNode::start_with(config).await;
+    node.create_index(
+        "index_id: kept\nmetrics: {}\nretention:\n  period: 30 days\n  schedule: hourly\n",
+    )
+    .await;
+    let now = shale_types::now_unix_secs();
+    let request = WriteRequest {
+        timeseries: vec![
+            series("old_metric", &[], &[(T0, 1.0)]),
+            series("new_metric", &[], &[((now - 60) * 1000, 2.0)]),
+        ],
+        ..Default::default()
+    };
+    let (status, body) = remote_write(
+        &node,
+        "/prometheus/kept/api/v1/write?commit=force",
+        &request,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let before = splits(&node, "kept").await;
+    assert_eq!(before.len(), 2);
+    let old = before
+        .iter()
+        .find(|s| s["tags"] == json!(["__name__:old_metric"]))
+        .unwrap();
+    let old_path = node
+        .data_dir
+        .join("indexes/kept")
+        .join(format!("{}.parquet", old["split_id"].as_str().unwrap()));
+    assert!(old_path.exists());
+    node.node.run_janitor_at(now).await.unwrap();
+    let tick = now - now.rem_euclid(3600) + 3600;
+    let report = node.node.run_janitor_at(tick).await.unwrap();
+    assert_eq!(report.expired_by_retention, 1);
+    assert_eq!(report.deleted_split_ids.len(), 1);
+    assert!(!old_path.exists(), "the expired split's object is deleted");
+    let after = splits(&node, "kept").await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0]["tags"], json!(["__name__:new_metric"]));
+    let (_, body) = node
+        .get("/prometheus/kept/api/v1/label/__name__/values")
+        .await;
+    assert_eq!(body["data"], json!(["new_metric"]));
+    node.stop().await;
+}

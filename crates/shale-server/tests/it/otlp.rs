@@ -297,7 +297,7 @@ async fn the_otel_indexes_exist_at_start_unless_disabled() {
     // A restart finds them and creates nothing.
     let dir = node.stop().await.unwrap();
     let node = TestNode::start_with(config_in(dir.path())).await;
-    assert_eq!(index_ids(&node).await.len(), 2);
+    assert_eq!(index_ids(&node).await.len(), 3);
     node.stop().await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -341,7 +341,7 @@ async fn nodes_starting_together_create_the_otel_indexes_once() {
     let nodes = futures::future::join_all(configs.into_iter().map(TestNode::start_with)).await;
     let mut ids = index_ids(&nodes[0]).await;
     ids.sort();
-    assert_eq!(ids, [LOGS, TRACES]);
+    assert_eq!(ids, [LOGS, "otel-metrics-v0_9", TRACES]);
     for node in nodes {
         node.stop().await;
     }

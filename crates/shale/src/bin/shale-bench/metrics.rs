@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use shale_metrics::remote_write::{encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest};
+use shale_metrics::remote_write::{
+    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+};
 
 use crate::ingest::start_node;
 
@@ -96,7 +98,10 @@ fn workload(args: &Args) -> Vec<Generated> {
                 label("instance", format!("host-{host:04}:9100")),
                 label("job", "node".to_string()),
                 label("device", format!("d{}", within / NAMES.len() / modes.len())),
-                label("mode", modes[(within / NAMES.len()) % modes.len()].to_string()),
+                label(
+                    "mode",
+                    modes[(within / NAMES.len()) % modes.len()].to_string(),
+                ),
             ];
             Generated {
                 labels,
@@ -122,7 +127,9 @@ fn bodies(args: &Args, start_ms: i64) -> (Vec<Vec<u8>>, u64) {
             if s.counter {
                 s.value += rng.random_range(0.0..50.0f64).round();
             } else {
-                s.value = (s.value + rng.random_range(-500.0..500.0f64)).max(0.0).round();
+                s.value = (s.value + rng.random_range(-500.0..500.0f64))
+                    .max(0.0)
+                    .round();
             }
             pending.push(TimeSeries {
                 labels: s.labels.clone(),
@@ -215,14 +222,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let url = format!("{base}/prometheus/api/v1/write");
     let started = Instant::now();
     let queue = std::sync::Arc::new(std::sync::Mutex::new(
-        bodies.into_iter().enumerate().collect::<std::collections::VecDeque<_>>(),
+        bodies
+            .into_iter()
+            .enumerate()
+            .collect::<std::collections::VecDeque<_>>(),
     ));
     let mut tasks = Vec::new();
     for _ in 0..args.clients.max(1) {
         let (queue, client, url) = (queue.clone(), client.clone(), url.clone());
         tasks.push(tokio::spawn(async move {
             loop {
-                let next = queue.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.pop_front();
+                let next = queue
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("poisoned"))?
+                    .pop_front();
                 let Some((_, body)) = next else {
                     return anyhow::Ok(());
                 };
@@ -253,7 +266,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .body(encode_remote_write(&WriteRequest::default()))
         .send()
         .await?;
-    anyhow::ensure!(resp.status().as_u16() == 204, "final commit: {}", resp.status());
+    anyhow::ensure!(
+        resp.status().as_u16() == 204,
+        "final commit: {}",
+        resp.status()
+    );
     // Wait until every acknowledged sample is in a published split.
     let published = loop {
         let splits: Value = client
@@ -272,8 +289,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let elapsed = started.elapsed();
-    let stored: u64 = published.iter().filter_map(|s| s["num_docs"].as_u64()).sum();
-    let bytes: u64 = published.iter().filter_map(|s| s["size_bytes"].as_u64()).sum();
+    let stored: u64 = published
+        .iter()
+        .filter_map(|s| s["num_docs"].as_u64())
+        .sum();
+    let bytes: u64 = published
+        .iter()
+        .filter_map(|s| s["size_bytes"].as_u64())
+        .sum();
     let rate = samples as f64 / elapsed.as_secs_f64();
     println!(
         "end to end (remote write → WAL → Parquet splits, {} clients): acknowledged in {:.2} s, published in {:.2} s: {:.0} samples/s ({:.2}x the baseline's time)",
