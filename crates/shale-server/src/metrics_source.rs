@@ -1,7 +1,9 @@
 //! The series a PromQL query reads, from a metrics index's published Parquet splits.
 //!
 //! A selector lists the splits whose time range meets its window, skips those whose
-//! metric-name tags cannot hold a matching name, reads the others (each object once per
+//! metric-name tags cannot hold a matching name or whose sort-key range cannot hold the
+//! selector's leading `=` values (metric name, then the index's sort labels in order), reads
+//! the others (each object once per
 //! query, kept for the query's other selectors) and merges a series' samples across splits:
 //! of two samples with one timestamp, the later split's wins (the last written value, as
 //! within a split). What was listed, pruned and opened is counted for the response.
@@ -102,6 +104,40 @@ fn may_hold(split: &SplitMetadata, matchers: &[Matcher]) -> bool {
         .all(|m| names.iter().any(|name| m.matches_value(name)))
 }
 
+/// Whether a split's sort-key range may hold a series the matchers accept: the key prefix the
+/// `=` matchers fix (the metric name, then the sort labels in order, up to the first label
+/// without one) must fall within the split's `[sort_key_min, sort_key_max]`.
+fn key_range_may_hold(split: &SplitMetadata, matchers: &[Matcher]) -> bool {
+    use shale_types::sort_key::{prefix_upper_bound, push_value, SortFieldType, SortValue};
+    let (Some(fields), Some(min), Some(max)) =
+        (&split.sort_fields, &split.sort_key_min, &split.sort_key_max)
+    else {
+        return true;
+    };
+    let mut prefix = Vec::new();
+    // The last field is the series id: never fixed by a matcher.
+    for field in fields.iter().take(fields.len().saturating_sub(1)) {
+        let Some(value) = matchers
+            .iter()
+            .find(|m| m.op == shale_metrics::MatchOp::Equal && &m.name == field)
+            .map(|m| m.value.as_str())
+        else {
+            break;
+        };
+        let value = if value.is_empty() {
+            SortValue::Missing
+        } else {
+            SortValue::Text(value.to_string())
+        };
+        push_value(&mut prefix, SortFieldType::Text, &value);
+    }
+    if prefix.is_empty() {
+        return true;
+    }
+    let upper = prefix_upper_bound(&prefix);
+    min.0 < upper && max.0 >= prefix
+}
+
 #[async_trait::async_trait]
 impl SeriesSource for SplitSource {
     async fn select(
@@ -126,7 +162,7 @@ impl SeriesSource for SplitSource {
         // Oldest first: a later split's sample replaces an earlier one's at one timestamp.
         splits.sort_by(|a, b| a.split_id.cmp(&b.split_id));
         let listed = splits.len() as u64;
-        splits.retain(|split| may_hold(split, matchers));
+        splits.retain(|split| may_hold(split, matchers) && key_range_may_hold(split, matchers));
         {
             let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
             stats.splits_listed += listed;

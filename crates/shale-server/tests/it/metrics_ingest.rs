@@ -670,3 +670,63 @@ async fn retention_expires_metrics_splits_and_deletes_their_objects() {
     assert_eq!(body["data"], json!(["new_metric"]));
     node.stop().await;
 }
+
+/// A selector skips the splits whose metric names or sort-key range cannot hold its series,
+/// and says so in the response headers.
+#[tokio::test]
+async fn selectors_open_only_the_splits_that_may_hold_their_series() {
+    let node = TestNode::start().await;
+    node.create_index("index_id: hosts\nmetrics:\n  sort_labels: [host]\n")
+        .await;
+    for (name, host) in [("cpu", "a"), ("cpu", "b"), ("mem", "a")] {
+        let request = WriteRequest {
+            timeseries: vec![series(
+                name,
+                &[("host", host)],
+                &[(T0, 1.0), (T0 + 10_000, 2.0)],
+            )],
+            ..Default::default()
+        };
+        let (status, body) = remote_write(
+            &node,
+            "/prometheus/hosts/api/v1/write?commit=force",
+            &request,
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+    }
+    assert_eq!(splits(&node, "hosts").await.len(), 3);
+    let t = T0 / 1000 + 10;
+    for (query, opened, result) in [
+        ("cpu{host=\"a\"}", "1", 1),
+        ("cpu", "2", 2),
+        // Without a name the key prefix is empty: every split is read (and its row groups
+        // pruned by statistics).
+        ("{host=\"a\"}", "3", 2),
+        ("sum(cpu{host=~\"a|b\"})", "2", 1),
+        ("mem{host=\"b\"}", "0", 0),
+    ] {
+        let resp = node
+            .client
+            .get(node.url("/prometheus/hosts/api/v1/query"))
+            .query(&[("query", query), ("time", &t.to_string())])
+            .send()
+            .await
+            .unwrap();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(header("x-shale-splits-listed"), "3", "{query}");
+        assert_eq!(header("x-shale-splits-opened"), opened, "{query}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(
+            body["data"]["result"].as_array().unwrap().len(),
+            result,
+            "{query}: {body}"
+        );
+    }
+    node.stop().await;
+}

@@ -213,6 +213,9 @@ fn queries() -> Vec<String> {
         format!("{counter}{{code!=\"200\",job=~\"a.*\"}}"),
         "{__name__=~\"temp.*\",instance!~\"c|b\"}".to_string(),
         format!("{gauge}{{room=\"r2\"}}"),
+        // `=` on the sort labels (job, instance): splits pruned by their key ranges.
+        format!("{counter}{{job=\"web\",instance=\"b\"}}"),
+        format!("{gauge}{{job=\"api\"}}"),
         "request_duration_seconds_count".to_string(),
         "nonexistent_metric".to_string(),
     ] {
