@@ -7,6 +7,7 @@
 //! | `POST /internal/v1/control/round` | the leader runs a control round now (allocates shards) |
 //! | `POST /internal/v1/search/leaf` | search some splits for another node's search |
 //! | `POST /internal/v1/search/docs` | fetch documents of splits for another node's search |
+//! | `POST /internal/v1/metrics/select` | read metrics splits for another node's PromQL query: their series matching a selector in a window |
 //!
 //! When the node has a `cluster_secret`, every internal call must carry it in the
 //! `x-shale-cluster-secret` header; calls without it get a 401.
@@ -53,6 +54,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
             "/internal/v1/search/docs",
             post(crate::distributed::fetch_docs),
         )
+        .route("/internal/v1/metrics/select", post(metrics_select))
         // Leaf requests carry split metadata: allow large bodies.
         .layer(axum::extract::DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state, check_secret))
@@ -98,6 +100,46 @@ fn length_prefixed_records(body: &Bytes) -> Result<Vec<Bytes>, ApiError> {
         pos = end;
     }
     Ok(records)
+}
+
+/// `POST /internal/v1/metrics/select`: reads metrics splits placed on this node for another
+/// node's PromQL query.
+async fn metrics_select(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use crate::metrics_source::{read_splits, request_matchers, SelectRequest, SelectResponse};
+    let request: SelectRequest = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("invalid select request: {err}")))?;
+    let matchers = request_matchers(&request).map_err(ApiError::bad_request)?;
+    let index = state
+        .node
+        .metastore
+        .index_metadata(&request.index_uid.index_id)
+        .await?;
+    if index.index_uid != request.index_uid {
+        return Err(ApiError::not_found(format!(
+            "index `{}` not found",
+            request.index_uid
+        )));
+    }
+    let storage = state
+        .node
+        .index_storage(&index)
+        .map_err(|err| ApiError::internal(err.to_string()))?;
+    let splits = read_splits(
+        &storage,
+        &request.splits,
+        &matchers,
+        request.start_ms,
+        request.end_ms,
+    )
+    .await
+    .map_err(ApiError::internal)?;
+    Ok(Json(
+        serde_json::to_value(SelectResponse { splits })
+            .map_err(|err| ApiError::internal(err.to_string()))?,
+    ))
 }
 
 async fn shard_ingest(

@@ -7,13 +7,20 @@
 //! query, kept for the query's other selectors) and merges a series' samples across splits:
 //! of two samples with one timestamp, the later split's wins (the last written value, as
 //! within a split). What was listed, pruned and opened is counted for the response.
+//!
+//! On a cluster, the splits are read where they are placed: each goes to the live searcher
+//! that rendezvous hashing ranks first for it (as for log searches, so its object is in that
+//! node's cache), which reads it and answers its matching series through the internal API
+//! (`/internal/v1/metrics/select`); this node merges them and finishes the query. A leaf that
+//! fails or does not answer has its splits read here instead.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use shale_metastore::{ListSplitsQuery, Metastore};
-use shale_metrics::{Labels, Matcher, Sample, SeriesSamples, METRIC_NAME_LABEL};
+use shale_metrics::{Labels, MatchOp, Matcher, Sample, SeriesSamples, METRIC_NAME_LABEL};
 use shale_promql::{PromqlError, SeriesSource};
 use shale_storage::StorageRef;
 use shale_types::{IndexUid, SplitMetadata, SplitState};
@@ -31,6 +38,8 @@ pub struct SourceStats {
     pub row_groups_read: u64,
     /// Row groups skipped.
     pub row_groups_pruned: u64,
+    /// Calls to other nodes that read splits placed on them.
+    pub leaf_calls: u64,
 }
 
 /// The published splits of one metrics index, read for one query.
@@ -41,6 +50,141 @@ pub struct SplitSource {
     /// Objects read by this query, by split id.
     objects: tokio::sync::Mutex<HashMap<String, Bytes>>,
     stats: Mutex<SourceStats>,
+    /// The other searchers, when this node is part of a cluster.
+    leaves: Option<Leaves>,
+}
+
+/// How a query reaches the other searchers of its cluster.
+#[derive(Clone)]
+pub struct Leaves {
+    /// The cluster view.
+    pub membership: Arc<shale_cluster::Membership>,
+    /// The internal API client.
+    pub client: crate::internal::InternalClient,
+}
+
+/// A selector to evaluate on some splits, sent to the node they are placed on.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SelectRequest {
+    /// The index the splits belong to.
+    pub index_uid: IndexUid,
+    /// The splits.
+    pub splits: Vec<SplitMetadata>,
+    /// The matchers, as (label, operator `=`/`!=`/`=~`/`!~`, value).
+    pub matchers: Vec<(String, String, String)>,
+    /// First millisecond of the window.
+    pub start_ms: i64,
+    /// Last millisecond of the window (inclusive).
+    pub end_ms: i64,
+}
+
+/// A leaf's answer: per split, its matching series with samples as (timestamp, value bits).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SelectResponse {
+    /// One entry per split of the request.
+    pub splits: Vec<SplitSeries>,
+}
+
+/// A series between nodes: its labels, and its samples as (timestamp ms, IEEE bits of the
+/// value) so that NaN payloads (staleness markers) cross unchanged.
+pub type WireSeries = (Vec<(String, String)>, Vec<(i64, u64)>);
+
+/// The matching series of one split.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SplitSeries {
+    /// The split.
+    pub split_id: String,
+    /// Series: labels and samples as (timestamp ms, IEEE bits of the value).
+    pub series: Vec<WireSeries>,
+    /// Row groups of the split.
+    pub row_groups: u64,
+    /// Row groups read.
+    pub row_groups_read: u64,
+}
+
+fn op_name(op: MatchOp) -> &'static str {
+    match op {
+        MatchOp::Equal => "=",
+        MatchOp::NotEqual => "!=",
+        MatchOp::Regex => "=~",
+        MatchOp::NotRegex => "!~",
+    }
+}
+
+/// The matchers of a request, built again (regexes compiled) on the leaf.
+pub fn request_matchers(request: &SelectRequest) -> Result<Vec<Matcher>, String> {
+    request
+        .matchers
+        .iter()
+        .map(|(name, op, value)| {
+            let op = match op.as_str() {
+                "=" => MatchOp::Equal,
+                "!=" => MatchOp::NotEqual,
+                "=~" => MatchOp::Regex,
+                "!~" => MatchOp::NotRegex,
+                other => return Err(format!("unknown matcher operator `{other}`")),
+            };
+            Matcher::new(name, op, value).map_err(|err| err.to_string())
+        })
+        .collect()
+}
+
+/// Reads `splits` from `storage` for `matchers` over the window (the leaf's side, and this
+/// node's own share).
+pub async fn read_splits(
+    storage: &StorageRef,
+    splits: &[SplitMetadata],
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Vec<SplitSeries>, String> {
+    let mut out = Vec::with_capacity(splits.len());
+    for split in splits {
+        let bytes = storage
+            .get_bytes(&split.object_key())
+            .await
+            .map_err(|err| format!("reading split {}: {err}", split.split_id))?;
+        out.push(read_one(split, bytes, matchers, start_ms, end_ms).await?);
+    }
+    Ok(out)
+}
+
+/// One split's matching series, decoded off the async workers.
+async fn read_one(
+    split: &SplitMetadata,
+    bytes: Bytes,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<SplitSeries, String> {
+    let matchers = matchers.to_vec();
+    let read = tokio::task::spawn_blocking(move || {
+        shale_metrics::read_split(bytes, &matchers, start_ms, end_ms)
+    })
+    .await
+    .map_err(|err| format!("reading a split failed: {err}"))?
+    .map_err(|err| format!("split {}: {err}", split.split_id))?;
+    Ok(SplitSeries {
+        split_id: split.split_id.clone(),
+        row_groups: read.stats.row_groups as u64,
+        row_groups_read: read.stats.row_groups_read as u64,
+        series: read
+            .series
+            .into_iter()
+            .map(|s| {
+                (
+                    s.labels
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                    s.samples
+                        .iter()
+                        .map(|p| (p.timestamp_ms, p.value.to_bits()))
+                        .collect(),
+                )
+            })
+            .collect(),
+    })
 }
 
 impl SplitSource {
@@ -52,7 +196,82 @@ impl SplitSource {
             index_uid,
             objects: tokio::sync::Mutex::new(HashMap::new()),
             stats: Mutex::new(SourceStats::default()),
+            leaves: None,
         }
+    }
+
+    /// Reads splits placed on other live searchers there.
+    pub fn with_leaves(mut self, leaves: Leaves) -> Self {
+        self.leaves = Some(leaves);
+        self
+    }
+
+    /// The splits of `splits` to read on each other node (by node address), rendezvous
+    /// placement over the live searchers; the rest is read here.
+    fn placement(&self, splits: &[SplitMetadata]) -> (Vec<usize>, HashMap<String, Vec<usize>>) {
+        let mut remote: HashMap<String, Vec<usize>> = HashMap::new();
+        let Some(leaves) = &self.leaves else {
+            return ((0..splits.len()).collect(), remote);
+        };
+        let view = leaves.membership.view();
+        let me = view.self_identity.node_id.clone();
+        let mut searchers: Vec<String> = view
+            .live_with_role(shale_config::Role::Searcher)
+            .map(|n| n.node_id.clone())
+            .collect();
+        searchers.sort();
+        let mut local = Vec::new();
+        for (i, split) in splits.iter().enumerate() {
+            let first = shale_cluster::placement::rendezvous_order(&split.split_id, &searchers)
+                .first()
+                .map(|&n| searchers[n].clone());
+            match first
+                .filter(|node| *node != me)
+                .and_then(|node| view.node(&node).cloned())
+            {
+                Some(node) => remote.entry(node.advertise_address).or_default().push(i),
+                None => local.push(i),
+            }
+        }
+        (local, remote)
+    }
+
+    /// Asks the leaf at `address` to read its splits.
+    async fn call_leaf(
+        &self,
+        address: &str,
+        request: &SelectRequest,
+    ) -> Result<SelectResponse, String> {
+        let Some(leaves) = &self.leaves else {
+            return Err("no cluster".to_string());
+        };
+        let body = serde_json::to_vec(request).map_err(|err| err.to_string())?;
+        let value = leaves
+            .client
+            .post(
+                address,
+                "/internal/v1/metrics/select",
+                body.into(),
+                std::time::Duration::from_secs(60),
+                true,
+            )
+            .await
+            .map_err(|err| err.to_string())?;
+        serde_json::from_value(value).map_err(|err| err.to_string())
+    }
+
+    /// Reads one split here (its object once per query).
+    async fn read_here(
+        &self,
+        split: &SplitMetadata,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<SplitSeries, PromqlError> {
+        let bytes = self.object(split).await?;
+        read_one(split, bytes, matchers, start_ms, end_ms)
+            .await
+            .map_err(PromqlError::Source)
     }
 
     /// What the selectors did so far.
@@ -168,29 +387,74 @@ impl SeriesSource for SplitSource {
             stats.splits_listed += listed;
             stats.splits_pruned += listed - splits.len() as u64;
         }
+        // Each split's series: read on the leaf it is placed on, else here.
+        let mut results: Vec<Option<SplitSeries>> = (0..splits.len()).map(|_| None).collect();
+        let (local, remote) = self.placement(&splits);
+        let calls = remote.into_iter().map(|(address, indexes)| {
+            let request = SelectRequest {
+                index_uid: self.index_uid.clone(),
+                splits: indexes.iter().map(|&i| splits[i].clone()).collect(),
+                matchers: matchers
+                    .iter()
+                    .map(|m| (m.name.clone(), op_name(m.op).to_string(), m.value.clone()))
+                    .collect(),
+                start_ms,
+                end_ms,
+            };
+            async move {
+                let answer = self.call_leaf(&address, &request).await;
+                (address, indexes, answer)
+            }
+        });
+        for (address, indexes, answer) in futures::future::join_all(calls).await {
+            match answer {
+                Ok(response) if response.splits.len() == indexes.len() => {
+                    {
+                        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+                        stats.splits_opened += indexes.len() as u64;
+                        stats.leaf_calls += 1;
+                    }
+                    for (i, series) in indexes.into_iter().zip(response.splits) {
+                        results[i] = Some(series);
+                    }
+                }
+                Ok(_) | Err(_) => {
+                    tracing::warn!(leaf = %address, "a leaf did not read its metrics splits: reading them here");
+                    for i in indexes {
+                        results[i] = Some(
+                            self.read_here(&splits[i], matchers, start_ms, end_ms)
+                                .await?,
+                        );
+                    }
+                }
+            }
+        }
+        for i in local {
+            results[i] = Some(
+                self.read_here(&splits[i], matchers, start_ms, end_ms)
+                    .await?,
+            );
+        }
         let mut merged: HashMap<Labels, Vec<Sample>> = HashMap::new();
         let mut order: Vec<Labels> = Vec::new();
-        for split in &splits {
-            let bytes = self.object(split).await?;
-            let matchers = matchers.to_vec();
-            let read = tokio::task::spawn_blocking(move || {
-                shale_metrics::read_split(bytes, &matchers, start_ms, end_ms)
-            })
-            .await
-            .map_err(|err| PromqlError::Source(format!("reading a split failed: {err}")))?
-            .map_err(|err| PromqlError::Source(format!("split {}: {err}", split.split_id)))?;
+        // In split order (oldest first): the later split's sample stays last.
+        for read in results.into_iter().flatten() {
             {
                 let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-                stats.row_groups_read += read.stats.row_groups_read as u64;
-                stats.row_groups_pruned +=
-                    (read.stats.row_groups - read.stats.row_groups_read) as u64;
+                stats.row_groups_read += read.row_groups_read;
+                stats.row_groups_pruned += read.row_groups - read.row_groups_read;
             }
-            for series in read.series {
-                match merged.get_mut(&series.labels) {
-                    Some(samples) => samples.extend(series.samples),
+            for (pairs, samples) in read.series {
+                let labels = Labels::new(pairs);
+                let samples = samples.into_iter().map(|(timestamp_ms, bits)| Sample {
+                    timestamp_ms,
+                    value: f64::from_bits(bits),
+                });
+                match merged.get_mut(&labels) {
+                    Some(existing) => existing.extend(samples),
                     None => {
-                        order.push(series.labels.clone());
-                        merged.insert(series.labels, series.samples);
+                        order.push(labels.clone());
+                        merged.insert(labels, samples.collect());
                     }
                 }
             }

@@ -21,7 +21,8 @@
 //! that Grafana's Prometheus data source works with `http://<node>:7280/prometheus`. PromQL is
 //! evaluated by `shale_promql` over the index's splits ([`crate::metrics_source`]); the
 //! `x-shale-splits-listed|pruned|opened` headers (and `data.stats` with `stats=all`) say how
-//! many splits a query listed, skipped by metric name, and read.
+//! many splits a query listed, skipped, and read (here or on the nodes they are placed on:
+//! `x-shale-leaf-calls` counts the calls to those).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -401,7 +402,11 @@ async fn metrics_index(
         state.node.metastore.clone(),
         storage,
         index.index_uid.clone(),
-    );
+    )
+    .with_leaves(crate::metrics_source::Leaves {
+        membership: state.node.membership.clone(),
+        client: state.node.client.clone(),
+    });
     Ok((index, source))
 }
 
@@ -439,6 +444,7 @@ fn success(
             ("x-shale-splits-listed", counts.splits_listed.to_string()),
             ("x-shale-splits-pruned", counts.splits_pruned.to_string()),
             ("x-shale-splits-opened", counts.splits_opened.to_string()),
+            ("x-shale-leaf-calls", counts.leaf_calls.to_string()),
         ],
         Json(body),
     )
@@ -459,6 +465,7 @@ fn query_stats(params: &Params, output: &QueryOutput, source: &SplitSource) -> O
             "opened": counts.splits_opened,
             "rowGroupsRead": counts.row_groups_read,
             "rowGroupsPruned": counts.row_groups_pruned,
+            "leafCalls": counts.leaf_calls,
         },
     }))
 }

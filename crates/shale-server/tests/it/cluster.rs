@@ -623,3 +623,114 @@ async fn a_delete_waits_for_the_nodes_it_cannot_reach_and_spares_what_they_ackno
         node.stop().await;
     }
 }
+
+/// PromQL on a cluster: the splits of a metrics index are read by the searchers they are
+/// placed on, the node asked merges their series and finishes the query; the answer is the
+/// one a single node gives, and a dead searcher's splits are read by the node asked.
+#[tokio::test]
+async fn promql_selectors_run_on_the_leaves_the_splits_are_placed_on() {
+    use shale_metrics::remote_write::{
+        encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/shared.db", dir.path().display());
+    let [a, b, c] = three_nodes(dir.path(), &metastore).await;
+    let (status, body) = a
+        .post(
+            "/api/v1/indexes",
+            "index_id: cluster-metrics\nmetrics:\n  sort_labels: [host]\n",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // 12 commits of 3 series: 12 splits, spread over the three searchers by placement.
+    let t0: i64 = 1_780_084_800_000;
+    for i in 0..12i64 {
+        let request = WriteRequest {
+            timeseries: ["h1", "h2", "h3"]
+                .iter()
+                .map(|host| TimeSeries {
+                    labels: vec![
+                        Label {
+                            name: "__name__".into(),
+                            value: "requests_total".into(),
+                        },
+                        Label {
+                            name: "host".into(),
+                            value: host.to_string(),
+                        },
+                    ],
+                    samples: vec![ProtoSample {
+                        value: (i * 10) as f64,
+                        timestamp: t0 + i * 15_000,
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let resp = a
+            .client
+            .post(a.url("/prometheus/cluster-metrics/api/v1/write?commit=force"))
+            .header("Content-Encoding", "snappy")
+            .body(encode_remote_write(&request))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            204,
+            "{}",
+            resp.text().await.unwrap()
+        );
+    }
+    let query = |node: &TestNode, q: &'static str| {
+        let client = node.client.clone();
+        let url = node.url("/prometheus/cluster-metrics/api/v1/query");
+        async move {
+            let resp = client
+                .get(url)
+                .query(&[("query", q), ("time", &((t0 + 165_000) / 1000).to_string())])
+                .send()
+                .await
+                .unwrap();
+            let calls: u64 = resp.headers()["x-shale-leaf-calls"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let opened: u64 = resp.headers()["x-shale-splits-opened"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let body: Value = resp.json().await.unwrap();
+            (calls, opened, body)
+        }
+    };
+    let (calls, opened, body) = query(&b, "sum(increase(requests_total[3m]))").await;
+    assert!(calls >= 1, "no split was read on another node");
+    assert_eq!(opened, 12);
+    assert_eq!(body["status"], "success", "{body}");
+    // 3 series, each 0 → 110: no extrapolation before a first sample of 0 (a counter does
+    // not go below zero), none after the last (at the evaluation time): 110 each.
+    let total: f64 = body["data"]["result"][0]["value"][1]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (_, _, raw) = query(&b, "requests_total").await;
+    assert_eq!(raw["data"]["result"].as_array().unwrap().len(), 3, "{raw}");
+    for series in raw["data"]["result"].as_array().unwrap() {
+        assert_eq!(series["value"][1], "110", "{raw}");
+    }
+    assert_eq!(total, 330.0);
+    // The same on another node, and once a searcher is dead: its splits are read here.
+    let (_, _, same) = query(&c, "sum(increase(requests_total[3m]))").await;
+    assert_eq!(same["data"]["result"], body["data"]["result"]);
+    c.kill().await;
+    let (_, opened, after) = query(&a, "sum(increase(requests_total[3m]))").await;
+    assert_eq!(opened, 12);
+    assert_eq!(after["data"]["result"], body["data"]["result"]);
+    a.stop().await;
+    b.stop().await;
+}
