@@ -505,6 +505,14 @@ fn value_json(value: &PromValue) -> Value {
     }
 }
 
+/// The `query` parameter.
+fn query_param(params: &Params) -> Result<&str, PromError> {
+    params
+        .get("query")
+        .filter(|q| !q.trim().is_empty())
+        .ok_or_else(|| PromError::bad_data("invalid parameter \"query\": query must not be empty"))
+}
+
 fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
@@ -517,9 +525,7 @@ async fn query(
     body: Bytes,
 ) -> PromResult {
     let params = Params::read(&uri, &headers, &body);
-    let text = params.get("query").ok_or_else(|| {
-        PromError::bad_data("invalid parameter \"query\": query must not be empty")
-    })?;
+    let text = query_param(&params)?;
     let time_ms = match params.get("time") {
         Some(t) => parse_time("time", t)?,
         None => now_ms(),
@@ -557,9 +563,7 @@ async fn query_range(
     body: Bytes,
 ) -> PromResult {
     let params = Params::read(&uri, &headers, &body);
-    let text = params.get("query").ok_or_else(|| {
-        PromError::bad_data("invalid parameter \"query\": query must not be empty")
-    })?;
+    let text = query_param(&params)?;
     let required = |name: &str| {
         params
             .get(name)
