@@ -15,18 +15,25 @@
 //!   point) per resource, not onto every series;
 //! - histograms: `_bucket{le}` (cumulative counts, `le="+Inf"` last), `_sum`, `_count`;
 //!   summaries: `{quantile}`, `_sum`, `_count`;
+//! - exponential histograms: the same three series as explicit-bucket histograms, one
+//!   `_bucket{le}` per exponential bucket (at most scale 3, i.e. 8 buckets per power of two,
+//!   finer scales merged exactly; the zero bucket's `le` is its threshold), so that
+//!   `histogram_quantile` works on them without native histograms;
+//! - delta temporality (sums and histograms): stored as exported, each sample the increase
+//!   over its interval, under the same names as cumulative points (as Prometheus's native
+//!   delta ingestion does): `sum_over_time(x_total[1h])` is the increase over the hour;
 //! - a point flagged "no recorded value" is a staleness marker.
 //!
-//! Not stored yet, counted and reported (OTLP `partial_success`): exponential histograms
-//! (Prometheus stores them as native histograms) and delta temporality.
+//! A metric whose name has no letter or digit is counted and reported (OTLP
+//! `partial_success`), never dropped silently.
 
 use std::collections::BTreeMap;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric::Data, number_data_point, AggregationTemporality, HistogramDataPoint, NumberDataPoint,
-    SummaryDataPoint,
+    exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
+    ExponentialHistogramDataPoint, HistogramDataPoint, NumberDataPoint, SummaryDataPoint,
 };
 
 use crate::{Labels, Sample, METRIC_NAME_LABEL, STALE_NAN_BITS};
@@ -462,17 +469,6 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                         }
                     }
                     Data::Sum(sum) => {
-                        if sum.aggregation_temporality == AggregationTemporality::Delta as i32 {
-                            collector.reject(
-                                sum.data_points.len(),
-                                format!(
-                                    "sum `{}`: delta temporality is not stored yet; export \
-                                     cumulative sums",
-                                    metric.name
-                                ),
-                            );
-                            continue;
-                        }
                         for point in &sum.data_points {
                             let ms = timestamp_ms(point.time_unix_nano);
                             seen(ms);
@@ -487,18 +483,6 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                         }
                     }
                     Data::Histogram(histogram) => {
-                        if histogram.aggregation_temporality == AggregationTemporality::Delta as i32
-                        {
-                            collector.reject(
-                                histogram.data_points.len(),
-                                format!(
-                                    "histogram `{}`: delta temporality is not stored yet; \
-                                     export cumulative histograms",
-                                    metric.name
-                                ),
-                            );
-                            continue;
-                        }
                         for point in &histogram.data_points {
                             seen(timestamp_ms(point.time_unix_nano));
                             push_histogram(&mut collector, &name, &common, point);
@@ -510,14 +494,12 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                             push_summary(&mut collector, &name, &common, point);
                         }
                     }
-                    Data::ExponentialHistogram(histogram) => collector.reject(
-                        histogram.data_points.len(),
-                        format!(
-                            "exponential histogram `{}`: not stored yet (Prometheus keeps \
-                             them as native histograms); export explicit-bucket histograms",
-                            metric.name
-                        ),
-                    ),
+                    Data::ExponentialHistogram(histogram) => {
+                        for point in &histogram.data_points {
+                            seen(timestamp_ms(point.time_unix_nano));
+                            push_exponential_histogram(&mut collector, &name, &common, point);
+                        }
+                    }
                 }
             }
         }
@@ -583,6 +565,99 @@ fn push_histogram(
     );
 }
 
+/// The finest scale exponential buckets are kept at: 2^(1/8) between bounds, about 9 %.
+const MAX_EXPONENTIAL_SCALE: i32 = 3;
+
+/// The upper bound of exponential bucket `index` at `scale`: `2^((index + 1) / 2^scale)`.
+fn exponential_upper_bound(index: i64, scale: i32) -> f64 {
+    if scale <= 0 {
+        ((index + 1) as f64 * f64::from(1u32 << (-scale).min(31))).exp2()
+    } else {
+        ((index + 1) as f64 / f64::from(1u32 << scale)).exp2()
+    }
+}
+
+/// The counts of `buckets` by index at the scale reduced by `shift` (exact: a bucket at a
+/// coarser scale is the union of `2^shift` adjacent finer ones).
+fn downscaled(buckets: Option<&Buckets>, shift: u32) -> BTreeMap<i64, u64> {
+    let mut out = BTreeMap::new();
+    if let Some(buckets) = buckets {
+        for (k, count) in buckets.bucket_counts.iter().enumerate() {
+            let index = (i64::from(buckets.offset) + k as i64) >> shift.min(63);
+            *out.entry(index).or_insert(0) += count;
+        }
+    }
+    out
+}
+
+/// An exponential histogram point as `_bucket{le}` (cumulative, negative buckets first, then
+/// the zero bucket, then positive ones, `+Inf` last), `_sum` and `_count`.
+fn push_exponential_histogram(
+    collector: &mut Collector,
+    name: &str,
+    common: &BTreeMap<String, String>,
+    point: &ExponentialHistogramDataPoint,
+) {
+    let ms = timestamp_ms(point.time_unix_nano);
+    let attributes = attribute_labels(&point.attributes);
+    let stale = no_recorded_value(point.flags);
+    let value = |v: f64| if stale { self::stale() } else { v };
+    if let Some(sum) = point.sum {
+        collector.push(
+            &format!("{name}_sum"),
+            common,
+            &attributes,
+            None,
+            sample(ms, value(sum)),
+        );
+    }
+    collector.push(
+        &format!("{name}_count"),
+        common,
+        &attributes,
+        None,
+        sample(ms, value(point.count as f64)),
+    );
+    let scale = point.scale.min(MAX_EXPONENTIAL_SCALE);
+    let shift = (point.scale - scale) as u32;
+    let negative = downscaled(point.negative.as_ref(), shift);
+    let positive = downscaled(point.positive.as_ref(), shift);
+    let bucket = format!("{name}_bucket");
+    let mut cumulative = 0u64;
+    let mut push = |collector: &mut Collector, le: f64, count: u64| {
+        cumulative += count;
+        collector.push(
+            &bucket,
+            common,
+            &attributes,
+            Some(("le", format_float(le))),
+            sample(ms, value(cumulative as f64)),
+        );
+    };
+    // Negative bucket `i` holds values in [-base^(i+1), -base^i): its upper bound is -base^i,
+    // rising as the index falls.
+    for (index, count) in negative.iter().rev() {
+        push(
+            collector,
+            -exponential_upper_bound(index - 1, scale),
+            *count,
+        );
+    }
+    if point.zero_count > 0 || !negative.is_empty() {
+        push(collector, point.zero_threshold.max(0.0), point.zero_count);
+    }
+    for (index, count) in &positive {
+        push(collector, exponential_upper_bound(*index, scale), *count);
+    }
+    collector.push(
+        &bucket,
+        common,
+        &attributes,
+        Some(("le", "+Inf".to_string())),
+        sample(ms, value(point.count as f64)),
+    );
+}
+
 fn push_summary(
     collector: &mut Collector,
     name: &str,
@@ -622,8 +697,8 @@ fn push_summary(
 mod tests {
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     use opentelemetry_proto::tonic::metrics::v1::{
-        metric, summary_data_point::ValueAtQuantile, Gauge, Histogram, Metric, ResourceMetrics,
-        ScopeMetrics, Sum, Summary,
+        metric, summary_data_point::ValueAtQuantile, AggregationTemporality, ExponentialHistogram,
+        Gauge, Histogram, Metric, ResourceMetrics, ScopeMetrics, Sum, Summary,
     };
     use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -904,12 +979,70 @@ mod tests {
             &[sample(3_000, 1.0)],
             "the resource's other attributes, at its latest point"
         );
-        assert_eq!(series.rejected_points, 1, "the delta sum");
-        assert!(
-            series.reasons[0].contains("delta temporality"),
-            "{:?}",
-            series.reasons
+        assert_eq!(
+            find(&series, &format!("__name__=bytes_sent_total,{job}")),
+            &[sample(1_000, 1.0)],
+            "a delta point is stored as exported"
         );
+        assert_eq!(series.rejected_points, 0, "{:?}", series.reasons);
+    }
+
+    #[test]
+    fn exponential_histograms_become_classic_buckets() {
+        // Scale 4 (16 buckets per power of two) is merged to scale 3: positive buckets 15..=18
+        // at scale 4 are 7, 8, 8, 9 at scale 3, bounds 2^(8/8), 2^(9/8), 2^(10/8).
+        let series = translate(&request(vec![metric(
+            "rpc.size",
+            "By",
+            metric::Data::ExponentialHistogram(ExponentialHistogram {
+                data_points: vec![ExponentialHistogramDataPoint {
+                    time_unix_nano: 5_000_000_000,
+                    count: 15,
+                    sum: Some(-1.5),
+                    scale: 4,
+                    zero_count: 2,
+                    zero_threshold: 0.001,
+                    positive: Some(Buckets {
+                        offset: 15,
+                        bucket_counts: vec![1, 2, 3, 4],
+                    }),
+                    negative: Some(Buckets {
+                        offset: -1,
+                        bucket_counts: vec![3],
+                    }),
+                    ..Default::default()
+                }],
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            }),
+        )]));
+        let job = "instance=pod-1,job=shop/checkout";
+        let bucket = |le: &str| {
+            find(
+                &series,
+                &format!("__name__=rpc_size_bytes_bucket,{job},le={le}"),
+            )[0]
+            .value
+        };
+        // The negative bucket -1 at scale 4 is -1 at scale 3: values in [-1, -2^(-1/8)).
+        assert_eq!(bucket(&format_float(-(-0.125f64).exp2())), 3.0);
+        assert_eq!(bucket("0.001"), 5.0, "the zero bucket");
+        assert_eq!(
+            bucket("2"),
+            6.0,
+            "scale-4 bucket 15 merged into scale-3 bucket 7"
+        );
+        assert_eq!(bucket(&format_float(1.125f64.exp2())), 11.0);
+        assert_eq!(bucket(&format_float(1.25f64.exp2())), 15.0);
+        assert_eq!(bucket("+Inf"), 15.0, "the point's count");
+        assert_eq!(
+            find(&series, &format!("__name__=rpc_size_bytes_count,{job}")),
+            &[sample(5_000, 15.0)]
+        );
+        assert_eq!(
+            find(&series, &format!("__name__=rpc_size_bytes_sum,{job}")),
+            &[sample(5_000, -1.5)]
+        );
+        assert_eq!(series.rejected_points, 0);
     }
 
     #[test]

@@ -367,6 +367,14 @@ fn otlp_request() -> ExportMetricsServiceRequest {
                         })),
                         ..Default::default()
                     },
+                    // No Prometheus name can be made of it: refused, and said so.
+                    Metric {
+                        name: "..".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![point(1_000, 1.0, vec![])],
+                        })),
+                        ..Default::default()
+                    },
                 ],
                 ..Default::default()
             }],
@@ -389,10 +397,12 @@ async fn otlp_metrics_protobuf_and_json_with_partial_success() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let answer = ExportMetricsServiceResponse::decode(resp.bytes().await.unwrap()).unwrap();
-    let partial = answer.partial_success.expect("the delta sum is refused");
+    let partial = answer
+        .partial_success
+        .expect("the nameless metric is refused");
     assert_eq!(partial.rejected_data_points, 1);
     assert!(
-        partial.error_message.contains("delta"),
+        partial.error_message.contains("no Prometheus name"),
         "{}",
         partial.error_message
     );
@@ -401,6 +411,12 @@ async fn otlp_metrics_protobuf_and_json_with_partial_success() {
     let names: Vec<&str> = all.iter().map(|(l, _)| l.metric_name()).collect();
     assert!(names.contains(&"http_server_requests_total"), "{names:?}");
     assert!(names.contains(&"queue_size"), "{names:?}");
+    // A delta point is stored as exported.
+    let sent = all
+        .iter()
+        .find(|(l, _)| l.metric_name() == "bytes_sent_total")
+        .unwrap();
+    assert_eq!(sent.1, vec![(T0 + 1_000, 100f64.to_bits())]);
     // The other resource attributes are in `target_info` (as Prometheus's OTLP receiver).
     let info = all
         .iter()

@@ -117,8 +117,43 @@ async fn the_opentelemetry_python_sdk_exports_counters_gauges_and_histograms() {
     )
     .await;
     assert!(median > 5.0 && median <= 10.0, "{median}");
+    // Exponential histogram (scale 4 from the SDK, kept at scale 3): exact counts at the
+    // powers of two, which are bounds at every scale.
+    assert_eq!(value(&node, "rpc_duration_seconds_count").await, 5.0);
+    assert_eq!(value(&node, "rpc_duration_seconds_sum").await, 207.0);
+    for (le, count) in [
+        ("1", 1.0),
+        ("2", 2.0),
+        ("4", 3.0),
+        ("128", 5.0),
+        ("+Inf", 5.0),
+    ] {
+        assert_eq!(
+            value(
+                &node,
+                &format!("rpc_duration_seconds_bucket{{le=\"{le}\"}}")
+            )
+            .await,
+            count,
+            "le={le}"
+        );
+    }
+    let p90 = value(
+        &node,
+        "histogram_quantile(0.9, rpc_duration_seconds_bucket)",
+    )
+    .await;
+    assert!(
+        (100.0 / 1.1..=100.0 * 1.1).contains(&p90),
+        "the 90th percentile within a bucket (9 %) of 100: {p90}"
+    );
+    // A delta counter: each export's increase, summed over time.
+    assert_eq!(
+        value(&node, "sum_over_time(jobs_done_total[1h])").await,
+        10.0
+    );
     // The other resource attributes are in target_info.
-    let info = instant(&node, "target_info").await;
+    let info = instant(&node, "target_info{job=\"sdk-test\"}").await;
     assert_eq!(info.len(), 1, "{info:?}");
     assert_eq!(info[0].0["deployment_environment"], "ci");
     node.stop().await;

@@ -18,8 +18,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as OtlpValue;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics,
-    ScopeMetrics, Sum,
+    metric, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
@@ -166,6 +166,14 @@ async fn the_three_collector_services_ingest_over_grpc_with_gzip() {
                 metrics: vec![
                     sum("jobs.done", AggregationTemporality::Cumulative),
                     sum("jobs.delta", AggregationTemporality::Delta),
+                    // No Prometheus name can be made of it: refused, and said so.
+                    Metric {
+                        name: "..".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![point(1.0)],
+                        })),
+                        ..Default::default()
+                    },
                 ],
                 ..Default::default()
             }],
@@ -178,7 +186,10 @@ async fn the_three_collector_services_ingest_over_grpc_with_gzip() {
     let response = metrics.export(request).await.unwrap().into_inner();
     let partial = response.partial_success.unwrap();
     assert_eq!(partial.rejected_data_points, 1);
-    assert!(partial.error_message.contains("delta"), "{partial:?}");
+    assert!(
+        partial.error_message.contains("no Prometheus name"),
+        "{partial:?}"
+    );
 
     // Commit everything (an empty request with `commit=force` publishes what the shard
     // holds), then read it back.
@@ -207,6 +218,11 @@ async fn the_three_collector_services_ingest_over_grpc_with_gzip() {
     let result = instant(&node, "grpc-metrics", "jobs_done_total").await;
     assert_eq!(result[0]["metric"]["job"], "grpc-svc", "{result}");
     assert_eq!(result[0]["value"][1], "42");
+    let result = instant(&node, "grpc-metrics", "jobs_delta_total").await;
+    assert_eq!(
+        result[0]["value"][1], "42",
+        "a delta point, stored as exported"
+    );
 
     // An unknown index is NOT_FOUND.
     let mut request = tonic::Request::new(ExportMetricsServiceRequest {
