@@ -76,6 +76,7 @@ macro_rules! metastore_conformance_tests {
             stage_splits_rejects_split_of_another_index,
             split_metadata_round_trips,
             metrics_index_and_split_metadata_round_trip,
+            metric_metadata_keeps_the_last_written_per_family,
             publish_splits_publishes_replaces_and_checkpoints,
             publish_splits_checks_split_states,
             failed_publish_changes_nothing,
@@ -981,6 +982,59 @@ pub async fn split_metadata_round_trips(metastore: Arc<dyn Metastore>) {
 /// A metrics index's config and its Parquet splits' metadata (format, series count, bucket,
 /// sort-key range and fields, metric-name tags) come back as written, and time-range listing
 /// finds them.
+/// Metric metadata: upserted per family (the last written wins), listed by family, refused
+/// for an unknown index, forgotten with the index.
+pub async fn metric_metadata_keeps_the_last_written_per_family(metastore: Arc<dyn Metastore>) {
+    let config = IndexConfig::parse(b"index_id: prom-meta\nmetrics: {}\n").expect("config");
+    let index = metastore.create_index(config).await.expect("create");
+    let uid = &index.index_uid;
+    let meta = |family: &str, kind: &str, help: &str| shale_types::MetricMetadata {
+        metric_family: family.to_string(),
+        metric_type: kind.to_string(),
+        help: help.to_string(),
+        unit: String::new(),
+    };
+    assert!(metastore
+        .list_metric_metadata(uid)
+        .await
+        .expect("list")
+        .is_empty());
+    metastore
+        .upsert_metric_metadata(
+            uid,
+            &[
+                meta("up", "gauge", "1 if the target is up"),
+                meta("http_requests_total", "counter", "requests"),
+            ],
+        )
+        .await
+        .expect("upsert");
+    metastore
+        .upsert_metric_metadata(uid, &[meta("up", "gauge", "scrape health")])
+        .await
+        .expect("upsert again");
+    assert_eq!(
+        metastore.list_metric_metadata(uid).await.expect("list"),
+        vec![
+            meta("http_requests_total", "counter", "requests"),
+            meta("up", "gauge", "scrape health"),
+        ]
+    );
+    let unknown = IndexUid::new("nope");
+    assert!(matches!(
+        metastore
+            .upsert_metric_metadata(&unknown, &[meta("up", "gauge", "")])
+            .await,
+        Err(MetastoreError::NotFound { .. })
+    ));
+    metastore.delete_index(uid).await.expect("delete");
+    assert!(metastore
+        .list_metric_metadata(uid)
+        .await
+        .expect("list")
+        .is_empty());
+}
+
 pub async fn metrics_index_and_split_metadata_round_trip(metastore: Arc<dyn Metastore>) {
     let config = IndexConfig::parse(
         b"index_id: prom\nmetrics:\n  sort_labels: [job, instance]\n  time_bucket: 5m\n",

@@ -45,8 +45,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use shale_config::{IndexConfig, IndexTemplate};
 use shale_types::{
-    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, MergeScope, PartitionId, SourceCheckpoint,
-    SourceId, Split, SplitId, SplitMetadata, SplitState,
+    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, MergeScope, MetricMetadata, PartitionId,
+    SourceCheckpoint, SourceId, Split, SplitId, SplitMetadata, SplitState,
 };
 use std::collections::BTreeMap;
 
@@ -499,6 +499,22 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// Deletes these templates, all or none (`NotFound` if one does not exist).
     async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()>;
+
+    // ----- metric metadata -----
+
+    /// Records the metadata of metric families of a metrics index, replacing what was
+    /// recorded for the same family.
+    async fn upsert_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+        metadata: &[MetricMetadata],
+    ) -> MetastoreResult<()>;
+
+    /// The metric metadata of an index, by family name.
+    async fn list_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+    ) -> MetastoreResult<Vec<MetricMetadata>>;
 
     // ----- manual compactions -----
 

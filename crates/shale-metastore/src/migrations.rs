@@ -55,6 +55,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "doc mapping versions",
         include_str!("../migrations/sqlite/0009_doc_mapping_versions.sql"),
     ),
+    (
+        10,
+        "metric metadata",
+        include_str!("../migrations/sqlite/0010_metric_metadata.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -103,6 +108,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         9,
         "doc mapping versions",
         include_str!("../migrations/postgres/0009_doc_mapping_versions.sql"),
+    ),
+    (
+        10,
+        "metric metadata",
+        include_str!("../migrations/postgres/0010_metric_metadata.sql"),
     ),
 ];
 

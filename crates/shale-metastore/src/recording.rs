@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use shale_config::{IndexConfig, IndexTemplate};
-use shale_types::{CheckpointDelta, IndexUid, SourceId, Split, SplitId, SplitMetadata};
+use shale_types::{
+    CheckpointDelta, IndexUid, MetricMetadata, SourceId, Split, SplitId, SplitMetadata,
+};
 
 use crate::{
     Fence, IndexMetadata, Lease, ListSplitsQuery, MergeTask, MergeTaskState, Metastore,
@@ -362,6 +364,19 @@ impl Metastore for RecordingMetastore {
     }
     async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()> {
         self.inner.delete_index_templates(template_ids).await
+    }
+    async fn upsert_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+        metadata: &[MetricMetadata],
+    ) -> MetastoreResult<()> {
+        self.inner.upsert_metric_metadata(index_uid, metadata).await
+    }
+    async fn list_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+    ) -> MetastoreResult<Vec<MetricMetadata>> {
+        self.inner.list_metric_metadata(index_uid).await
     }
     async fn create_compaction(
         &self,

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use shale_config::{IndexConfig, IndexTemplate};
 use shale_types::{
-    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, SourceCheckpoint, SourceId, Split, SplitId,
-    SplitMetadata, SplitState,
+    CheckpointDelta, DeleteQuery, DeleteTask, IndexUid, MetricMetadata, SourceCheckpoint, SourceId,
+    Split, SplitId, SplitMetadata, SplitState,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
@@ -45,6 +45,7 @@ mod cluster;
 mod compactions;
 mod delete_tasks;
 mod merge_tasks;
+mod metric_metadata;
 mod templates;
 
 mod sealed {
@@ -906,6 +907,7 @@ where
                 "DELETE FROM merge_tasks WHERE index_uid = $1",
                 "DELETE FROM delete_tasks WHERE index_uid = $1",
                 "DELETE FROM doc_mappings WHERE index_uid = $1",
+                "DELETE FROM metric_metadata WHERE index_uid = $1",
                 "DELETE FROM compactions WHERE index_uid = $1",
                 "DELETE FROM splits WHERE index_uid = $1",
                 "DELETE FROM checkpoints WHERE index_uid = $1",
@@ -1333,6 +1335,21 @@ where
 
     async fn delete_index_templates(&self, template_ids: &[String]) -> MetastoreResult<()> {
         self.remove_templates(template_ids).await
+    }
+
+    async fn upsert_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+        metadata: &[MetricMetadata],
+    ) -> MetastoreResult<()> {
+        self.write_metric_metadata(index_uid, metadata).await
+    }
+
+    async fn list_metric_metadata(
+        &self,
+        index_uid: &IndexUid,
+    ) -> MetastoreResult<Vec<MetricMetadata>> {
+        self.select_metric_metadata(index_uid).await
     }
 
     async fn create_compaction(

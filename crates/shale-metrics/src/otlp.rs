@@ -47,6 +47,9 @@ pub struct OtlpSeries {
     pub rejected_points: u64,
     /// Why, one line per kind of refusal.
     pub reasons: Vec<String>,
+    /// Type, description and unit of each metric family, as Prometheus's OTLP receiver
+    /// records them (non-monotonic sums are gauges; exponential histograms histograms).
+    pub metadata: Vec<shale_types::MetricMetadata>,
 }
 
 /// The kind of a metric, for its name's suffixes.
@@ -389,6 +392,19 @@ impl Collector {
         self.out.series[index].1.push(sample);
     }
 
+    /// Records a family's metadata once per request (the last description wins).
+    fn describe(&mut self, metadata: shale_types::MetricMetadata) {
+        match self
+            .out
+            .metadata
+            .iter_mut()
+            .find(|m| m.metric_family == metadata.metric_family)
+        {
+            Some(existing) => *existing = metadata,
+            None => self.out.metadata.push(metadata),
+        }
+    }
+
     fn reject(&mut self, points: usize, reason: String) {
         if points == 0 {
             return;
@@ -457,6 +473,19 @@ pub fn translate(request: &ExportMetricsServiceRequest) -> OtlpSeries {
                     );
                     continue;
                 }
+                let metric_type = match data {
+                    Data::Gauge(_) => "gauge",
+                    Data::Sum(s) if s.is_monotonic => "counter",
+                    Data::Sum(_) => "gauge",
+                    Data::Histogram(_) | Data::ExponentialHistogram(_) => "histogram",
+                    Data::Summary(_) => "summary",
+                };
+                collector.describe(shale_types::MetricMetadata {
+                    metric_family: name.clone(),
+                    metric_type: metric_type.to_string(),
+                    help: metric.description.clone(),
+                    unit: metric.unit.clone(),
+                });
                 let mut seen = |ms: i64| latest_ms = Some(latest_ms.map_or(ms, |l| l.max(ms)));
                 match data {
                     Data::Gauge(gauge) => {

@@ -109,6 +109,22 @@ pub struct DecodedWrite {
     pub refused_histograms: u64,
     /// Up to ten reasons for refusals, for the response.
     pub reasons: Vec<String>,
+    /// The metric metadata the request carried (Prometheus sends it in requests of its own).
+    pub metadata: Vec<shale_types::MetricMetadata>,
+}
+
+/// Prometheus's name of a `prometheus.MetricMetadata.MetricType`.
+fn metric_type_name(code: i32) -> &'static str {
+    match code {
+        1 => "counter",
+        2 => "gauge",
+        3 => "histogram",
+        4 => "gaugehistogram",
+        5 => "summary",
+        6 => "info",
+        7 => "stateset",
+        _ => "unknown",
+    }
 }
 
 /// Why a body is not a remote write request at all.
@@ -134,7 +150,20 @@ pub fn decode_remote_write(body: &[u8]) -> Result<DecodedWrite, RemoteWriteError
 
 /// Checks and converts the series of a decoded request.
 pub fn convert(request: WriteRequest) -> DecodedWrite {
-    let mut out = DecodedWrite::default();
+    let mut out = DecodedWrite {
+        metadata: request
+            .metadata
+            .iter()
+            .filter(|m| is_valid_metric_name(&m.metric_family_name))
+            .map(|m| shale_types::MetricMetadata {
+                metric_family: m.metric_family_name.clone(),
+                metric_type: metric_type_name(m.r#type).to_string(),
+                help: m.help.clone(),
+                unit: m.unit.clone(),
+            })
+            .collect(),
+        ..DecodedWrite::default()
+    };
     for series in request.timeseries {
         out.refused_histograms += series.histograms.len() as u64;
         if series.samples.is_empty() {

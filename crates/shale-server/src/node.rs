@@ -742,6 +742,17 @@ impl Node {
             .await
     }
 
+    /// Records the metric metadata a write carried for the metrics index `index_id`.
+    pub async fn record_metric_metadata(
+        &self,
+        index_id: &str,
+        metadata: &[shale_types::MetricMetadata],
+    ) -> Result<(), shale_ingest::IngestError> {
+        self.dispatcher
+            .record_metric_metadata(index_id, metadata)
+            .await
+    }
+
     /// Creates `index_id` from the index template its id matches (the highest priority),
     /// if any. True when the index exists afterwards (created here or concurrently).
     pub async fn create_index_from_template(&self, index_id: &str) -> Result<bool, NodeError> {

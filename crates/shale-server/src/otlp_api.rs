@@ -234,6 +234,8 @@ pub(crate) async fn ingest_series(
     commit: shale_ingest::CommitMode,
 ) -> Result<(), shale_ingest::IngestError> {
     crate::prometheus::ingest_records(node, index_id, records, commit).await?;
+    node.record_metric_metadata(index_id, &translated.metadata)
+        .await?;
     let samples: u64 = translated.series.iter().map(|(_, s)| s.len() as u64).sum();
     crate::metrics::METRIC_SAMPLES_INGESTED
         .with_label_values(&["otlp"])

@@ -133,6 +133,10 @@ async fn remote_write(
     .map_err(|err| ApiError::internal(format!("decoding the remote write failed: {err}")))?
     .map_err(|err| ApiError::bad_request(err.to_string()))?;
     ingest_records(&state.node, &index_id, records, commit).await?;
+    state
+        .node
+        .record_metric_metadata(&index_id, &decoded.metadata)
+        .await?;
     crate::metrics::METRIC_SAMPLES_INGESTED
         .with_label_values(&["remote_write"])
         .inc_by(decoded.num_samples);
@@ -728,11 +732,51 @@ async fn label_values(
     Ok(success(json!(values), &[], None, &source))
 }
 
-/// Metric metadata (type, help, unit) is not stored yet: the answer is Prometheus's for a
-/// server that has none.
-async fn metadata(index_id: Option<Path<String>>, State(state): State<AppState>) -> PromResult {
-    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
-    Ok(success(json!({}), &[], None, &source))
+/// Metric metadata (type, help, unit) as remote write and OTLP last sent it, by family:
+/// `{"<family>": [{"type", "help", "unit"}]}`; `metric` keeps one family, `limit` caps the
+/// number of families (`limit_per_metric` is accepted: one entry per family is kept).
+async fn metadata(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &[]);
+    let limit = match params.get("limit") {
+        None | Some("") => None,
+        Some(text) => match text.parse::<i64>() {
+            // Prometheus: a negative or zero limit means no limit.
+            Ok(n) if n > 0 => Some(n as usize),
+            Ok(_) => None,
+            Err(_) => {
+                return Err(PromError::bad_data(format!(
+                    "invalid parameter `limit`: {text:?} is not an integer"
+                )))
+            }
+        },
+    };
+    let metric = params.get("metric").filter(|m| !m.is_empty());
+    let (index, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let all = state
+        .node
+        .metastore
+        .list_metric_metadata(&index.index_uid)
+        .await
+        .map_err(|err| PromError::internal(err.to_string()))?;
+    let mut data = serde_json::Map::new();
+    for entry in all
+        .iter()
+        .filter(|m| metric.is_none_or(|name| m.metric_family == name))
+    {
+        if limit.is_some_and(|limit| data.len() >= limit) {
+            break;
+        }
+        data.insert(
+            entry.metric_family.clone(),
+            json!([{"type": entry.metric_type, "help": entry.help, "unit": entry.unit}]),
+        );
+    }
+    Ok(success(Value::Object(data), &[], None, &source))
 }
 
 /// The Prometheus version whose API and PromQL this node answers, for clients (Grafana)

@@ -22,6 +22,7 @@ use shale_cluster::Membership;
 use shale_index::DocMapper;
 use shale_ingest::{validate, CommitMode, IngestError, IngestOutcome, IngestRouter};
 use shale_metastore::{IndexMetadata, Metastore, MetastoreError, Shard, ShardKey, ShardState};
+use shale_types::{IndexUid, MetricMetadata};
 use tokio::sync::RwLock;
 use tracing::{debug, warn};
 
@@ -50,6 +51,8 @@ pub struct IngestDispatcher {
     /// Indexes by id, as last read.
     indexes: RwLock<HashMap<String, IndexMetadata>>,
     mappers: Mutex<HashMap<String, Arc<DocMapper>>>,
+    /// Metric metadata this node wrote to the metastore, so that only changes are written.
+    metric_metadata: Mutex<HashMap<(IndexUid, String), MetricMetadata>>,
     next: AtomicUsize,
 }
 
@@ -71,6 +74,7 @@ impl IngestDispatcher {
             shards: RwLock::new(Vec::new()),
             indexes: RwLock::new(HashMap::new()),
             mappers: Mutex::new(HashMap::new()),
+            metric_metadata: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(0),
         }
     }
@@ -223,6 +227,54 @@ impl IngestDispatcher {
         }
         self.deliver(index_id, index, &records, Payload::Samples, commit)
             .await
+    }
+
+    /// Records the metric metadata (type, help, unit) a write carried for the metrics index
+    /// `index_id`; what this node already wrote unchanged is not written again.
+    pub async fn record_metric_metadata(
+        &self,
+        index_id: &str,
+        metadata: &[MetricMetadata],
+    ) -> Result<(), IngestError> {
+        if metadata.is_empty() {
+            return Ok(());
+        }
+        let index = self.index(index_id).await?;
+        if index.index_config.metrics.is_none() {
+            return Err(IngestError::WrongIndexKind(format!(
+                "`{index_id}` is not a metrics index"
+            )));
+        }
+        let uid = index.index_uid;
+        let changed: Vec<MetricMetadata> = {
+            let written = self
+                .metric_metadata
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            metadata
+                .iter()
+                .filter(|m| written.get(&(uid.clone(), m.metric_family.clone())) != Some(*m))
+                .cloned()
+                .collect()
+        };
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.metastore
+            .upsert_metric_metadata(&uid, &changed)
+            .await?;
+        let mut written = self
+            .metric_metadata
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Bounded: a node seeing an unbounded number of families forgets and rewrites.
+        if written.len() > 100_000 {
+            written.clear();
+        }
+        for m in changed {
+            written.insert((uid.clone(), m.metric_family.clone()), m);
+        }
+        Ok(())
     }
 
     /// Hands validated records to a shard of `index`: this node's first, else the next open

@@ -5,11 +5,13 @@
 mod checkpoint;
 pub mod clock;
 mod delete;
+mod metric;
 pub mod sort_key;
 mod split;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
 pub use delete::{DeleteQuery, DeleteTask};
+pub use metric::MetricMetadata;
 pub use split::{
     split_object_key, MergeKind, MergeScope, MergeTrigger, Split, SplitFormat, SplitMaturity,
     SplitMetadata, SplitState,

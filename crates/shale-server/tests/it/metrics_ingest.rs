@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde_json::{json, Value};
 use shale_metrics::remote_write::{
-    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+    encode_remote_write, Label, MetricMetadata, ProtoSample, TimeSeries, WriteRequest,
 };
 use shale_metrics::{Labels, Matcher};
 
@@ -571,8 +571,35 @@ async fn grafana_setup_requests_work() {
         body["data"],
         json!([{"__name__": "up", "instance": "a", "job": "api"}])
     );
+    // Metadata, as Prometheus sends it: in a request of its own, without samples.
+    let meta = |family: &str, kind: i32, help: &str| MetricMetadata {
+        r#type: kind,
+        metric_family_name: family.into(),
+        help: help.into(),
+        unit: String::new(),
+    };
+    let metadata_only = WriteRequest {
+        metadata: vec![
+            meta("up", 2, "1 if the scrape worked"),
+            meta("cpu_seconds_total", 1, "CPU time"),
+        ],
+        ..Default::default()
+    };
+    let (status, body) = remote_write(&node, "/prometheus/api/v1/write", &metadata_only).await;
+    assert_eq!(status, 204, "{body}");
     let (status, body) = node.get("/prometheus/api/v1/metadata").await;
-    assert_eq!((status, &body["status"]), (200, &json!("success")));
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"status": "success", "data": {
+            "cpu_seconds_total": [{"type": "counter", "help": "CPU time", "unit": ""}],
+            "up": [{"type": "gauge", "help": "1 if the scrape worked", "unit": ""}],
+        }})
+    );
+    let (_, body) = node.get("/prometheus/api/v1/metadata?metric=up").await;
+    assert_eq!(body["data"].as_object().unwrap().len(), 1, "{body}");
+    let (_, body) = node.get("/prometheus/api/v1/metadata?limit=1").await;
+    assert_eq!(body["data"].as_object().unwrap().len(), 1, "{body}");
     // A panel: a range query by POST, with the splits it opened in a header.
     let (status, body, opened) = post(
         "/prometheus/api/v1/query_range",

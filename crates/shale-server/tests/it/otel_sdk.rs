@@ -152,6 +152,17 @@ async fn the_opentelemetry_python_sdk_exports_counters_gauges_and_histograms() {
         value(&node, "sum_over_time(jobs_done_total[1h])").await,
         10.0
     );
+    // Metric metadata from the instruments: type, description, unit.
+    let (_, body) = node
+        .get("/prometheus/api/v1/metadata?metric=http_latency_milliseconds")
+        .await;
+    assert_eq!(
+        body["data"]["http_latency_milliseconds"],
+        serde_json::json!([{"type": "histogram", "help": "request latency", "unit": "ms"}])
+    );
+    let (_, body) = node.get("/prometheus/api/v1/metadata").await;
+    assert_eq!(body["data"]["shop_orders_total"][0]["type"], "counter");
+    assert_eq!(body["data"]["queue_depth"][0]["type"], "gauge");
     // The other resource attributes are in target_info.
     let info = instant(&node, "target_info{job=\"sdk-test\"}").await;
     assert_eq!(info.len(), 1, "{info:?}");
