@@ -7,6 +7,7 @@
 
 mod labels;
 mod matcher;
+pub mod merge;
 pub mod otlp;
 mod reader;
 pub mod remote_write;
@@ -15,10 +16,11 @@ pub mod wal;
 
 pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
 pub use matcher::{MatchOp, Matcher};
+pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use reader::{read_split, ReadStats, SplitRead};
 pub use split::{
-    bucket_start_ms, sort_key_kinds, MetricsSplitWriter, SplitSummary, SERIES_ID_COLUMN,
-    TIMESTAMP_COLUMN, VALUE_COLUMN,
+    bucket_start_ms, series_sort_key, sort_key_kinds, MetricsSplitWriter, SortedSplitWriter,
+    SplitSummary, SERIES_ID_COLUMN, TIMESTAMP_COLUMN, VALUE_COLUMN,
 };
 
 /// What can go wrong writing or reading a metrics split, or building a matcher.

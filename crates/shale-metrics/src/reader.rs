@@ -142,7 +142,7 @@ pub fn read_split(
     Ok(read)
 }
 
-fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsError> {
+pub(crate) fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsError> {
     let version = metadata
         .file_metadata()
         .key_value_metadata()

@@ -118,24 +118,6 @@ impl MetricsSplitWriter {
         self.num_added == 0
     }
 
-    /// The sort key of a series at `timestamp_ms`.
-    fn sort_key(&self, labels: &Labels, series_id: u64, timestamp_ms: i64) -> Vec<u8> {
-        let mut values = Vec::with_capacity(self.sort_labels.len() + 2);
-        values.push(SortValue::Text(labels.metric_name().to_string()));
-        for label in &self.sort_labels {
-            values.push(match labels.get(label) {
-                Some(value) => SortValue::Text(value.to_string()),
-                None => SortValue::Missing,
-            });
-        }
-        values.push(SortValue::U64(series_id));
-        sort_key::encode(
-            &sort_key_kinds(self.sort_labels.len()),
-            &values,
-            Some(timestamp_ms),
-        )
-    }
-
     /// Sorts, deduplicates and writes the split; returns its bytes and summary.
     pub fn finish(mut self) -> Result<(Vec<u8>, SplitSummary), MetricsError> {
         let mut series: Vec<(Labels, u64, Vec<Sample>)> = std::mem::take(&mut self.series)
@@ -170,19 +152,96 @@ impl MetricsSplitWriter {
 
         // Label columns: the sort labels, then every other label by name.
         let mut others: BTreeSet<&str> = BTreeSet::new();
+        let mut distinct: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); 1 + sort_labels.len()];
         for (labels, _, _) in &series {
             for (name, _) in labels.iter() {
                 if name != METRIC_NAME_LABEL && !sort_labels.iter().any(|l| l == name) {
                     others.insert(name);
                 }
             }
+            distinct[0].insert(labels.metric_name());
+            for (i, label) in sort_labels.iter().enumerate() {
+                if let Some(value) = labels.get(label) {
+                    distinct[i + 1].insert(value);
+                }
+            }
         }
+        let other_columns: Vec<String> = others.into_iter().map(str::to_string).collect();
+        let distinct_counts: Vec<u64> = distinct.iter().map(|d| d.len() as u64).collect();
+        let mut writer = SortedSplitWriter::new(sort_labels, &other_columns, &distinct_counts)?;
+        for (labels, id, samples) in &series {
+            writer.push_series(labels, *id, samples)?;
+        }
+        writer.finish()
+    }
+}
+
+/// The sort key of a series at `timestamp_ms` (`None`: the series' prefix, the key without
+/// its timestamp component).
+pub fn series_sort_key(
+    sort_labels: &[String],
+    labels: &Labels,
+    series_id: u64,
+    timestamp_ms: Option<i64>,
+) -> Vec<u8> {
+    let mut values = Vec::with_capacity(sort_labels.len() + 2);
+    values.push(SortValue::Text(labels.metric_name().to_string()));
+    for label in sort_labels {
+        values.push(match labels.get(label) {
+            Some(value) => SortValue::Text(value.to_string()),
+            None => SortValue::Missing,
+        });
+    }
+    values.push(SortValue::U64(series_id));
+    let mut key = sort_key::encode(&sort_key_kinds(sort_labels.len()), &values, timestamp_ms);
+    if timestamp_ms.is_none() {
+        // Drop the "no timestamp" marker: a prefix sorts before every key that extends it.
+        key.pop();
+    }
+    key
+}
+
+/// Writes series that come in sort-key order (metric name, sort labels, series id) as one
+/// Parquet split, streaming: rows go to the Parquet writer a batch at a time. The label
+/// columns are known up front (the sort labels, then `other_labels`); a series may lack any.
+pub struct SortedSplitWriter {
+    sort_labels: Vec<String>,
+    label_columns: Vec<String>,
+    schema: Arc<Schema>,
+    writer: ArrowWriter<Vec<u8>>,
+    rows: Rows,
+    num_samples: u64,
+    num_series: u64,
+    time_range: Option<(i64, i64)>,
+    key_range: Option<(Vec<u8>, Vec<u8>)>,
+    first_prefix: Option<Vec<u8>>,
+    last_prefix: Option<Vec<u8>>,
+    metric_names: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for SortedSplitWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SortedSplitWriter")
+            .field("label_columns", &self.label_columns)
+            .field("num_samples", &self.num_samples)
+            .finish()
+    }
+}
+
+impl SortedSplitWriter {
+    /// A writer with the columns of `sort_labels` then `other_labels` (sorted by name, none
+    /// of them a sort label). `distinct_counts` estimates the distinct values of the metric
+    /// name and of each sort label (it sizes their bloom filters).
+    pub fn new(
+        sort_labels: &[String],
+        other_labels: &[String],
+        distinct_counts: &[u64],
+    ) -> Result<SortedSplitWriter, MetricsError> {
         let label_columns: Vec<String> = sort_labels
             .iter()
+            .chain(other_labels.iter())
             .cloned()
-            .chain(others.into_iter().map(str::to_string))
             .collect();
-
         let dictionary =
             || DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
         let mut fields = vec![Field::new(METRIC_NAME_LABEL, dictionary(), false)];
@@ -195,36 +254,6 @@ impl MetricsSplitWriter {
         fields.push(Field::new(TIMESTAMP_COLUMN, DataType::Int64, false));
         fields.push(Field::new(VALUE_COLUMN, DataType::Float64, false));
         let schema = Arc::new(Schema::new(fields));
-
-        let mut metric_names = BTreeSet::new();
-        let mut num_samples = 0u64;
-        let mut time_range: Option<(i64, i64)> = None;
-        let mut key_range: Option<(Vec<u8>, Vec<u8>)> = None;
-        let mut distinct: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); 1 + sort_labels.len()];
-        for (labels, id, samples) in &series {
-            let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
-                continue;
-            };
-            metric_names.insert(labels.metric_name().to_string());
-            num_samples += samples.len() as u64;
-            time_range = Some(match time_range {
-                None => (first.timestamp_ms, last.timestamp_ms),
-                Some((lo, hi)) => (lo.min(first.timestamp_ms), hi.max(last.timestamp_ms)),
-            });
-            // Keys order timestamps descending: a series' smallest key is at its last sample.
-            let low = self.sort_key(labels, *id, last.timestamp_ms);
-            let high = self.sort_key(labels, *id, first.timestamp_ms);
-            key_range = Some(match key_range {
-                None => (low, high),
-                Some((lo, hi)) => (lo.min(low), hi.max(high)),
-            });
-            distinct[0].insert(labels.metric_name());
-            for (i, label) in sort_labels.iter().enumerate() {
-                if let Some(value) = labels.get(label) {
-                    distinct[i + 1].insert(value);
-                }
-            }
-        }
 
         let mut builder = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
@@ -263,35 +292,105 @@ impl MetricsSplitWriter {
         }
         let bloom_columns =
             std::iter::once(METRIC_NAME_LABEL).chain(sort_labels.iter().map(String::as_str));
-        for (column, values) in bloom_columns.zip(&distinct) {
+        for (i, column) in bloom_columns.enumerate() {
             let path = ColumnPath::from(column);
             builder = builder
                 .set_column_bloom_filter_enabled(path.clone(), true)
                 .set_column_bloom_filter_fpp(path.clone(), 0.01)
-                .set_column_bloom_filter_max_ndv(path, values.len().max(1) as u64);
+                .set_column_bloom_filter_max_ndv(
+                    path,
+                    distinct_counts.get(i).copied().unwrap_or(1).max(1),
+                );
         }
+        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(builder.build()))?;
+        Ok(SortedSplitWriter {
+            sort_labels: sort_labels.to_vec(),
+            rows: Rows::new(label_columns.len()),
+            label_columns,
+            schema,
+            writer,
+            num_samples: 0,
+            num_series: 0,
+            time_range: None,
+            key_range: None,
+            first_prefix: None,
+            last_prefix: None,
+            metric_names: BTreeSet::new(),
+        })
+    }
 
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(builder.build()))?;
-        let mut rows = Rows::new(label_columns.len());
-        for (labels, id, samples) in &series {
-            for sample in samples {
-                rows.push(labels, &label_columns, *id, *sample);
-                if rows.len >= BATCH_ROWS {
-                    writer.write(&rows.finish(&schema)?)?;
-                }
+    /// Appends a series (after every series pushed before it in sort-key order) with its
+    /// samples sorted by timestamp, one per timestamp.
+    pub fn push_series(
+        &mut self,
+        labels: &Labels,
+        series_id: u64,
+        samples: &[Sample],
+    ) -> Result<(), MetricsError> {
+        let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+            return Ok(());
+        };
+        self.metric_names.insert(labels.metric_name().to_string());
+        self.num_samples += samples.len() as u64;
+        self.num_series += 1;
+        self.time_range = Some(match self.time_range {
+            None => (first.timestamp_ms, last.timestamp_ms),
+            Some((lo, hi)) => (lo.min(first.timestamp_ms), hi.max(last.timestamp_ms)),
+        });
+        // Keys order timestamps descending: a series' smallest key is at its last sample.
+        let low = series_sort_key(
+            &self.sort_labels,
+            labels,
+            series_id,
+            Some(last.timestamp_ms),
+        );
+        let high = series_sort_key(
+            &self.sort_labels,
+            labels,
+            series_id,
+            Some(first.timestamp_ms),
+        );
+        self.key_range = Some(match self.key_range.take() {
+            None => (low, high),
+            Some((lo, hi)) => (lo.min(low), hi.max(high)),
+        });
+        let prefix = series_sort_key(&self.sort_labels, labels, series_id, None);
+        if self.first_prefix.is_none() {
+            self.first_prefix = Some(prefix.clone());
+        }
+        self.last_prefix = Some(prefix);
+        for sample in samples {
+            self.rows
+                .push(labels, &self.label_columns, series_id, *sample);
+            if self.rows.len >= BATCH_ROWS {
+                self.writer.write(&self.rows.finish(&self.schema)?)?;
             }
         }
-        if rows.len > 0 {
-            writer.write(&rows.finish(&schema)?)?;
+        Ok(())
+    }
+
+    /// Samples written so far.
+    pub fn num_samples(&self) -> u64 {
+        self.num_samples
+    }
+
+    /// The prefixes (sort keys without timestamp) of the first and last series written.
+    pub fn prefix_range(&self) -> Option<(&[u8], &[u8])> {
+        Some((self.first_prefix.as_deref()?, self.last_prefix.as_deref()?))
+    }
+
+    /// Closes the file; returns its bytes and summary.
+    pub fn finish(mut self) -> Result<(Vec<u8>, SplitSummary), MetricsError> {
+        if self.rows.len > 0 {
+            self.writer.write(&self.rows.finish(&self.schema)?)?;
         }
-        writer.close()?;
+        let out = self.writer.into_inner()?;
         let summary = SplitSummary {
-            num_samples,
-            num_series: series.iter().filter(|(_, _, s)| !s.is_empty()).count() as u64,
-            time_range_ms: time_range,
-            metric_names,
-            sort_key_range: key_range,
+            num_samples: self.num_samples,
+            num_series: self.num_series,
+            time_range_ms: self.time_range,
+            metric_names: self.metric_names,
+            sort_key_range: self.key_range,
             size_bytes: out.len() as u64,
         };
         Ok((out, summary))
