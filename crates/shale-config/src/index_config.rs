@@ -141,6 +141,13 @@ impl IndexConfig {
     /// refused may carry keys of `indexing_settings` that no longer parse: they are dropped
     /// (they never had an effect) rather than making the index unreadable.
     pub fn from_stored_json(json: &str) -> Result<IndexConfig, serde_json::Error> {
+        let mut config = Self::from_stored_json_as_is(json)?;
+        // Metrics indexes stored before they merged get their derived merge policy.
+        config.derive_metrics_merge_policy();
+        Ok(config)
+    }
+
+    fn from_stored_json_as_is(json: &str) -> Result<IndexConfig, serde_json::Error> {
         match serde_json::from_str(json) {
             Ok(config) => Ok(config),
             Err(strict) => {
@@ -262,6 +269,16 @@ pub struct MetricsSettings {
     /// buckets. Must divide an hour.
     #[serde(default = "default_metrics_time_bucket")]
     pub time_bucket: String,
+    /// Locality compaction writes splits of at most about this many bytes (capped by
+    /// `compaction.max_split_bytes`): a closed bucket ends as ⌈its bytes / this⌉ splits.
+    #[serde(
+        default = "default_metrics_target_split_bytes",
+        deserialize_with = "crate::units::deserialize_byte_size"
+    )]
+    pub target_split_bytes: u64,
+    /// No sample is rewritten by more merges than this.
+    #[serde(default = "default_metrics_max_merge_ops")]
+    pub max_merge_ops: u32,
 }
 
 impl Default for MetricsSettings {
@@ -269,9 +286,28 @@ impl Default for MetricsSettings {
         MetricsSettings {
             sort_labels: Vec::new(),
             time_bucket: default_metrics_time_bucket(),
+            target_split_bytes: default_metrics_target_split_bytes(),
+            max_merge_ops: default_metrics_max_merge_ops(),
         }
     }
 }
+
+/// Default `metrics.target_split_bytes` (256 MiB).
+pub const DEFAULT_METRICS_TARGET_SPLIT_BYTES: u64 = 256 << 20;
+
+fn default_metrics_target_split_bytes() -> u64 {
+    DEFAULT_METRICS_TARGET_SPLIT_BYTES
+}
+
+fn default_metrics_max_merge_ops() -> u32 {
+    crate::locality::DEFAULT_LOCALITY_MAX_MERGE_OPS
+}
+
+/// The sort fields recorded on metrics splits: the metric name, the sort labels, the series
+/// id (the key their rows are sorted by, before the timestamp).
+pub const METRICS_NAME_FIELD: &str = "__name__";
+/// The last sort field of a metrics split (see [`METRICS_NAME_FIELD`]).
+pub const METRICS_SERIES_ID_FIELD: &str = "__series_id__";
 
 fn default_metrics_time_bucket() -> String {
     DEFAULT_METRICS_TIME_BUCKET.to_string()
@@ -281,6 +317,25 @@ impl MetricsSettings {
     /// The time bucket in seconds (validated configs always parse; 15 min otherwise).
     pub fn time_bucket_secs(&self) -> u64 {
         crate::parse_duration(&self.time_bucket).unwrap_or(15 * 60)
+    }
+
+    /// The sort fields of the index's splits: `__name__`, the sort labels, `__series_id__`.
+    pub fn sort_fields(&self) -> Vec<String> {
+        std::iter::once(METRICS_NAME_FIELD.to_string())
+            .chain(self.sort_labels.iter().cloned())
+            .chain([METRICS_SERIES_ID_FIELD.to_string()])
+            .collect()
+    }
+
+    /// The locality merge policy a metrics index merges with, derived from this section.
+    pub fn locality_config(&self) -> crate::LocalityConfig {
+        crate::LocalityConfig {
+            sort_fields: self.sort_fields(),
+            time_bucket_secs: self.time_bucket_secs(),
+            target_split_num_docs: None,
+            target_split_bytes: Some(self.target_split_bytes),
+            max_merge_ops: self.max_merge_ops,
+        }
     }
 }
 

@@ -900,6 +900,39 @@ fn a_metrics_index_is_declared_by_its_metrics_section() {
     assert_eq!(config.metrics.as_ref().unwrap().time_bucket_secs(), 900);
     let json = serde_json::to_string(&config).unwrap();
     assert_eq!(IndexConfig::from_stored_json(&json).unwrap(), config);
+    // It merges with the locality policy its section implies (cluster-wide, by bucket).
+    let crate::MergePolicyConfig::Locality(locality) = &config.indexing_settings.merge_policy
+    else {
+        panic!("{:?}", config.indexing_settings.merge_policy);
+    };
+    assert_eq!(locality.sort_fields, ["__name__", "__series_id__"]);
+    assert_eq!(locality.time_bucket_secs, 900);
+    assert_eq!(locality.target_split_bytes, Some(256 << 20));
+    assert_eq!(locality.max_merge_ops, 4);
+    // Its settings come from the `metrics` section; the config reads back as written.
+    let config = parse(
+        "index_id: prom\nmetrics:\n  sort_labels: [job]\n  target_split_bytes: 64MiB\n  \
+         max_merge_ops: 2\n",
+    )
+    .unwrap();
+    let again = parse(&serde_json::to_string(&config).unwrap()).unwrap();
+    assert_eq!(again, config);
+    let crate::MergePolicyConfig::Locality(locality) = &config.indexing_settings.merge_policy
+    else {
+        panic!("locality");
+    };
+    assert_eq!(locality.sort_fields, ["__name__", "job", "__series_id__"]);
+    assert_eq!(locality.target_split_bytes, Some(64 << 20));
+    assert_eq!(locality.max_merge_ops, 2);
+    // `no_merge` turns merges off.
+    let off = parse(
+        "index_id: prom\nmetrics: {}\nindexing_settings:\n  merge_policy:\n    type: no_merge\n",
+    )
+    .unwrap();
+    assert_eq!(
+        off.indexing_settings.merge_policy,
+        crate::MergePolicyConfig::NoMerge
+    );
     // A logs index still needs nothing of it, and has no `metrics` key when stored.
     let logs = parse(&minimal("  field_mappings: []\n")).unwrap();
     assert!(logs.metrics.is_none());
@@ -971,6 +1004,21 @@ fn invalid_metrics_settings_are_refused_naming_the_key() {
             "",
         ),
         ("metrics:\n  sort_label: [job]\n", "", "sort_label"),
+        (
+            "metrics:\n  max_merge_ops: 0\n",
+            "metrics.max_merge_ops",
+            "at least 1",
+        ),
+        (
+            "metrics:\n  target_split_bytes: 0\n",
+            "metrics.target_split_bytes",
+            "at least 1",
+        ),
+        (
+            "metrics: {}\nindexing_settings:\n  merge_policy:\n    type: stable_log\n    merge_factor: 3\n",
+            "indexing_settings.merge_policy",
+            "no_merge",
+        ),
         ("retention:\n  period: 1 day\n", "doc_mapping", "missing"),
     ] {
         assert_invalid(&format!("{base}{tail}"), field, needle);

@@ -134,7 +134,21 @@ impl IndexConfig {
             ));
         }
         config.validate()?;
+        let mut config = config;
+        config.derive_metrics_merge_policy();
         Ok(config)
+    }
+
+    /// A metrics index merges with the locality policy its `metrics` section implies (unless
+    /// merges are off with `no_merge`): written into `indexing_settings.merge_policy`, where
+    /// the planner, the merge workers and the indexers read it.
+    pub fn derive_metrics_merge_policy(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            if self.indexing_settings.merge_policy != crate::MergePolicyConfig::NoMerge {
+                self.indexing_settings.merge_policy =
+                    crate::MergePolicyConfig::Locality(metrics.locality_config());
+            }
+        }
     }
 
     /// Checks the config; the error names the first invalid field.
@@ -228,14 +242,29 @@ impl IndexConfig {
                 "time travel is not available on metrics indexes",
             ));
         }
-        if !matches!(
-            self.indexing_settings.merge_policy,
-            crate::MergePolicyConfig::StableLog(_) | crate::MergePolicyConfig::NoMerge
-        ) {
+        match &self.indexing_settings.merge_policy {
+            // Merges on (the default), or off.
+            crate::MergePolicyConfig::NoMerge => {}
+            policy if *policy == crate::MergePolicyConfig::default() => {}
+            // As written back by `parse` (the derived policy), possibly of older settings.
+            crate::MergePolicyConfig::Locality(locality)
+                if locality.sort_fields == metrics.sort_fields() => {}
+            _ => {
+                return Err(invalid(
+                    "indexing_settings.merge_policy",
+                    "a metrics index merges with locality compaction set by its `metrics` \
+                     section (`time_bucket`, `target_split_bytes`, `max_merge_ops`); leave \
+                     `merge_policy` out, or set `no_merge` to turn merges off",
+                ));
+            }
+        }
+        if metrics.target_split_bytes == 0 {
+            return Err(invalid("metrics.target_split_bytes", "must be at least 1"));
+        }
+        if metrics.max_merge_ops == 0 {
             return Err(invalid(
-                "indexing_settings.merge_policy",
-                "a metrics index takes `stable_log` or `no_merge`; its splits are kept \
-                 in time buckets by `metrics.time_bucket`",
+                "metrics.max_merge_ops",
+                "must be at least 1: fresh splits are always merged once",
             ));
         }
         self.validate_indexing_settings()?;

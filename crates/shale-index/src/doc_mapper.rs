@@ -337,6 +337,8 @@ impl DocMapper {
     /// and the time bucket of every document.
     pub fn for_index(config: &IndexConfig) -> Result<DocMapper, IndexError> {
         let locality = match &config.indexing_settings.merge_policy {
+            // A metrics index's sort fields are columns of its Parquet splits, not fields.
+            MergePolicyConfig::Locality(_) if config.metrics.is_some() => None,
             MergePolicyConfig::Locality(locality) => Some(locality),
             _ => None,
         };

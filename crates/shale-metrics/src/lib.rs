@@ -19,8 +19,9 @@ pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use reader::{read_split, ReadStats, SplitRead};
 pub use split::{
-    bucket_start_ms, series_sort_key, sort_key_kinds, MetricsSplitWriter, SortedSplitWriter,
-    SplitSummary, SERIES_ID_COLUMN, TIMESTAMP_COLUMN, VALUE_COLUMN,
+    bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,
+    SortedSplitWriter, SplitSummary, MAX_METRIC_NAME_TAGS, SERIES_ID_COLUMN, TIMESTAMP_COLUMN,
+    VALUE_COLUMN,
 };
 
 /// What can go wrong writing or reading a metrics split, or building a matcher.

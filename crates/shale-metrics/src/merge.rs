@@ -301,15 +301,19 @@ pub fn merge_splits(
 
     // The outputs' columns: every label column of an input.
     let mut others: BTreeSet<String> = BTreeSet::new();
+    // The inputs' data bytes (row groups, without footers) per sample: the first estimate of
+    // an output's size, replaced by the outputs' own ratio once one is written.
     let mut input_bytes = 0u64;
     let mut input_rows = 0u64;
     for bytes in inputs {
-        input_bytes += bytes.len() as u64;
-        input_rows += ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?
-            .metadata()
-            .file_metadata()
-            .num_rows()
-            .max(0) as u64;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?;
+        let metadata = reader.metadata();
+        input_rows += metadata.file_metadata().num_rows().max(0) as u64;
+        input_bytes += metadata
+            .row_groups()
+            .iter()
+            .map(|rg| rg.compressed_size().max(0) as u64)
+            .sum::<u64>();
         for name in label_columns(bytes)? {
             if !sort_labels.contains(&name) {
                 others.insert(name);
@@ -319,12 +323,14 @@ pub fn merge_splits(
     let others: Vec<String> = others.into_iter().collect();
     // Bloom filters sized for every distinct value the inputs may hold.
     let ndv = vec![input_rows.clamp(1, 1 << 20); 1 + sort_labels.len()];
-    let target_samples = match cut.target_bytes {
-        Some(bytes) if input_rows > 0 => {
-            let per_sample = (input_bytes as f64 / input_rows as f64).max(0.01);
-            ((bytes as f64 / per_sample) as u64).max(1)
-        }
-        _ => u64::MAX,
+    let mut bytes_per_sample = if input_rows > 0 {
+        (input_bytes as f64 / input_rows as f64).max(0.01)
+    } else {
+        1.0
+    };
+    let target_samples = |bytes_per_sample: f64| match cut.target_bytes {
+        Some(bytes) => ((bytes as f64 / bytes_per_sample) as u64).max(1),
+        None => u64::MAX,
     };
 
     let mut cursors = inputs
@@ -433,12 +439,18 @@ pub fn merge_splits(
             Some(o) => {
                 o.class != class
                     || (o.writer.num_samples() > 0
-                        && o.writer.num_samples().saturating_add(samples) > target_samples)
+                        && o.writer.num_samples().saturating_add(samples)
+                            > target_samples(bytes_per_sample))
             }
         };
         if start_new {
             if let Some(previous) = open.take() {
                 close(previous, &mut outputs)?;
+                let written: u64 = outputs.iter().map(|o| o.bytes.len() as u64).sum();
+                let samples: u64 = outputs.iter().map(|o| o.summary.num_samples).sum();
+                if samples > 0 {
+                    bytes_per_sample = (written as f64 / samples as f64).max(0.01);
+                }
             }
             open = Some(OpenOutput {
                 writer: SortedSplitWriter::new(sort_labels, &others, &ndv)?,

@@ -78,6 +78,46 @@ pub struct SplitSummary {
     pub size_bytes: u64,
 }
 
+/// Most metric names recorded as tags of a split; beyond, the split is tagged `__name__!`
+/// (it may hold any name) and pruning by name falls to the row groups' bloom filters.
+pub const MAX_METRIC_NAME_TAGS: usize = 1000;
+
+impl SplitSummary {
+    /// The split's tags: `__name__:<name>` per metric name, or `__name__!` beyond
+    /// [`MAX_METRIC_NAME_TAGS`] names.
+    pub fn name_tags(&self) -> BTreeSet<String> {
+        if self.metric_names.len() > MAX_METRIC_NAME_TAGS {
+            return BTreeSet::from([format!("{METRIC_NAME_LABEL}!")]);
+        }
+        self.metric_names
+            .iter()
+            .map(|name| format!("{METRIC_NAME_LABEL}:{name}"))
+            .collect()
+    }
+
+    /// The time range of the samples in whole seconds (floored), as split metadata records it.
+    pub fn time_range_secs(&self) -> Option<shale_types::TimeRange> {
+        self.time_range_ms
+            .map(|(start, end)| shale_types::TimeRange {
+                start: start.div_euclid(1000),
+                end: end.div_euclid(1000),
+            })
+    }
+}
+
+/// The byte range of a Parquet file's footer (its metadata, the metadata's length and
+/// `PAR1`), to the end of the file: what a reader fetches first.
+pub fn footer_offsets(file: &[u8]) -> (u64, u64) {
+    let size = file.len() as u64;
+    let footer_len = file
+        .len()
+        .checked_sub(8)
+        .and_then(|at| file.get(at..at + 4))
+        .map(|len| u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as u64)
+        .unwrap_or(0);
+    (size.saturating_sub(8 + footer_len), size)
+}
+
 /// Collects series and samples, then writes them as one sorted Parquet split.
 #[derive(Debug)]
 pub struct MetricsSplitWriter {

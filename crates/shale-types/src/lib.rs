@@ -41,6 +41,15 @@ pub fn new_ulid() -> String {
     Ulid::new().to_string()
 }
 
+/// A fresh ULID string whose time part is the one of `id` (a ULID) rather than now: it sorts
+/// with `id` among ids made at other times (random within the same millisecond). `None` when
+/// `id` is not a ULID.
+pub fn new_ulid_at_time_of(id: &str) -> Option<String> {
+    let ms = Ulid::from_string(id).ok()?.timestamp_ms();
+    let time = std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(ms))?;
+    Some(Ulid::from_datetime(time).to_string())
+}
+
 /// Seconds since the Unix epoch, now, on the cluster's clock (the metastore's: see
 /// [`clock`]).
 pub fn now_unix_secs() -> i64 {

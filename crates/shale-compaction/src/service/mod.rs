@@ -58,6 +58,9 @@ pub enum CompactionError {
     /// Merging failed.
     #[error("merge: {0}")]
     Index(#[from] shale_index::IndexError),
+    /// Merging metrics splits failed (an input is not a readable metrics split).
+    #[error("metrics merge: {0}")]
+    Metrics(String),
     /// A merge's inputs are gone or replaced: the task cannot succeed.
     #[error("merge task {task_id} cannot be applied: {reason}")]
     Inapplicable {

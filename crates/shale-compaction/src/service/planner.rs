@@ -45,10 +45,6 @@ pub async fn plan_round(
         if !env.config.enabled || !index.index_config.compaction.enabled {
             continue;
         }
-        // Metrics splits (Parquet) are not merged by these policies.
-        if index.index_config.metrics.is_some() {
-            continue;
-        }
         let policy = index_merge_policy(&index.index_config.indexing_settings);
         let live = metastore
             .list_merge_tasks(

@@ -28,7 +28,9 @@ use shale_index::{BuiltSplit, DocMapper, LocalityCut};
 use shale_metastore::{IndexMetadata, ListSplitsQuery, MergeTask, MetastoreError};
 use shale_storage::{CachedSplit, StorageRef};
 use shale_types::sort_key::SortKey;
-use shale_types::{new_ulid, now_unix_secs, DeleteTask, MergeKind, SplitMetadata, SplitState};
+use shale_types::{
+    new_ulid, now_unix_secs, DeleteTask, MergeKind, SplitFormat, SplitMetadata, SplitState,
+};
 use tracing::{info, warn};
 
 use super::metrics::{self, stage};
@@ -184,6 +186,11 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
     }
     if inputs.len() < 2 && task.kind != MergeKind::Delete {
         return Err(inapplicable("fewer than two inputs".to_string()));
+    }
+    if inputs.iter().any(|split| split.format != inputs[0].format) {
+        return Err(inapplicable(
+            "the inputs are of several formats (Tantivy and Parquet)".to_string(),
+        ));
     }
     // The inputs are read and written with the doc mapping version that wrote them (one
     // per task: merges never mix versions), not the index's current one.
@@ -562,6 +569,9 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
     let started = Instant::now();
     let (prepared, _) = stage("prepare", prepare(env, task)).await;
     let prepared = prepared?;
+    if prepared.inputs[0].format == SplitFormat::Parquet {
+        return run_metrics_merge(env, task, prepared, started).await;
+    }
     std::fs::create_dir_all(&env.scratch_dir)?;
     let scratch = tempfile::Builder::new()
         .prefix("merge-")
@@ -591,6 +601,174 @@ async fn run_merge(env: &CompactionEnv, task: &MergeTask) -> Result<MergeOutcome
         merge: merge_time,
         upload_publish: upload_time + publish_time,
     })
+}
+
+/// The merge of metrics splits (Parquet): the inputs are read into memory oldest first, merged
+/// by `shale_metrics::merge_splits` (a sorted k-way merge that collapses duplicate samples,
+/// the later split's winning), and the outputs uploaded and published like Tantivy outputs.
+/// The outputs' ids carry the time of the newest input, so that readers, which let the later
+/// split win a shared timestamp, still rank them below splits written after those inputs.
+async fn run_metrics_merge(
+    env: &CompactionEnv,
+    task: &MergeTask,
+    prepared: Prepared,
+    started: Instant,
+) -> Result<MergeOutcome, CompactionError> {
+    let inapplicable = |reason: String| CompactionError::Inapplicable {
+        task_id: task.task_id.clone(),
+        reason,
+    };
+    if prepared.deletes.iter().any(|tasks| !tasks.is_empty()) {
+        return Err(inapplicable(
+            "delete tasks on a metrics index are not applied by merges".to_string(),
+        ));
+    }
+    let sort_fields = match common(prepared.inputs.iter().map(|s| &s.sort_fields)) {
+        Some(fields) if fields.len() >= 2 => fields,
+        _ => {
+            return Err(inapplicable(
+                "the inputs were written with different sort labels".to_string(),
+            ))
+        }
+    };
+    let sort_labels = sort_fields[1..sort_fields.len() - 1].to_vec();
+    let mut inputs = prepared.inputs.clone();
+    inputs.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+
+    let download = async {
+        let mut bytes = Vec::with_capacity(inputs.len());
+        for split in &inputs {
+            bytes.push(prepared.storage.get_bytes(&split.object_key()).await?);
+        }
+        Ok::<_, CompactionError>(bytes)
+    };
+    let (downloaded, download_time) = stage("download", download).await;
+    let downloaded = downloaded?;
+    let bytes_read: u64 = downloaded.iter().map(|b| b.len() as u64).sum();
+
+    let cap = prepared.index.index_config.compaction.max_split_bytes / 10 * 9;
+    let cut = match &prepared.locality {
+        Some(locality) => shale_metrics::MergeCut {
+            target_bytes: locality.target_bytes,
+            fixed_ranges: locality
+                .fixed_ranges
+                .iter()
+                .map(|(min, max)| (min.0.clone(), max.0.clone()))
+                .collect(),
+            locality: true,
+            plain_level: 0,
+        },
+        None => shale_metrics::MergeCut {
+            target_bytes: Some(cap.max(1)),
+            fixed_ranges: Vec::new(),
+            locality: false,
+            plain_level: inputs.iter().map(|s| s.key_level).min().unwrap_or(0),
+        },
+    };
+    let merge = async {
+        let labels = sort_labels.clone();
+        tokio::task::spawn_blocking(move || shale_metrics::merge_splits(&downloaded, &labels, &cut))
+            .await?
+            .map_err(|err| CompactionError::Metrics(err.to_string()))
+    };
+    let (merged, merge_time) = stage("merge", merge).await;
+    let (mut outputs, stats) = merged?;
+    let expected: u64 = inputs.iter().map(|s| s.num_docs).sum();
+    if stats.samples_in != expected || stats.samples_out + stats.duplicates != expected {
+        return Err(inapplicable(format!(
+            "merge read {} samples and wrote {} ({} duplicates) from inputs holding {expected}",
+            stats.samples_in, stats.samples_out, stats.duplicates
+        )));
+    }
+    // Several plain outputs (cut by size) may overlap later fresh splits: they stay level 0.
+    if !cut_is_locality(&prepared) && outputs.len() > 1 {
+        for output in &mut outputs {
+            output.key_level = 0;
+        }
+    }
+    let newest = inputs
+        .last()
+        .map(|s| s.split_id.clone())
+        .unwrap_or_default();
+    let first = &prepared.inputs[0];
+    let num_merge_ops = prepared
+        .inputs
+        .iter()
+        .map(|s| s.num_merge_ops)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let policy = index_merge_policy(&prepared.index.index_config.indexing_settings);
+    let metadata: Vec<SplitMetadata> = outputs
+        .iter()
+        .map(|output| SplitMetadata {
+            split_id: shale_types::new_ulid_at_time_of(&newest).unwrap_or_else(new_ulid),
+            index_uid: prepared.index.index_uid.clone(),
+            source_id: first.source_id.clone(),
+            node_id: env.node_id.clone(),
+            partition_id: first.partition_id,
+            doc_mapping_uid: first.doc_mapping_uid.clone(),
+            num_docs: output.summary.num_samples,
+            size_bytes: output.bytes.len() as u64,
+            uncompressed_docs_size_bytes: output.summary.num_samples * 16,
+            time_range: output.summary.time_range_secs(),
+            tags: output.summary.name_tags(),
+            create_timestamp: now_unix_secs(),
+            maturity: policy.split_maturity(output.summary.num_samples, num_merge_ops),
+            num_merge_ops,
+            delete_opstamp: prepared
+                .inputs
+                .iter()
+                .map(|s| s.delete_opstamp)
+                .min()
+                .unwrap_or(0),
+            footer_offsets: shale_metrics::footer_offsets(&output.bytes),
+            time_bucket_start: first.time_bucket_start,
+            sort_key_min: output
+                .key_range
+                .as_ref()
+                .map(|(min, _)| SortKey(min.clone())),
+            sort_key_max: output
+                .key_range
+                .as_ref()
+                .map(|(_, max)| SortKey(max.clone())),
+            key_level: output.key_level,
+            sort_fields: Some(sort_fields.clone()),
+            tag_fields: common(prepared.inputs.iter().map(|s| &s.tag_fields)),
+            format: SplitFormat::Parquet,
+            num_series: Some(output.summary.num_series),
+        })
+        .collect();
+    let upload = async {
+        env.metastore
+            .stage_splits(&prepared.index.index_uid, metadata.clone())
+            .await?;
+        for (split, output) in metadata.iter().zip(outputs) {
+            prepared
+                .storage
+                .put_bytes(&split.object_key(), output.bytes)
+                .await?;
+        }
+        Ok::<_, CompactionError>(())
+    };
+    let (uploaded, upload_time) = stage("upload", upload).await;
+    uploaded?;
+    let (published, publish_time) =
+        stage("publish", publish(env, &prepared, &metadata, task)).await;
+    published?;
+    Ok(MergeOutcome {
+        bytes_written: metadata.iter().map(|s| s.size_bytes).sum(),
+        outputs: metadata,
+        bytes_read,
+        elapsed: started.elapsed(),
+        download: download_time,
+        merge: merge_time,
+        upload_publish: upload_time + publish_time,
+    })
+}
+
+fn cut_is_locality(prepared: &Prepared) -> bool {
+    prepared.locality.is_some()
 }
 
 /// Keeps a pool of at most `max_concurrent_merges` merges busy with tasks claimed from the

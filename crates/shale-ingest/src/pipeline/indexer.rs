@@ -95,10 +95,6 @@ pub(super) struct Indexer {
     pub(super) metrics: Option<super::MetricsParams>,
 }
 
-/// Most metric names recorded as tags of a split; beyond, the split is tagged `__name__!`
-/// (it may hold any name) and pruning by name falls to the row groups' bloom filters.
-const MAX_METRIC_NAME_TAGS: usize = 1000;
-
 impl Indexer {
     /// An empty batch of documents of `doc_mapper`'s mapping, due after the commit timeout.
     pub(super) fn new_batch(&self, doc_mapper: Arc<DocMapper>) -> Result<Batch, StepError> {
@@ -305,22 +301,10 @@ fn finish_metrics_split(
         .map_err(|err| StepError::Metrics(err.to_string()))?;
     let path = dir.join(format!("b{bucket_ms}.parquet"));
     std::fs::write(&path, &bytes)?;
-    // The footer: its length (4 bytes) and `PAR1` end the file.
     let size = bytes.len() as u64;
-    let footer_len = bytes
-        .len()
-        .checked_sub(8)
-        .and_then(|at| bytes.get(at..at + 4))
-        .map(|len| u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as u64)
-        .unwrap_or(0);
-    let mut tags: BTreeSet<String> = BTreeSet::new();
-    if summary.metric_names.len() > MAX_METRIC_NAME_TAGS {
-        tags.insert(format!("{}!", shale_metrics::METRIC_NAME_LABEL));
-    } else {
-        for name in &summary.metric_names {
-            tags.insert(format!("{}:{name}", shale_metrics::METRIC_NAME_LABEL));
-        }
-    }
+    let footer_offsets = shale_metrics::footer_offsets(&bytes);
+    let tags = summary.name_tags();
+    let time_range = summary.time_range_secs();
     let (sort_key_min, sort_key_max) = match summary.sort_key_range {
         Some((lo, hi)) => (
             Some(shale_types::sort_key::SortKey(lo)),
@@ -333,17 +317,12 @@ fn finish_metrics_split(
         built: BuiltSplit {
             path,
             num_docs: summary.num_samples,
-            time_range: summary
-                .time_range_ms
-                .map(|(start, end)| shale_types::TimeRange {
-                    start: start.div_euclid(1000),
-                    end: end.div_euclid(1000),
-                }),
+            time_range,
             tags,
             // Samples as received: 16 bytes each (timestamp and value), labels left out.
             uncompressed_docs_size_bytes: num_added * 16,
             size_bytes: size,
-            footer_offsets: (size.saturating_sub(8 + footer_len), size),
+            footer_offsets,
             sort_key_min,
             sort_key_max,
             time_bucket_start: Some(bucket_ms.div_euclid(1000)),

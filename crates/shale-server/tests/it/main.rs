@@ -21,6 +21,7 @@ mod full_disk;
 mod index_update;
 mod limits;
 mod locality;
+mod metrics_compaction;
 mod metrics_ingest;
 mod otel_sdk;
 mod otlp;

@@ -1,0 +1,268 @@
+//! Metrics compaction end to end on a real node (SQLite metastore, local storage): remote
+//! writes in random order (one retried) into long-closed buckets are merged into level-1
+//! splits whose key ranges do not overlap; every sample is kept exactly once, duplicates
+//! collapse, PromQL answers the same before and after, and a one-series query opens one
+//! split per bucket instead of many.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::TestNode;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use shale_config::NodeConfig;
+use shale_metastore::ListSplitsQuery;
+use shale_metrics::remote_write::{
+    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+};
+use shale_types::{SplitMetadata, SplitState};
+
+const INDEX: &str = "index_id: prom\nmetrics:\n  sort_labels: [job]\n  time_bucket: 15m\n  \
+                     target_split_bytes: 8KB\nindexing_settings:\n  commit_timeout_secs: 1\n";
+/// A bucket start (a multiple of 900 s) long past: every bucket of the test is closed.
+const T0: i64 = 1_700_000_100;
+const STEP_MS: i64 = 15_000;
+const POINTS: i64 = 120; // 30 minutes: two buckets
+
+fn label(name: &str, value: &str) -> Label {
+    Label {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
+/// The series: counters and gauges over 10 jobs and 12 instances.
+fn series_labels(i: usize) -> Vec<Label> {
+    let name = if i.is_multiple_of(2) {
+        "requests_total"
+    } else {
+        "temperature"
+    };
+    vec![
+        label("__name__", name),
+        label("job", &format!("job-{}", i % 10)),
+        label("instance", &format!("host-{i}")),
+    ]
+}
+
+fn value(i: usize, point: i64) -> f64 {
+    if i.is_multiple_of(2) {
+        (point * (i as i64 % 7 + 1)) as f64
+    } else {
+        20.0 + ((i as i64 * 31 + point * 7) % 13) as f64 / 4.0
+    }
+}
+
+/// Requests that together hold every sample once, cut by series and time in random order.
+fn requests(rng: &mut StdRng, series: usize, count: usize) -> Vec<WriteRequest> {
+    let mut pieces: Vec<(usize, i64)> = (0..series)
+        .flat_map(|i| (0..POINTS / 10).map(move |chunk| (i, chunk)))
+        .collect();
+    pieces.shuffle(rng);
+    let mut out: Vec<WriteRequest> = (0..count).map(|_| WriteRequest::default()).collect();
+    for (n, (i, chunk)) in pieces.into_iter().enumerate() {
+        let samples = (chunk * 10..chunk * 10 + 10)
+            .map(|p| ProtoSample {
+                value: value(i, p),
+                timestamp: T0 * 1000 + p * STEP_MS,
+            })
+            .collect();
+        out[n % count].timeseries.push(TimeSeries {
+            labels: series_labels(i),
+            samples,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+async fn write(node: &TestNode, request: &WriteRequest) {
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/write?commit=force"))
+        .header("Content-Encoding", "snappy")
+        .body(encode_remote_write(request))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        204,
+        "{}",
+        resp.text().await.unwrap()
+    );
+}
+
+async fn published(node: &TestNode) -> Vec<SplitMetadata> {
+    let index = node.node.metastore.index_metadata("prom").await.unwrap();
+    node.node
+        .metastore
+        .list_splits(
+            ListSplitsQuery::for_index(index.index_uid).with_states(&[SplitState::Published]),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.split_metadata)
+        .collect()
+}
+
+/// The answers of a fixed set of queries (instant and range), and the splits each opened.
+async fn answers(node: &TestNode) -> Vec<(String, Value, u64)> {
+    let end = T0 + POINTS * STEP_MS / 1000;
+    let queries = [
+        format!(
+            "query=sum by (job) (rate(requests_total[5m]))&time={}",
+            T0 + 900
+        ),
+        format!("query=count_over_time(temperature[1h])&time={end}"),
+        format!(
+            "query=max_over_time(temperature{{job=\"job-3\"}}[10m])&time={}",
+            T0 + 1200
+        ),
+        format!(
+            "query=requests_total{{job=\"job-4\",instance=\"host-14\"}}&time={}",
+            T0 + 300
+        ),
+        format!("query=sum by (job) (increase(requests_total[10m]))&start={T0}&end={end}&step=60"),
+        format!(
+            "query=temperature{{job=\"job-7\",instance=\"host-7\"}}&start={T0}&end={end}&step=15"
+        ),
+        format!("query=count(count_over_time({{__name__=~\".+\"}}[1h]))&time={end}"),
+    ];
+    let mut out = Vec::new();
+    for query in queries {
+        let path = if query.contains("&step=") {
+            format!("/prometheus/prom/api/v1/query_range?{}", encode(&query))
+        } else {
+            format!("/prometheus/prom/api/v1/query?{}", encode(&query))
+        };
+        let resp = node.client.get(node.url(&path)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let opened: u64 = resp.headers()["x-shale-splits-opened"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["status"], "success", "{query}: {body}");
+        out.push((query, body["data"].clone(), opened));
+    }
+    out
+}
+
+/// `a=b&c=d` with each value form-encoded.
+fn encode(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap();
+            format!(
+                "{name}={}",
+                url::form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+#[tokio::test]
+async fn closed_buckets_compact_into_disjoint_level_one_splits_with_the_same_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |enabled: bool| -> NodeConfig {
+        let mut config = common::config_in(tmp.path());
+        config.compaction.enabled = enabled;
+        config.compaction.planner_interval_secs = 1;
+        config.compaction.max_concurrent_merges = 2;
+        config
+    };
+    // 1. Ingest with compaction off: many small overlapping splits per bucket.
+    let node = TestNode::start_with(config(false)).await;
+    node.create_index(INDEX).await;
+    let mut rng = StdRng::seed_from_u64(42);
+    let series = 120;
+    let requests = requests(&mut rng, series, 8);
+    for request in &requests {
+        write(&node, request).await;
+    }
+    // A retried request: its samples again, with the same values.
+    write(&node, &requests[rng.random_range(0..requests.len())]).await;
+    let before = published(&node).await;
+    let expected_samples = series as u64 * POINTS as u64;
+    let stored: u64 = before.iter().map(|s| s.num_docs).sum();
+    assert!(stored > expected_samples, "the retry wrote duplicates");
+    assert!(before.len() >= 16, "{} splits", before.len());
+    let answers_before = answers(&node).await;
+    node.stop().await;
+
+    // 2. The same data dir with compaction on: the closed buckets are merged.
+    let node = TestNode::start_with(config(true)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let splits = published(&node).await;
+        if splits.iter().all(|s| s.key_level == 1) {
+            break splits;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted: {:?}",
+            splits
+                .iter()
+                .map(|s| (s.time_bucket_start, s.key_level, s.num_docs))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    // Every sample once: the duplicates of the retry collapsed.
+    assert_eq!(
+        after.iter().map(|s| s.num_docs).sum::<u64>(),
+        expected_samples
+    );
+    let mut by_bucket: BTreeMap<Option<i64>, Vec<&SplitMetadata>> = BTreeMap::new();
+    for split in &after {
+        by_bucket
+            .entry(split.time_bucket_start)
+            .or_default()
+            .push(split);
+    }
+    assert_eq!(by_bucket.len(), 2, "two buckets");
+    for (bucket, mut splits) in by_bucket {
+        splits.sort_by(|a, b| a.sort_key_min.cmp(&b.sort_key_min));
+        for pair in splits.windows(2) {
+            assert!(
+                pair[0].sort_key_max < pair[1].sort_key_min,
+                "bucket {bucket:?}: overlapping level-1 key ranges"
+            );
+        }
+        // Converged to about ⌈bucket bytes / target⌉ splits.
+        let bytes: u64 = splits.iter().map(|s| s.size_bytes).sum();
+        let ideal = bytes.div_ceil(8_000) as usize;
+        assert!(
+            splits.len() <= ideal + 1,
+            "bucket {bucket:?}: {} splits for {bytes} bytes",
+            splits.len()
+        );
+        assert!(splits.iter().all(|s| s.num_merge_ops >= 1));
+    }
+    // The same answers, opening fewer splits.
+    let answers_after = answers(&node).await;
+    for ((query, data_before, opened_before), (_, data_after, opened_after)) in
+        answers_before.iter().zip(&answers_after)
+    {
+        assert_eq!(data_before, data_after, "{query}");
+        assert!(
+            opened_after <= opened_before,
+            "{query}: {opened_after} > {opened_before}"
+        );
+    }
+    // One series over both buckets: one split per bucket after, more before.
+    let (_, _, one_series_before) = &answers_before[5];
+    let (_, _, one_series_after) = &answers_after[5];
+    assert_eq!(*one_series_after, 2);
+    assert!(*one_series_before > 2, "{one_series_before}");
+    node.stop().await;
+}
