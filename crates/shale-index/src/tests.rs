@@ -1452,6 +1452,7 @@ fn delete_task(
             search_field: None,
             start_timestamp: start,
             end_timestamp: end,
+            time_range_ms: None,
         },
         default_search_fields: None,
         doc_mapping_uid: None,

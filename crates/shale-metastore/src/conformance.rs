@@ -2984,6 +2984,7 @@ fn delete_query(query: &str) -> shale_types::DeleteQuery {
         search_field: Some(vec!["body".to_string()]),
         start_timestamp: Some(10),
         end_timestamp: None,
+        time_range_ms: None,
     }
 }
 

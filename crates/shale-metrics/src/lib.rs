@@ -11,6 +11,7 @@ pub mod merge;
 pub mod otlp;
 mod reader;
 pub mod remote_write;
+mod selector;
 mod split;
 pub mod wal;
 
@@ -18,6 +19,7 @@ pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BIT
 pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use reader::{read_split, ReadStats, SplitRead};
+pub use selector::{apply_deletes, parse_selector, SeriesDelete};
 pub use split::{
     bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,
     SortedSplitWriter, SplitSummary, MAX_METRIC_NAME_TAGS, SERIES_ID_COLUMN, TIMESTAMP_COLUMN,
@@ -36,6 +38,14 @@ pub enum MetricsError {
     /// The file is not a metrics split of this version (a column is missing or of another type).
     #[error("invalid metrics split: {0}")]
     InvalidSplit(String),
+    /// A series selector does not parse.
+    #[error("invalid series selector `{selector}`: {reason}")]
+    InvalidSelector {
+        /// The selector as given.
+        selector: String,
+        /// Why.
+        reason: String,
+    },
     /// A label matcher's regex does not compile.
     #[error("invalid regex `{regex}` in a label matcher: {reason}")]
     InvalidRegex {

@@ -69,6 +69,8 @@ pub struct MergeStats {
     pub samples_out: u64,
     /// Samples dropped as duplicates (same series and timestamp in several inputs).
     pub duplicates: u64,
+    /// Samples left out because a delete task removes them.
+    pub deleted: u64,
     /// Series written.
     pub series_out: u64,
 }
@@ -281,11 +283,13 @@ struct OpenOutput {
 }
 
 /// Merges the metrics splits `inputs` (oldest first) of one time bucket, written with
-/// `sort_labels`, into outputs cut as `cut` says.
+/// `sort_labels`, into outputs cut as `cut` says. `deletes[i]` (if any) are the delete tasks
+/// input `i` is not clean of: the samples they remove are left out.
 pub fn merge_splits(
     inputs: &[Bytes],
     sort_labels: &[String],
     cut: &MergeCut,
+    deletes: &[Vec<crate::SeriesDelete>],
 ) -> Result<(Vec<MergedOutput>, MergeStats), MetricsError> {
     let kinds = sort_key_kinds(sort_labels.len());
     let prefix_of = |key: &[u8]| -> Result<Vec<u8>, MetricsError> {
@@ -398,9 +402,13 @@ pub fn merge_splits(
         sources.sort_unstable();
         let mut merged: Option<SeriesRun> = None;
         for &i in &sources {
-            let Some(run) = heads[i].take() else {
+            let Some(mut run) = heads[i].take() else {
                 continue;
             };
+            if let Some(tasks) = deletes.get(i).filter(|t| !t.is_empty()) {
+                let tasks: Vec<&crate::SeriesDelete> = tasks.iter().collect();
+                stats.deleted += crate::apply_deletes(&tasks, &run.labels, &mut run.samples);
+            }
             merged = Some(match merged {
                 None => run,
                 Some(mut older) => {

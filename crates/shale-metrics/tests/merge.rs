@@ -84,7 +84,7 @@ fn a_merge_conserves_samples_and_the_later_input_wins() {
     for round in 0..20 {
         let (inputs, expected) = random_inputs(&mut rng, 2 + round % 5, 60);
         let (outputs, stats) =
-            merge_splits(&inputs, &sort_labels(), &MergeCut::default()).expect("merge");
+            merge_splits(&inputs, &sort_labels(), &MergeCut::default(), &[]).expect("merge");
         assert_eq!(outputs.len(), 1, "no target: one output");
         let kept: u64 = expected.values().map(|s| s.len() as u64).sum();
         assert_eq!(stats.samples_out, kept);
@@ -110,7 +110,7 @@ fn outputs_are_cut_at_series_boundaries_into_disjoint_key_ranges() {
         locality: true,
         ..MergeCut::default()
     };
-    let (outputs, _) = merge_splits(&inputs, &sort_labels(), &cut).expect("merge");
+    let (outputs, _) = merge_splits(&inputs, &sort_labels(), &cut, &[]).expect("merge");
     assert!(outputs.len() >= 3, "{} outputs", outputs.len());
     assert_eq!(
         samples_by_series(&output_bytes(&outputs)).unwrap(),
@@ -195,7 +195,7 @@ fn fixed_ranges_are_kept_clear_of_level_one_outputs() {
         locality: true,
         plain_level: 0,
     };
-    let (outputs, _) = merge_splits(&inputs, &sort_labels(), &cut).expect("merge");
+    let (outputs, _) = merge_splits(&inputs, &sort_labels(), &cut, &[]).expect("merge");
     assert_eq!(
         samples_by_series(&output_bytes(&outputs)).unwrap(),
         expected

@@ -52,6 +52,8 @@ pub struct SplitSource {
     stats: Mutex<SourceStats>,
     /// The other searchers, when this node is part of a cluster.
     leaves: Option<Leaves>,
+    /// The index's delete tasks (`delete_series`), read once per query.
+    deletes: tokio::sync::OnceCell<Vec<shale_metrics::SeriesDelete>>,
 }
 
 /// How a query reaches the other searchers of its cluster.
@@ -197,6 +199,7 @@ impl SplitSource {
             objects: tokio::sync::Mutex::new(HashMap::new()),
             stats: Mutex::new(SourceStats::default()),
             leaves: None,
+            deletes: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -272,6 +275,33 @@ impl SplitSource {
         read_one(split, bytes, matchers, start_ms, end_ms)
             .await
             .map_err(PromqlError::Source)
+    }
+
+    /// The index's delete tasks: a split's samples they remove are left out of every answer
+    /// until delete compaction has purged them.
+    async fn deletes(&self) -> Result<&[shale_metrics::SeriesDelete], PromqlError> {
+        let deletes = self
+            .deletes
+            .get_or_try_init(|| async {
+                let tasks = self
+                    .metastore
+                    .list_delete_tasks(&self.index_uid, 0)
+                    .await
+                    .map_err(|err| PromqlError::Source(format!("listing delete tasks: {err}")))?;
+                tasks
+                    .iter()
+                    .map(|task| {
+                        shale_metrics::SeriesDelete::from_task(task).map_err(|err| {
+                            PromqlError::Source(format!(
+                                "delete task {} of the index: {err}",
+                                task.opstamp
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        Ok(deletes)
     }
 
     /// What the selectors did so far.
@@ -435,10 +465,19 @@ impl SeriesSource for SplitSource {
                     .await?,
             );
         }
+        let deletes = self.deletes().await?;
         let mut merged: HashMap<Labels, Vec<Sample>> = HashMap::new();
         let mut order: Vec<Labels> = Vec::new();
         // In split order (oldest first): the later split's sample stays last.
-        for read in results.into_iter().flatten() {
+        for (split, read) in splits.iter().zip(results) {
+            let Some(read) = read else {
+                continue;
+            };
+            // The delete tasks this split is not clean of yet.
+            let pending: Vec<&shale_metrics::SeriesDelete> = deletes
+                .iter()
+                .filter(|d| d.opstamp > split.delete_opstamp)
+                .collect();
             {
                 let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
                 stats.row_groups_read += read.row_groups_read;
@@ -446,10 +485,20 @@ impl SeriesSource for SplitSource {
             }
             for (pairs, samples) in read.series {
                 let labels = Labels::new(pairs);
-                let samples = samples.into_iter().map(|(timestamp_ms, bits)| Sample {
-                    timestamp_ms,
-                    value: f64::from_bits(bits),
-                });
+                let mut samples: Vec<Sample> = samples
+                    .into_iter()
+                    .map(|(timestamp_ms, bits)| Sample {
+                        timestamp_ms,
+                        value: f64::from_bits(bits),
+                    })
+                    .collect();
+                if !pending.is_empty() {
+                    shale_metrics::apply_deletes(&pending, &labels, &mut samples);
+                    if samples.is_empty() {
+                        continue;
+                    }
+                }
+                let samples = samples.into_iter();
                 match merged.get_mut(&labels) {
                     Some(existing) => existing.extend(samples),
                     None => {

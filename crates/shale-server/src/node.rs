@@ -869,9 +869,15 @@ impl Node {
         let index = self.metastore.index_metadata(index_id).await?;
         if index.index_config.metrics.is_some() {
             return Err(NodeError::InvalidRequest(format!(
-                "`{index_id}` is a metrics index: delete tasks apply to documents; expire \
-                 samples with a retention policy"
+                "`{index_id}` is a metrics index: delete its series with \
+                 `POST /prometheus/{index_id}/api/v1/admin/tsdb/delete_series`"
             )));
+        }
+        if delete_query.time_range_ms.is_some() {
+            return Err(NodeError::InvalidRequest(
+                "`time_range_ms` is for metrics indexes; use start_timestamp and end_timestamp"
+                    .to_string(),
+            ));
         }
         if let (Some(start), Some(end)) = (delete_query.start_timestamp, delete_query.end_timestamp)
         {
@@ -887,16 +893,70 @@ impl Node {
         doc_mapper
             .parse_query(&delete_query.query, delete_query.search_field.as_deref())
             .map_err(|err| NodeError::InvalidRequest(format!("invalid delete query: {err}")))?;
+        self.record_delete_task(&index, delete_query).await
+    }
+
+    /// Records a delete task and returns it once it applies (see [`Node::create_delete_task`]).
+    async fn record_delete_task(
+        &self,
+        index: &IndexMetadata,
+        delete_query: DeleteQuery,
+    ) -> Result<DeleteTask, NodeError> {
         let task = self
             .membership
             .node_metastore()
             .create_delete_task(&index.index_uid, delete_query, shale_types::now_unix_secs())
             .await?;
         self.advance_delete_opstamps(&task).await?;
-        info!(index_id, opstamp = task.opstamp, "delete task created");
+        info!(
+            index_id = index.index_id(),
+            opstamp = task.opstamp,
+            "delete task created"
+        );
         // The planner checks the delete triggers at once.
         self.compaction.planner_notify().notify_one();
         Ok(task)
+    }
+
+    /// Deletes the samples of the series `selectors` match within `[start_ms, end_ms]` from
+    /// the metrics index `index_id` (Prometheus's `delete_series`): a delete task, hidden
+    /// from queries once this returns and purged by delete compaction. Samples acknowledged
+    /// after it are not deleted.
+    pub async fn delete_series(
+        &self,
+        index_id: &str,
+        selectors: &[String],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<DeleteTask, NodeError> {
+        let index = self.metastore.index_metadata(index_id).await?;
+        if index.index_config.metrics.is_none() {
+            return Err(NodeError::InvalidRequest(format!(
+                "`{index_id}` is not a metrics index: delete documents with a delete task"
+            )));
+        }
+        if selectors.is_empty() {
+            return Err(NodeError::InvalidRequest(
+                "no match[] parameter: say which series to delete".to_string(),
+            ));
+        }
+        for selector in selectors {
+            shale_metrics::parse_selector(selector)
+                .map_err(|err| NodeError::InvalidRequest(err.to_string()))?;
+        }
+        if start_ms > end_ms {
+            return Err(NodeError::InvalidRequest(format!(
+                "invalid time range: start ({start_ms} ms) is after end ({end_ms} ms)"
+            )));
+        }
+        let delete_query = DeleteQuery {
+            query: selectors.join("\n"),
+            search_field: None,
+            start_timestamp: Some(start_ms.div_euclid(1000)),
+            end_timestamp: Some(end_ms.div_euclid(1000).saturating_add(1)),
+            time_range_ms: Some((start_ms, end_ms)),
+        };
+        self.record_delete_task(&index, delete_query).await
     }
 
     /// Makes sure no node stamps documents it acknowledges from now on below the task's

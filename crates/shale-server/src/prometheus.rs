@@ -35,7 +35,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use shale_metastore::{IndexMetadata, MetastoreError};
-use shale_metrics::{Labels, MatchOp, Matcher, METRIC_NAME_LABEL};
+use shale_metrics::{Labels, Matcher};
 use shale_promql::{EngineOptions, PromqlError, QueryOutput, SeriesSource, Value as PromValue};
 
 use crate::metrics_source::SplitSource;
@@ -176,6 +176,14 @@ pub fn query_routes() -> Router<AppState> {
                 get(label_values),
             )
             .route(&format!("{prefix}/metadata"), get(metadata))
+            .route(
+                &format!("{prefix}/admin/tsdb/delete_series"),
+                post(delete_series).put(delete_series),
+            )
+            .route(
+                &format!("{prefix}/admin/tsdb/clean_tombstones"),
+                post(clean_tombstones).put(clean_tombstones),
+            )
             .route(&format!("{prefix}/status/buildinfo"), get(buildinfo));
     }
     router
@@ -602,38 +610,11 @@ async fn query_range(
 fn match_params(params: &Params) -> Result<Vec<Vec<Matcher>>, PromError> {
     let mut sets = Vec::new();
     for text in params.all("match[]") {
-        let expr = promql_parser::parser::parse(text)
-            .map_err(|err| PromError::bad_data(format!("invalid parameter \"match[]\": {err}")))?;
-        let promql_parser::parser::Expr::VectorSelector(selector) = expr else {
-            return Err(PromError::bad_data(format!(
-                "invalid parameter \"match[]\": `{text}` is not a series selector"
-            )));
-        };
-        let groups = if selector.matchers.or_matchers.is_empty() {
-            vec![selector.matchers.matchers.clone()]
-        } else {
-            selector.matchers.or_matchers.clone()
-        };
-        for group in groups {
-            let mut set = Vec::new();
-            if let Some(name) = &selector.name {
-                set.push(Matcher::equal(METRIC_NAME_LABEL, name));
-            }
-            for m in group {
-                use promql_parser::label::MatchOp as P;
-                let op = match &m.op {
-                    P::Equal => MatchOp::Equal,
-                    P::NotEqual => MatchOp::NotEqual,
-                    P::Re(_) => MatchOp::Regex,
-                    P::NotRe(_) => MatchOp::NotRegex,
-                };
-                set.push(
-                    Matcher::new(&m.name, op, &m.value)
-                        .map_err(|err| PromError::bad_data(err.to_string()))?,
-                );
-            }
-            sets.push(set);
-        }
+        sets.extend(
+            shale_metrics::parse_selector(text).map_err(|err| {
+                PromError::bad_data(format!("invalid parameter \"match[]\": {err}"))
+            })?,
+        );
     }
     Ok(sets)
 }
@@ -777,6 +758,60 @@ async fn metadata(
         );
     }
     Ok(success(Value::Object(data), &[], None, &source))
+}
+
+/// `admin/tsdb/delete_series`: deletes the samples of the series the `match[]` selectors
+/// select within `[start, end]` (default: all time up to now); `204` once no query sees them.
+/// Purged from the splits by delete compaction; samples written after the call are kept.
+async fn delete_series(
+    State(state): State<AppState>,
+    index_id: Option<Path<String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> PromResult {
+    let params = Params::read(&uri, &headers, &body);
+    let selectors: Vec<String> = params
+        .all("match[]")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    if selectors.is_empty() {
+        return Err(PromError::bad_data("no match[] parameter provided"));
+    }
+    match_params(&params)?;
+    let start = match params.get("start") {
+        Some(t) => parse_time("start", t)?,
+        None => i64::MIN / 4,
+    };
+    let end = match params.get("end") {
+        Some(t) => parse_time("end", t)?,
+        None => shale_types::clock::now_ms(),
+    };
+    let index_id = index_id
+        .map(|p| p.0)
+        .unwrap_or_else(|| OTEL_METRICS_INDEX_ID.to_string());
+    state
+        .node
+        .delete_series(&index_id, &selectors, start, end)
+        .await
+        .map_err(|err| match err {
+            crate::node::NodeError::InvalidRequest(message) => PromError::bad_data(message),
+            crate::node::NodeError::Metastore(MetastoreError::NotFound { .. }) => PromError {
+                status: StatusCode::NOT_FOUND,
+                error_type: "not_found",
+                message: format!("index `{index_id}` not found"),
+            },
+            other => PromError::internal(other.to_string()),
+        })?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `admin/tsdb/clean_tombstones`: wakes the compaction planner, which purges deleted samples
+/// (delete compaction); `204` at once.
+async fn clean_tombstones(State(state): State<AppState>) -> Response {
+    state.node.compaction.planner_notify().notify_one();
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// The Prometheus version whose API and PromQL this node answers, for clients (Grafana)

@@ -35,6 +35,11 @@ pub struct DeleteQuery {
     /// Exclusive upper bound on the timestamp field, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_timestamp: Option<i64>,
+    /// Metrics indexes: the exact window, inclusive milliseconds (Prometheus's `start` and
+    /// `end`); `start_timestamp`/`end_timestamp` then hold it widened to whole seconds. The
+    /// query holds the series selectors, one per line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_range_ms: Option<(i64, i64)>,
 }
 
 /// A delete task as stored.

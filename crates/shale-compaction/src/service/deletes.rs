@@ -199,6 +199,18 @@ pub async fn plan_delete_compactions(
     let Some(last_opstamp) = last_opstamp else {
         return Ok(Vec::new());
     };
+    if index.index_config.metrics.is_some() {
+        return plan_metrics_delete_compactions(
+            env,
+            metastore,
+            index,
+            busy,
+            live_nodes,
+            last_opstamp,
+            now,
+        )
+        .await;
+    }
     let published: Vec<SplitMetadata> = metastore
         .list_splits(ListSplitsQuery {
             delete_opstamp_lt: Some(last_opstamp),
@@ -325,6 +337,129 @@ pub async fn plan_delete_compactions(
             .advance_split_delete_opstamps(&index.index_uid, &advanced)
             .await?;
         debug!(index = %index.index_uid, num_advanced, "splits clean of more delete tasks without a rewrite");
+    }
+    Ok(planned)
+}
+
+/// [`plan_delete_compactions`] for a metrics index: what a split's purgeable tasks delete
+/// is counted by reading the split's samples of the series they match (in their windows);
+/// a split they delete nothing of is recorded clean of them without a rewrite.
+async fn plan_metrics_delete_compactions(
+    env: &CompactionEnv,
+    metastore: &Arc<dyn Metastore>,
+    index: &IndexMetadata,
+    busy: &HashSet<String>,
+    live_nodes: Option<&HashSet<String>>,
+    last_opstamp: u64,
+    now: i64,
+) -> Result<Vec<(SplitMetadata, DeleteTrigger)>, CompactionError> {
+    let published: Vec<SplitMetadata> = metastore
+        .list_splits(ListSplitsQuery {
+            delete_opstamp_lt: Some(last_opstamp),
+            ..ListSplitsQuery::for_index(index.index_uid.clone())
+                .with_states(&[SplitState::Published])
+        })
+        .await?
+        .into_iter()
+        .map(|split| split.split_metadata)
+        .collect();
+    env.delete_counts.retain(
+        &index.index_uid,
+        &published.iter().map(|s| s.split_id.as_str()).collect(),
+    );
+    let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
+        return Ok(Vec::new());
+    };
+    let tasks = purgeable_delete_tasks(metastore.as_ref(), index, min_clean, now).await?;
+    let Some(newest) = tasks.last().map(|task| task.opstamp) else {
+        return Ok(Vec::new());
+    };
+    let mut parsed = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        match shale_metrics::SeriesDelete::from_task(task) {
+            Ok(delete) => parsed.push((task.clone(), delete)),
+            Err(err) => {
+                warn!(%err, opstamp = task.opstamp, "a metrics delete task does not parse");
+                return Ok(Vec::new());
+            }
+        }
+    }
+    let storage = env
+        .storages
+        .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
+    let settings = &index.index_config.compaction;
+    let mut planned = Vec::new();
+    let mut advanced = Vec::new();
+    for split in published {
+        if busy.contains(&split.split_id)
+            || live_nodes.is_some_and(|live| !live.contains(&split.node_id))
+        {
+            continue;
+        }
+        let touching: Vec<shale_metrics::SeriesDelete> = parsed
+            .iter()
+            .filter(|(task, _)| task.may_touch(&split))
+            .map(|(_, delete)| delete.clone())
+            .collect();
+        let deleted = if touching.is_empty() {
+            0
+        } else if let Some(count) = env
+            .delete_counts
+            .get(&index.index_uid, &split.split_id, newest)
+        {
+            count
+        } else {
+            let bytes = match storage.get_bytes(&split.object_key()).await {
+                Ok(bytes) => bytes,
+                Err(err) => {
+                    warn!(%err, split_id = %split.split_id, "cannot count deleted samples");
+                    continue;
+                }
+            };
+            let count = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+                let start = touching
+                    .iter()
+                    .map(|d| d.start_ms)
+                    .min()
+                    .unwrap_or(i64::MIN);
+                let end = touching.iter().map(|d| d.end_ms).max().unwrap_or(i64::MAX);
+                let read = shale_metrics::read_split(bytes, &[], start, end)
+                    .map_err(|err| err.to_string())?;
+                let refs: Vec<&shale_metrics::SeriesDelete> = touching.iter().collect();
+                Ok(read
+                    .series
+                    .into_iter()
+                    .map(|mut series| {
+                        shale_metrics::apply_deletes(&refs, &series.labels, &mut series.samples)
+                    })
+                    .sum())
+            })
+            .await?
+            .map_err(CompactionError::Metrics)?;
+            env.delete_counts
+                .set(&index.index_uid, &split.split_id, newest, count);
+            count
+        };
+        if let Some(trigger) = delete_trigger(
+            settings,
+            split.num_docs,
+            split.uncompressed_docs_size_bytes,
+            deleted,
+        ) {
+            debug!(split_id = %split.split_id, deleted, trigger = trigger.as_str(), "metrics delete compaction");
+            planned.push((split, trigger));
+        } else if deleted == 0 && newest > split.delete_opstamp {
+            // Nothing of it deleted by any purgeable task: clean of them as it is.
+            let expected = split.delete_opstamp;
+            let mut split = split;
+            split.delete_opstamp = newest;
+            advanced.push((split, expected));
+        }
+    }
+    if !advanced.is_empty() {
+        metastore
+            .advance_split_delete_opstamps(&index.index_uid, &advanced)
+            .await?;
     }
     Ok(planned)
 }

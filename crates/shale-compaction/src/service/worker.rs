@@ -618,11 +618,6 @@ async fn run_metrics_merge(
         task_id: task.task_id.clone(),
         reason,
     };
-    if prepared.deletes.iter().any(|tasks| !tasks.is_empty()) {
-        return Err(inapplicable(
-            "delete tasks on a metrics index are not applied by merges".to_string(),
-        ));
-    }
     let sort_fields = match common(prepared.inputs.iter().map(|s| &s.sort_fields)) {
         Some(fields) if fields.len() >= 2 => fields,
         _ => {
@@ -632,8 +627,24 @@ async fn run_metrics_merge(
         }
     };
     let sort_labels = sort_fields[1..sort_fields.len() - 1].to_vec();
-    let mut inputs = prepared.inputs.clone();
-    inputs.sort_by(|a, b| a.split_id.cmp(&b.split_id));
+    // Oldest first, each with the delete tasks it is not clean of (they apply in the merge).
+    let mut order: Vec<usize> = (0..prepared.inputs.len()).collect();
+    order.sort_by(|a, b| {
+        prepared.inputs[*a]
+            .split_id
+            .cmp(&prepared.inputs[*b].split_id)
+    });
+    let inputs: Vec<SplitMetadata> = order.iter().map(|&i| prepared.inputs[i].clone()).collect();
+    let deletes: Vec<Vec<shale_metrics::SeriesDelete>> = order
+        .iter()
+        .map(|&i| {
+            prepared.deletes[i]
+                .iter()
+                .map(shale_metrics::SeriesDelete::from_task)
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|err| inapplicable(format!("a delete task of the index: {err}")))?;
 
     let download = async {
         let mut bytes = Vec::with_capacity(inputs.len());
@@ -667,17 +678,22 @@ async fn run_metrics_merge(
     };
     let merge = async {
         let labels = sort_labels.clone();
-        tokio::task::spawn_blocking(move || shale_metrics::merge_splits(&downloaded, &labels, &cut))
-            .await?
-            .map_err(|err| CompactionError::Metrics(err.to_string()))
+        tokio::task::spawn_blocking(move || {
+            shale_metrics::merge_splits(&downloaded, &labels, &cut, &deletes)
+        })
+        .await?
+        .map_err(|err| CompactionError::Metrics(err.to_string()))
     };
     let (merged, merge_time) = stage("merge", merge).await;
     let (mut outputs, stats) = merged?;
     let expected: u64 = inputs.iter().map(|s| s.num_docs).sum();
-    if stats.samples_in != expected || stats.samples_out + stats.duplicates != expected {
+    if stats.samples_in != expected
+        || stats.samples_out + stats.duplicates + stats.deleted != expected
+    {
         return Err(inapplicable(format!(
-            "merge read {} samples and wrote {} ({} duplicates) from inputs holding {expected}",
-            stats.samples_in, stats.samples_out, stats.duplicates
+            "merge read {} samples and wrote {} ({} duplicates, {} deleted) from inputs \
+             holding {expected}",
+            stats.samples_in, stats.samples_out, stats.duplicates, stats.deleted
         )));
     }
     // Several plain outputs (cut by size) may overlap later fresh splits: they stay level 0.
@@ -716,10 +732,11 @@ async fn run_metrics_merge(
             create_timestamp: now_unix_secs(),
             maturity: policy.split_maturity(output.summary.num_samples, num_merge_ops),
             num_merge_ops,
+            // Each input is now clean up to the tasks applied, or further if it already was.
             delete_opstamp: prepared
                 .inputs
                 .iter()
-                .map(|s| s.delete_opstamp)
+                .map(|s| s.delete_opstamp.max(prepared.applied_opstamp))
                 .min()
                 .unwrap_or(0),
             footer_offsets: shale_metrics::footer_offsets(&output.bytes),

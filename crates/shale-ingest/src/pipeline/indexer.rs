@@ -47,6 +47,9 @@ pub(super) struct Batch {
     builders: BTreeMap<(PartitionId, Option<i64>), SplitBuilder>,
     /// Metrics indexes: one Parquet writer per time bucket (start in ms), and its sort labels.
     metrics: BTreeMap<i64, MetricsSplitWriter>,
+    /// Metrics indexes: per bucket, the lowest delete opstamp of the records in its writer
+    /// (the split is clean of every delete task up to it).
+    metrics_min_opstamps: BTreeMap<i64, u64>,
     /// Metrics indexes: the fields of the splits' sort keys (`__name__`, the sort labels,
     /// `__series_id__`).
     metrics_sort_fields: Vec<String>,
@@ -103,6 +106,7 @@ impl Indexer {
             doc_mapper,
             builders: BTreeMap::new(),
             metrics: BTreeMap::new(),
+            metrics_min_opstamps: BTreeMap::new(),
             metrics_sort_fields: Vec::new(),
             partitions: BTreeSet::new(),
             num_docs: 0,
@@ -211,7 +215,8 @@ impl Indexer {
                 let Record::Raw(payload) = record else {
                     continue; // never handed over parsed
                 };
-                let payload = crate::opstamps::decode_record(&payload).json;
+                let decoded = crate::opstamps::decode_record(&payload);
+                let (opstamp, payload) = (decoded.opstamp, decoded.json);
                 let series = match shale_metrics::wal::decode_record(payload) {
                     Ok(series) => series,
                     Err(err) => {
@@ -233,6 +238,11 @@ impl Indexer {
                         }
                         batch.num_docs += run.len() as u64;
                         batch
+                            .metrics_min_opstamps
+                            .entry(bucket)
+                            .and_modify(|lowest| *lowest = (*lowest).min(opstamp))
+                            .or_insert(opstamp);
+                        batch
                             .metrics
                             .entry(bucket)
                             .or_insert_with(|| MetricsSplitWriter::new(params.sort_labels.clone()))
@@ -251,6 +261,7 @@ impl Indexer {
             doc_mapper,
             builders,
             metrics,
+            metrics_min_opstamps,
             metrics_sort_fields,
             last_position,
             scratch,
@@ -272,6 +283,8 @@ impl Indexer {
                 for (bucket_ms, writer) in metrics {
                     let mut split = finish_metrics_split(&dir, bucket_ms, writer)?;
                     split.sort_fields = Some(metrics_sort_fields.clone());
+                    split.built.min_doc_opstamp =
+                        metrics_min_opstamps.get(&bucket_ms).copied().unwrap_or(0);
                     splits.push(split);
                 }
                 Ok(splits)

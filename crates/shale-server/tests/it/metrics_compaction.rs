@@ -13,7 +13,7 @@ use common::TestNode;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use serde_json::Value;
+use serde_json::{json, Value};
 use shale_config::NodeConfig;
 use shale_metastore::ListSplitsQuery;
 use shale_metrics::remote_write::{
@@ -264,5 +264,183 @@ async fn closed_buckets_compact_into_disjoint_level_one_splits_with_the_same_ans
     let (_, _, one_series_after) = &answers_after[5];
     assert_eq!(*one_series_after, 2);
     assert!(*one_series_before > 2, "{one_series_before}");
+    node.stop().await;
+}
+
+/// An instant query's result, as (labels, value) pairs sorted.
+async fn instant(node: &TestNode, query: &str, time: i64) -> Vec<(Value, String)> {
+    let (status, body) = node
+        .get(&format!(
+            "/prometheus/prom/api/v1/query?{}",
+            encode(&format!("query={query}&time={time}"))
+        ))
+        .await;
+    assert_eq!(status, 200, "{query}: {body}");
+    let mut out: Vec<(Value, String)> = body["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["metric"].clone(),
+                r["value"][1].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort_by_key(|(labels, _)| labels.to_string());
+    out
+}
+
+/// `delete_series` hides the selected samples at once (queries, `series`), keeps what is
+/// written after it, and merges then delete compaction purge them from the splits.
+#[tokio::test]
+async fn delete_series_hides_at_once_and_compaction_purges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |enabled: bool| -> NodeConfig {
+        let mut config = common::config_in(tmp.path());
+        config.compaction.enabled = enabled;
+        config.compaction.planner_interval_secs = 1;
+        config
+    };
+    let node = TestNode::start_with(config(false)).await;
+    node.create_index(&format!("{INDEX}compaction:\n  delete_ratio: 0.01\n"))
+        .await;
+    let mut rng = StdRng::seed_from_u64(5);
+    let series = 40;
+    for request in requests(&mut rng, series, 4) {
+        write(&node, &request).await;
+    }
+    let end = T0 + POINTS * STEP_MS / 1000;
+    let count = |selector: &str| format!("count_over_time({selector}[1h])");
+    let job3 = "temperature{job=\"job-3\"}";
+    let before = instant(&node, &count(job3), end).await;
+    assert_eq!(before.len(), 4, "{before:?}"); // host-3, -13, -23, -33 (odd series of job-3)
+    assert!(before.iter().all(|(_, v)| v == "120"), "{before:?}");
+
+    // Delete job-3's temperature over the first 10 minutes.
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/admin/tsdb/delete_series"))
+        .form(&[
+            ("match[]", job3.to_string()),
+            ("start", T0.to_string()),
+            ("end", (T0 + 599).to_string()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        204,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let after = instant(&node, &count(job3), end).await;
+    assert!(
+        after.iter().all(|(_, v)| v == "80"),
+        "40 of 120 samples gone: {after:?}"
+    );
+    // Other series untouched.
+    let others = instant(&node, &count("temperature{job=\"job-5\"}"), end).await;
+    assert!(others.iter().all(|(_, v)| v == "120"), "{others:?}");
+    // A whole series deleted is gone from the series API too.
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/admin/tsdb/delete_series"))
+        .form(&[("match[]", "temperature{instance=\"host-13\"}")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    let (_, found) = node
+        .get(&format!(
+            "/prometheus/prom/api/v1/series?{}",
+            encode(&format!("match[]={job3}&start={T0}&end={end}"))
+        ))
+        .await;
+    assert_eq!(found["data"].as_array().unwrap().len(), 3, "{found}");
+    // Written after the delete, in its window: kept (the delete reaches what was
+    // acknowledged before it).
+    write(
+        &node,
+        &WriteRequest {
+            timeseries: vec![TimeSeries {
+                labels: series_labels(3),
+                samples: vec![ProtoSample {
+                    value: 99.0,
+                    timestamp: (T0 + 300) * 1000 + 1,
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    )
+    .await;
+    let with_late = instant(&node, &count(job3), end).await;
+    assert_eq!(with_late.len(), 3, "{with_late:?}");
+    let host3 = with_late
+        .iter()
+        .find(|(labels, _)| labels["instance"] == "host-3")
+        .unwrap();
+    assert_eq!(host3.1, "81");
+    // Errors in Prometheus's shape.
+    let (status, body) = node
+        .post("/prometheus/prom/api/v1/admin/tsdb/delete_series", "")
+        .await;
+    assert_eq!((status, &body["errorType"]), (400, &json!("bad_data")));
+    let expected: Vec<Vec<(Value, String)>> = vec![
+        instant(&node, &count(job3), end).await,
+        instant(&node, "sum(count_over_time(temperature[1h]))", end).await,
+        instant(&node, "sum(count_over_time(requests_total[1h]))", end).await,
+    ];
+    node.stop().await;
+
+    // Merges apply the deletes: the splits no longer hold the deleted samples.
+    let node = TestNode::start_with(config(true)).await;
+    let deleted = 4 * 40 + 80;
+    let total = series as u64 * POINTS as u64 + 1 - deleted;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let splits = published(&node).await;
+        let stored: u64 = splits.iter().map(|s| s.num_docs).sum();
+        if splits.iter().all(|s| s.key_level == 1) && stored == total {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stored {stored}, want {total}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let answers = vec![
+        instant(&node, &count(job3), end).await,
+        instant(&node, "sum(count_over_time(temperature[1h]))", end).await,
+        instant(&node, "sum(count_over_time(requests_total[1h]))", end).await,
+    ];
+    assert_eq!(answers, expected);
+
+    // A delete on compacted (level-1) splits: delete compaction rewrites them.
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/admin/tsdb/delete_series"))
+        .form(&[("match[]", "requests_total{job=\"job-4\"}")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    let job4 = 4 * POINTS as u64; // host-4, -14, -24, -34
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stored: u64 = published(&node).await.iter().map(|s| s.num_docs).sum();
+        if stored == total - job4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stored {stored}, want {}",
+            total - job4
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(instant(&node, "requests_total{job=\"job-4\"}", end)
+        .await
+        .is_empty());
     node.stop().await;
 }
