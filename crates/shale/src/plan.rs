@@ -138,6 +138,17 @@ pub fn load_policy_file(path: &Path) -> anyhow::Result<LoadedPolicy> {
             "{label}: expected a mapping with `merge_policy` and `split_num_docs_target`"
         )));
     };
+    // A metrics index config: its policy is the one its `metrics` section implies.
+    if top.contains_key("metrics") {
+        let config = shale_config::IndexConfig::parse(&bytes)
+            .map_err(|err| input_error(format!("{label}: {err}")))?;
+        let settings = serde_json::to_value(&config.indexing_settings)?;
+        let Value::Object(settings) = settings else {
+            return Err(input_error(format!("{label}: indexing_settings")));
+        };
+        return policy_from_settings(&settings, "indexing_settings.")
+            .map_err(|message| input_error(format!("{label}: {message}")));
+    }
     match top.get("indexing_settings") {
         Some(Value::Object(settings)) => policy_from_settings(settings, "indexing_settings.")
             .map_err(|message| input_error(format!("{label}: {message}"))),

@@ -7,7 +7,14 @@
 //! shale simulate --nodes 1000 --days 7 --departures-per-day 24 --scope cluster --out sim
 //! shale simulate --nodes 20 --days 1 --departures-per-day 24 --searchers 100 --out sim
 //! shale simulate --policy locality --nodes 2 --days 1 --tick-secs 10 --keys 10000 --key-skew 1.1
+//! shale simulate --signal metrics --nodes 3 --series 10000 --scrape-interval-secs 10 --days 0.25
 //! ```
+//!
+//! `--signal metrics` models a metrics index (its locality policy: 15-minute buckets, 256 MiB
+//! targets) fed by remote write load-balanced over the nodes: every tick each node commits
+//! its share of every series' samples, so each fresh split holds keys from the whole series
+//! space. It runs node-local and cluster scope on the same samples and reports, for each, the
+//! splits a one-series query opens per closed bucket and over the last hour.
 //!
 //! With a `locality` policy (a policy file, or `--policy locality` for its defaults), the
 //! simulation models keys and time buckets (`simulator::locality`): `--keys`, `--key-skew`,
@@ -93,6 +100,31 @@ pub struct SimulateArgs {
     /// Output directory (created if needed).
     #[arg(long, default_value = "simulation")]
     out: PathBuf,
+    /// What the index holds: `logs` (documents, the policy of `--policy`) or `metrics`
+    /// (series samples under a metrics index's locality policy, both scopes compared).
+    #[arg(long, value_enum, default_value_t = Signal::Logs)]
+    signal: Signal,
+    /// Metrics: series written.
+    #[arg(long, default_value_t = 10_000)]
+    series: u32,
+    /// Metrics: seconds between two samples of a series.
+    #[arg(long, default_value_t = 10)]
+    scrape_interval_secs: u64,
+    /// Metrics: fraction of the series replaced by new ones per hour.
+    #[arg(long, default_value_t = 0.0)]
+    churn_per_hour: f64,
+    /// Metrics: bytes per sample on storage.
+    #[arg(long, default_value_t = 1.5)]
+    bytes_per_sample: f64,
+}
+
+/// The kind of data simulated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Signal {
+    /// Documents (logs, traces).
+    Logs,
+    /// Metric samples.
+    Metrics,
 }
 
 /// Runs `shale simulate`.
@@ -117,6 +149,9 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         }
         (None, None) => return Err(InputError("give --ticks or --days".to_string()).into()),
     };
+    if args.signal == Signal::Metrics {
+        return simulate_metrics(&args, ticks);
+    }
     if let MergePolicyConfig::Locality(locality) = &loaded.config {
         return simulate_locality(&args, ticks, locality);
     }
@@ -222,6 +257,8 @@ fn simulate_locality(
         late_max_secs: args.late_max_secs,
         seed: args.seed,
         start_timestamp: args.start,
+        node_local: args.scope.node_local(),
+        churn_per_hour: 0.0,
     };
     let started = Instant::now();
     let report = simulate_locality_run(&config, policy).map_err(flag_error)?;
@@ -271,6 +308,93 @@ fn simulate_locality(
         series_path.display(),
         summary_path.display()
     );
+    Ok(())
+}
+
+/// The metrics simulation: the same series samples under a metrics index's locality policy,
+/// in node-local then cluster scope.
+fn simulate_metrics(args: &SimulateArgs, ticks: u64) -> anyhow::Result<()> {
+    if args.scrape_interval_secs == 0 {
+        return Err(InputError("--scrape-interval-secs: must be at least 1".to_string()).into());
+    }
+    if !args.bytes_per_sample.is_finite() || args.bytes_per_sample <= 0.0 {
+        return Err(InputError("--bytes-per-sample: must be a positive number".to_string()).into());
+    }
+    let metrics = shale_config::MetricsSettings::default();
+    let mut policy = metrics.locality_config();
+    // Sizes are counted in samples: the byte target as samples of `--bytes-per-sample`.
+    policy.target_split_bytes = None;
+    policy.target_split_num_docs =
+        Some(((metrics.target_split_bytes as f64 / args.bytes_per_sample) as u64).max(1));
+    // Each node's share of every series' samples of one tick (remote write spread evenly).
+    let samples_per_tick =
+        u64::from(args.series) * args.tick_secs / args.scrape_interval_secs.max(1);
+    let docs_per_split = (samples_per_tick / args.nodes.max(1) as u64).max(1);
+    let mut runs = Vec::new();
+    for node_local in [true, false] {
+        let config = LocalitySimulationConfig {
+            nodes: args.nodes,
+            ticks,
+            tick_secs: args.tick_secs,
+            docs_per_split,
+            bytes_per_doc: 1,
+            plan_every: args.plan_every,
+            keys: args.series,
+            key_skew: 0.0,
+            late_fraction: 0.0,
+            late_max_secs: args.late_max_secs,
+            seed: args.seed,
+            start_timestamp: args.start,
+            node_local,
+            churn_per_hour: args.churn_per_hour,
+        };
+        let started = Instant::now();
+        let report = simulate_locality_run(&config, &policy).map_err(flag_error)?;
+        eprintln!(
+            "simulated {} scope: {} ticks of {} nodes, {} series, in {:.2} s",
+            report.summary.scope,
+            ticks,
+            args.nodes,
+            args.series,
+            started.elapsed().as_secs_f64()
+        );
+        runs.push(report);
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let summaries: Vec<Value> = runs
+        .iter()
+        .map(|run| serde_json::to_value(&run.summary))
+        .collect::<Result<_, _>>()?;
+    let summary = serde_json::json!({
+        "signal": "metrics",
+        "series": args.series,
+        "scrape_interval_secs": args.scrape_interval_secs,
+        "churn_per_hour": args.churn_per_hour,
+        "samples_per_split": docs_per_split,
+        "target_split_samples": policy.target_split_num_docs,
+        "runs": summaries,
+    });
+    let summary_text = serde_json::to_string_pretty(&summary)?;
+    let summary_path = args.out.join("summary.json");
+    std::fs::write(&summary_path, format!("{summary_text}\n"))
+        .with_context(|| format!("cannot write {}", summary_path.display()))?;
+    println!(
+        "{:<11} {:>14} {:>16} {:>22} {:>22}",
+        "scope", "final splits", "level-0 splits", "one series/bucket", "one series, last 1 h"
+    );
+    for run in &runs {
+        let s = &run.summary;
+        println!(
+            "{:<11} {:>14} {:>16} {:>22.2} {:>22.2}",
+            s.scope,
+            s.final_splits,
+            s.final_level0_splits,
+            s.key_query_splits_per_bucket,
+            s.last_hour_key_query_splits
+        );
+    }
+    eprintln!("wrote {}", summary_path.display());
     Ok(())
 }
 

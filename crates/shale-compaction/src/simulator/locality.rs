@@ -60,6 +60,11 @@ pub struct LocalitySimulationConfig {
     pub seed: u64,
     /// Unix time at which the simulation starts.
     pub start_timestamp: i64,
+    /// Merge scope: each node's splits apart (`true`, Quickwit's) or every node's together.
+    pub node_local: bool,
+    /// Fraction of the keys replaced by new ones per hour (series churn: the live keys are a
+    /// window of the key space sliding up by this fraction of `keys` each hour).
+    pub churn_per_hour: f64,
 }
 
 impl Default for LocalitySimulationConfig {
@@ -77,6 +82,8 @@ impl Default for LocalitySimulationConfig {
             late_max_secs: 3600,
             seed: 0,
             start_timestamp: 1_767_225_600,
+            node_local: false,
+            churn_per_hour: 0.0,
         }
     }
 }
@@ -113,6 +120,9 @@ impl LocalitySimulationConfig {
         }
         if !(0.0..=1.0).contains(&self.late_fraction) {
             return invalid("late_fraction", "must be between 0 and 1");
+        }
+        if !self.churn_per_hour.is_finite() || !(0.0..=100.0).contains(&self.churn_per_hour) {
+            return invalid("churn_per_hour", "must be between 0 and 100");
         }
         Ok(())
     }
@@ -154,6 +164,8 @@ pub struct LocalitySummary {
     pub key_skew: f64,
     /// Fraction of late documents.
     pub late_fraction: f64,
+    /// `node_local` or `cluster`.
+    pub scope: &'static str,
     /// Splits at the end.
     pub final_splits: u64,
     /// Level-0 splits at the end.
@@ -242,11 +254,20 @@ pub fn simulate_locality(
         total_weight += 1.0 / ((rank + 1) as f64).powf(config.key_skew);
         cdf.push(total_weight);
     }
-    let sample_key = |rng: &mut SplitMix64| {
+    let sample_rank = |rng: &mut SplitMix64| {
         let x = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total_weight;
         perm[cdf.partition_point(|&c| c < x).min(perm.len() - 1)]
     };
-    let query_keys: Vec<u32> = (0..QUERY_KEYS).map(|_| sample_key(&mut rng)).collect();
+    // Churn: the live keys at time `ts` are `offset(ts) .. offset(ts) + keys`.
+    let churn_offset = |ts: i64| -> u32 {
+        let hours = (ts - config.start_timestamp).max(0) as f64 / 3600.0;
+        (config.churn_per_hour * hours * f64::from(config.keys)).min(f64::from(u32::MAX / 2)) as u32
+    };
+    let sample_key =
+        |rng: &mut SplitMix64, ts: i64| sample_rank(rng).saturating_add(churn_offset(ts));
+    // Query keys: ranks drawn once; each query asks for the key of that rank live at the
+    // query's time.
+    let query_ranks: Vec<u32> = (0..QUERY_KEYS).map(|_| sample_rank(&mut rng)).collect();
     let bucket_secs = policy_config.time_bucket_secs as i64;
     let target = policy_config.target_num_docs();
     let groups = config.docs_per_split.min(SAMPLED_GROUPS);
@@ -262,7 +283,7 @@ pub fn simulate_locality(
         now = tick_start + config.tick_secs as i64;
         let mut tick_merges = 0;
         // Commits: one split per (node, bucket).
-        for _ in 0..config.nodes {
+        for node in 0..config.nodes {
             let mut by_bucket: BTreeMap<i64, (BTreeMap<u32, u64>, i64, i64)> = BTreeMap::new();
             for group in 0..groups {
                 // Spread the documents over the groups exactly.
@@ -277,7 +298,7 @@ pub fn simulate_locality(
                 };
                 let ts = now - 1 - age as i64;
                 let bucket = policy_config.bucket_start(ts);
-                let key = sample_key(&mut rng);
+                let key = sample_key(&mut rng, ts);
                 let entry = by_bucket.entry(bucket).or_insert((BTreeMap::new(), ts, ts));
                 *entry.0.entry(key).or_default() += docs;
                 entry.1 = entry.1.min(ts);
@@ -289,7 +310,7 @@ pub fn simulate_locality(
                 let size = num_docs * config.bytes_per_doc;
                 let mut meta = simulated_split(
                     simulated_split_id(next_split),
-                    String::new(),
+                    super::simulated_node_id(node as u64),
                     num_docs,
                     size,
                     TimeRange { start, end },
@@ -307,22 +328,32 @@ pub fn simulate_locality(
         if (tick + 1).is_multiple_of(config.plan_every) {
             loop {
                 // Every split, mature ones included (the node's planner adds the level-1
-                // splits of a bucket with late data, whatever their maturity).
-                let candidates: Vec<usize> = (0..splits.len()).collect();
-                let refs: Vec<&SplitMetadata> =
-                    candidates.iter().map(|&i| &splits[i].meta).collect();
-                let operations = policy.merge_positions(&refs, now);
-                if operations.is_empty() {
+                // splits of a bucket with late data, whatever their maturity), by scope:
+                // each node's apart in node_local scope.
+                let mut scopes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+                for (i, split) in splits.iter().enumerate() {
+                    let scope = if config.node_local {
+                        split.meta.node_id.as_str()
+                    } else {
+                        ""
+                    };
+                    scopes.entry(scope).or_default().push(i);
+                }
+                let mut planned: Vec<(Vec<usize>, MergeKind)> = Vec::new();
+                for candidates in scopes.values() {
+                    let refs: Vec<&SplitMetadata> =
+                        candidates.iter().map(|&i| &splits[i].meta).collect();
+                    for op in policy.merge_positions(&refs, now) {
+                        let kind = policy.operation_kind(&refs, &op, now);
+                        planned.push((op.iter().map(|&pos| candidates[pos]).collect(), kind));
+                    }
+                }
+                if planned.is_empty() {
                     break;
                 }
-                let kinds: Vec<MergeKind> = operations
-                    .iter()
-                    .map(|op| policy.operation_kind(&refs, op, now))
-                    .collect();
                 let mut consumed = vec![false; splits.len()];
                 let mut outputs = Vec::new();
-                for (op, kind) in operations.iter().zip(kinds) {
-                    let inputs: Vec<usize> = op.iter().map(|&pos| candidates[pos]).collect();
+                for (inputs, kind) in planned {
                     for &i in &inputs {
                         consumed[i] = true;
                     }
@@ -358,11 +389,14 @@ pub fn simulate_locality(
                     .is_some_and(|r| r.intersects(Some(now - 3600), Some(now)))
             })
             .collect();
-        let key_query = query_keys
+        let key_query = query_ranks
             .iter()
-            .map(|&k| last_hour.iter().filter(|m| contains(m, k)).count() as f64)
+            .map(|&rank| {
+                let k = rank.saturating_add(churn_offset(now));
+                last_hour.iter().filter(|m| contains(m, k)).count() as f64
+            })
             .sum::<f64>()
-            / query_keys.len() as f64;
+            / query_ranks.len() as f64;
         series.push(LocalityTickStats {
             tick,
             timestamp: now,
@@ -384,13 +418,18 @@ pub fn simulate_locality(
         }
     }
     let per_bucket: Vec<(f64, f64, f64)> = buckets
-        .values()
-        .map(|members| {
-            let opened = query_keys
+        .iter()
+        .map(|(bucket, members)| {
+            // The keys of those ranks live in the bucket.
+            let offset = churn_offset(*bucket);
+            let opened = query_ranks
                 .iter()
-                .map(|&k| members.iter().filter(|s| contains(&s.meta, k)).count() as f64)
+                .map(|&rank| {
+                    let k = rank.saturating_add(offset);
+                    members.iter().filter(|s| contains(&s.meta, k)).count() as f64
+                })
                 .sum::<f64>()
-                / query_keys.len() as f64;
+                / query_ranks.len() as f64;
             let docs: u64 = members.iter().map(|s| s.meta.num_docs).sum();
             (
                 opened,
@@ -407,6 +446,11 @@ pub fn simulate_locality(
         keys: config.keys,
         key_skew: config.key_skew,
         late_fraction: config.late_fraction,
+        scope: if config.node_local {
+            "node_local"
+        } else {
+            "cluster"
+        },
         final_splits: splits.len() as u64,
         final_level0_splits: splits.iter().filter(|s| s.meta.key_level == 0).count() as u64,
         last_hour_splits: last.as_ref().map_or(0, |row| row.last_hour_splits),
@@ -481,7 +525,7 @@ fn merge(
         let bytes_per_doc = first.size_bytes / first.num_docs.max(1);
         let mut meta = simulated_split(
             simulated_split_id(*next_split),
-            String::new(),
+            first.node_id.clone(),
             num_docs,
             num_docs * bytes_per_doc.max(1),
             time_range.unwrap_or(TimeRange {

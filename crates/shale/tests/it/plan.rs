@@ -556,3 +556,58 @@ fn plan_runs_the_locality_policy_on_keyed_splits() {
         stderr(&output)
     );
 }
+
+/// A metrics index config is a policy file: its `metrics` section implies the locality
+/// policy (bucket, target, max merge ops), which plans its Parquet splits.
+#[test]
+fn plan_takes_a_metrics_index_config_and_its_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "prom.yaml",
+        "index_id: prom\nmetrics:\n  sort_labels: [job]\n  time_bucket: 15m\nindexing_settings:\n  commit_timeout_secs: 10\n",
+    );
+    let bucket: i64 = 1_699_999_200;
+    let split = |id: &str, min: &str, max: &str| {
+        json!({
+            "split_id": id, "num_docs": 5000, "create_timestamp": bucket + 900,
+            "time_range_start": bucket, "time_range_end": bucket + 899,
+            "time_bucket_start": bucket, "sort_key_min": min, "sort_key_max": max,
+            "key_level": 0, "num_merge_ops": 0, "node_id": id,
+        })
+    };
+    // Three nodes' fresh splits of one closed bucket, each over the whole key space.
+    let input = json!([
+        split("node-a", "0161", "017a01"),
+        split("node-b", "0162", "017901"),
+        split("node-c", "0160", "017b01"),
+    ]);
+    write(dir.path(), "splits.json", &input.to_string());
+    let now = (bucket + 3600).to_string();
+    let plan = |scope: &str| {
+        let output = shale(
+            &[
+                "plan",
+                "--policy",
+                "prom.yaml",
+                "--splits",
+                "splits.json",
+                "--now",
+                &now,
+                "--scope",
+                scope,
+            ],
+            dir.path(),
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        serde_json::from_str::<serde_json::Value>(&stdout(&output)).unwrap()
+    };
+    // Cluster scope: one locality merge of the bucket's three splits.
+    let cluster = plan("cluster");
+    let ops = cluster["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{cluster}");
+    assert_eq!(ops[0]["kind"], "locality");
+    assert_eq!(ops[0]["split_ids"].as_array().unwrap().len(), 3);
+    // Node-local scope: each node's lone split has nothing to merge with.
+    assert_eq!(plan("node_local")["operations"], json!([]));
+}

@@ -134,3 +134,59 @@ fn simulate_models_keys_and_buckets_with_the_locality_policy() {
     assert_eq!(csv.lines().count(), 401);
     assert!(csv.starts_with("tick,timestamp,total_splits,level0_splits,"));
 }
+
+/// `--signal metrics`: node-local scope leaves a series in every node's splits of a bucket,
+/// cluster scope gathers it into one; with churn, new series keep the same picture.
+#[test]
+fn simulate_metrics_compares_node_local_and_cluster_scopes() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shale(
+        &[
+            "simulate",
+            "--signal",
+            "metrics",
+            "--nodes",
+            "3",
+            "--series",
+            "2000",
+            "--scrape-interval-secs",
+            "10",
+            "--tick-secs",
+            "30",
+            "--ticks",
+            "300",
+            "--churn-per-hour",
+            "0.2",
+            "--out",
+            "metrics",
+        ],
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("metrics/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["signal"], "metrics");
+    let runs = summary["runs"].as_array().unwrap();
+    let by_scope = |scope: &str| {
+        runs.iter()
+            .find(|run| run["scope"] == scope)
+            .unwrap_or_else(|| panic!("no {scope} run: {summary}"))
+    };
+    // Every node's split of a closed bucket holds the series: one per node.
+    assert_eq!(by_scope("node_local")["key_query_splits_per_bucket"], 3.0);
+    assert_eq!(by_scope("cluster")["key_query_splits_per_bucket"], 1.0);
+    assert!(
+        by_scope("cluster")["last_hour_key_query_splits"]
+            .as_f64()
+            .unwrap()
+            < by_scope("node_local")["last_hour_key_query_splits"]
+                .as_f64()
+                .unwrap()
+    );
+    let table = stdout(&output);
+    assert!(
+        table.contains("node_local") && table.contains("cluster"),
+        "{table}"
+    );
+}
