@@ -18,7 +18,7 @@ pub mod wal;
 pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
 pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
-pub use reader::{read_split, ReadStats, SplitRead};
+pub use reader::{read_split, read_split_with, ReadStats, SplitRead};
 pub use selector::{apply_deletes, parse_selector, SeriesDelete};
 pub use split::{
     bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,

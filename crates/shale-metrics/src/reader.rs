@@ -53,6 +53,18 @@ pub fn read_split(
     start_ms: i64,
     end_ms: i64,
 ) -> Result<SplitRead, MetricsError> {
+    read_split_with(bytes, matchers, start_ms, end_ms, true)
+}
+
+/// [`read_split`], ruling out row groups by statistics and bloom filters only when
+/// `prune_row_groups` (without, every row group is decoded: the same answer, for checks).
+pub fn read_split_with(
+    bytes: Bytes,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+    prune_row_groups: bool,
+) -> Result<SplitRead, MetricsError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?;
     let metadata = builder.metadata().clone();
     check_version(&metadata)?;
@@ -64,7 +76,8 @@ pub fn read_split(
         },
         ..SplitRead::default()
     };
-    // A label without a column is missing from every series of the split.
+    // A label without a column is missing from every series of the split (the batches'
+    // filter relies on this check: it is not optional).
     if matchers
         .iter()
         .any(|m| schema.index_of(&m.name).is_err() && !m.matches_missing())
@@ -109,11 +122,11 @@ pub fn read_split(
                     _ => true,
                 },
             );
-        if overlaps_time && within_stats {
+        if !prune_row_groups || (overlaps_time && within_stats) {
             candidates.push(i);
         }
     }
-    if !candidates.is_empty() && !required.is_empty() {
+    if prune_row_groups && !candidates.is_empty() && !required.is_empty() {
         candidates = filter_by_bloom(bytes, &candidates, &required)?;
     }
     read.stats.row_groups_read = candidates.len();

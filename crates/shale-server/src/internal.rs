@@ -133,6 +133,7 @@ async fn metrics_select(
         &matchers,
         request.start_ms,
         request.end_ms,
+        request.prune,
     )
     .await
     .map_err(ApiError::internal)?;

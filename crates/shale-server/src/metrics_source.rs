@@ -54,6 +54,9 @@ pub struct SplitSource {
     leaves: Option<Leaves>,
     /// The index's delete tasks (`delete_series`), read once per query.
     deletes: tokio::sync::OnceCell<Vec<shale_metrics::SeriesDelete>>,
+    /// Whether splits and row groups are ruled out before reading (off: every split of the
+    /// window is read whole — the same answers, for checking pruning).
+    prune: bool,
 }
 
 /// How a query reaches the other searchers of its cluster.
@@ -78,6 +81,13 @@ pub struct SelectRequest {
     pub start_ms: i64,
     /// Last millisecond of the window (inclusive).
     pub end_ms: i64,
+    /// Whether row groups are ruled out before decoding.
+    #[serde(default = "pruning_on")]
+    pub prune: bool,
+}
+
+fn pruning_on() -> bool {
+    true
 }
 
 /// A leaf's answer: per split, its matching series with samples as (timestamp, value bits).
@@ -139,6 +149,7 @@ pub async fn read_splits(
     matchers: &[Matcher],
     start_ms: i64,
     end_ms: i64,
+    prune: bool,
 ) -> Result<Vec<SplitSeries>, String> {
     let mut out = Vec::with_capacity(splits.len());
     for split in splits {
@@ -146,7 +157,7 @@ pub async fn read_splits(
             .get_bytes(&split.object_key())
             .await
             .map_err(|err| format!("reading split {}: {err}", split.split_id))?;
-        out.push(read_one(split, bytes, matchers, start_ms, end_ms).await?);
+        out.push(read_one(split, bytes, matchers, start_ms, end_ms, prune).await?);
     }
     Ok(out)
 }
@@ -158,10 +169,11 @@ async fn read_one(
     matchers: &[Matcher],
     start_ms: i64,
     end_ms: i64,
+    prune: bool,
 ) -> Result<SplitSeries, String> {
     let matchers = matchers.to_vec();
     let read = tokio::task::spawn_blocking(move || {
-        shale_metrics::read_split(bytes, &matchers, start_ms, end_ms)
+        shale_metrics::read_split_with(bytes, &matchers, start_ms, end_ms, prune)
     })
     .await
     .map_err(|err| format!("reading a split failed: {err}"))?
@@ -200,7 +212,14 @@ impl SplitSource {
             stats: Mutex::new(SourceStats::default()),
             leaves: None,
             deletes: tokio::sync::OnceCell::new(),
+            prune: true,
         }
+    }
+
+    /// Reads every split of a selector's window, every row group (for checking pruning).
+    pub fn without_pruning(mut self) -> Self {
+        self.prune = false;
+        self
     }
 
     /// Reads splits placed on other live searchers there.
@@ -272,7 +291,7 @@ impl SplitSource {
         end_ms: i64,
     ) -> Result<SplitSeries, PromqlError> {
         let bytes = self.object(split).await?;
-        read_one(split, bytes, matchers, start_ms, end_ms)
+        read_one(split, bytes, matchers, start_ms, end_ms, self.prune)
             .await
             .map_err(PromqlError::Source)
     }
@@ -411,7 +430,9 @@ impl SeriesSource for SplitSource {
         // Oldest first: a later split's sample replaces an earlier one's at one timestamp.
         splits.sort_by(|a, b| a.split_id.cmp(&b.split_id));
         let listed = splits.len() as u64;
-        splits.retain(|split| may_hold(split, matchers) && key_range_may_hold(split, matchers));
+        if self.prune {
+            splits.retain(|split| may_hold(split, matchers) && key_range_may_hold(split, matchers));
+        }
         {
             let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
             stats.splits_listed += listed;
@@ -430,6 +451,7 @@ impl SeriesSource for SplitSource {
                     .collect(),
                 start_ms,
                 end_ms,
+                prune: self.prune,
             };
             async move {
                 let answer = self.call_leaf(&address, &request).await;

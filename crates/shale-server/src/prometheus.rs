@@ -554,7 +554,11 @@ async fn prepare(
     params: &Params,
 ) -> Result<(SplitSource, EngineOptions), PromError> {
     let options = engine_options(params)?;
-    let (_, source) = metrics_index(state, index_id.map(|p| p.0)).await?;
+    let (_, mut source) = metrics_index(state, index_id.map(|p| p.0)).await?;
+    // A diagnostic: read every split of the window whole (answers must not change).
+    if params.get("shale_pruning") == Some("false") {
+        source = source.without_pruning();
+    }
     Ok((source, options))
 }
 

@@ -264,6 +264,53 @@ async fn closed_buckets_compact_into_disjoint_level_one_splits_with_the_same_ans
     let (_, _, one_series_after) = &answers_after[5];
     assert_eq!(*one_series_after, 2);
     assert!(*one_series_before > 2, "{one_series_before}");
+
+    // Late data for the compacted buckets, in two commits: new series and new samples of
+    // old ones join their buckets' level-1 splits, which still do not overlap.
+    let late = |from: usize, offset_ms: i64| WriteRequest {
+        timeseries: (from..from + 30)
+            .map(|i| TimeSeries {
+                labels: series_labels(i),
+                samples: vec![ProtoSample {
+                    value: 1.0,
+                    timestamp: T0 * 1000 + 7_000 + offset_ms,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    write(&node, &late(100, 0)).await; // 20 old series, 10 new ones
+    write(&node, &late(200, 1)).await; // 30 new series
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let settled = loop {
+        let splits = published(&node).await;
+        let stored: u64 = splits.iter().map(|s| s.num_docs).sum();
+        if splits.iter().all(|s| s.key_level == 1) && stored == expected_samples + 60 {
+            break splits;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "late data never joined: {stored} samples"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let mut by_bucket: BTreeMap<Option<i64>, Vec<&SplitMetadata>> = BTreeMap::new();
+    for split in &settled {
+        by_bucket
+            .entry(split.time_bucket_start)
+            .or_default()
+            .push(split);
+    }
+    for (bucket, mut splits) in by_bucket {
+        splits.sort_by(|a, b| a.sort_key_min.cmp(&b.sort_key_min));
+        for pair in splits.windows(2) {
+            assert!(
+                pair[0].sort_key_max < pair[1].sort_key_min,
+                "bucket {bucket:?}: overlapping level-1 key ranges after late data"
+            );
+        }
+    }
     node.stop().await;
 }
 

@@ -466,12 +466,96 @@ fn compare(expected: &Value, actual: &Value) -> Option<String> {
     None
 }
 
+/// Every (endpoint, parameters) request of the test, for every generated query.
+fn requests() -> Vec<(String, Vec<(&'static str, String)>)> {
+    let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
+    let instants = [
+        7 * 60_000 + 500,
+        22 * 60_000 + 30_000,
+        44 * 60_000,
+        57 * 60_000,
+        61 * 60_000,
+    ];
+    let mut out = Vec::new();
+    for query in queries() {
+        for t in instants {
+            out.push((
+                "query".to_string(),
+                vec![("query", query.clone()), ("time", secs(T0 + t))],
+            ));
+        }
+        for step in ["60", "43"] {
+            out.push((
+                "query_range".to_string(),
+                vec![
+                    ("query", query.clone()),
+                    ("start", secs(T0 + 60_000)),
+                    ("end", secs(T0 + MINUTES * 60_000)),
+                    ("step", step.to_string()),
+                ],
+            ));
+        }
+    }
+    out
+}
+
+async fn get(
+    client: &reqwest::Client,
+    base: &str,
+    endpoint: &str,
+    params: &[(&str, String)],
+) -> Value {
+    client
+        .get(format!("{base}/api/v1/{endpoint}"))
+        .query(params)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()
+}
+
+/// Asks Shale every request and compares with Prometheus's answers; returns the failures.
+async fn differences(
+    client: &reqwest::Client,
+    node: &TestNode,
+    requests: &[(String, Vec<(&'static str, String)>)],
+    expected: &[Value],
+    extra: &[(&'static str, String)],
+    phase: &str,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for ((endpoint, params), expected) in requests.iter().zip(expected) {
+        let mut params = params.clone();
+        params.extend(extra.iter().cloned());
+        let actual = get(client, &node.url("/prometheus"), endpoint, &params).await;
+        if let Some(why) = compare(expected, &actual) {
+            failures.push(format!(
+                "{phase}: {endpoint} {params:?}: {why}\n  prometheus: {}\n  shale:      {}",
+                truncate(expected),
+                truncate(&actual)
+            ));
+        }
+    }
+    failures
+}
+
+/// The same answers as Prometheus on the fresh splits (compaction off), then after the
+/// buckets were compacted into level-1 splits, then with pruning off.
 #[tokio::test]
 async fn promql_answers_equal_prometheus() {
     let Some(prometheus) = Prometheus::start() else {
         return;
     };
-    let node = TestNode::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |enabled: bool| {
+        let mut config = common::config_in(tmp.path());
+        config.compaction.enabled = enabled;
+        config.compaction.planner_interval_secs = 1;
+        config
+    };
+    let node = TestNode::start_with(config(false)).await;
     let client = reqwest::Client::new();
     let series = generate();
     for from in (0..MINUTES).step_by(5) {
@@ -489,74 +573,64 @@ async fn promql_answers_equal_prometheus() {
         )
         .await;
     }
-    let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
-    let instants = [
-        7 * 60_000 + 500,
-        22 * 60_000 + 30_000,
-        44 * 60_000,
-        57 * 60_000,
-        61 * 60_000,
-    ];
-    let mut asked = 0;
-    // Answers with series (or a scalar), and errors, as Prometheus gave them.
-    let (mut non_empty, mut errors) = (0, 0);
-    let mut failures = Vec::new();
-    for query in queries() {
-        let mut requests: Vec<(String, Vec<(&str, String)>)> = instants
-            .iter()
-            .map(|t| {
-                (
-                    "query".to_string(),
-                    vec![("query", query.clone()), ("time", secs(T0 + t))],
-                )
-            })
-            .collect();
-        for step in ["60", "43"] {
-            requests.push((
-                "query_range".to_string(),
-                vec![
-                    ("query", query.clone()),
-                    ("start", secs(T0 + 60_000)),
-                    ("end", secs(T0 + MINUTES * 60_000)),
-                    ("step", step.to_string()),
-                ],
-            ));
-        }
-        for (endpoint, params) in requests {
-            let get = |base: String| {
-                let client = client.clone();
-                let params = params.clone();
-                let endpoint = endpoint.clone();
-                async move {
-                    client
-                        .get(format!("{base}/api/v1/{endpoint}"))
-                        .query(&params)
-                        .send()
-                        .await
-                        .unwrap()
-                        .json::<Value>()
-                        .await
-                        .unwrap()
-                }
-            };
-            let expected = get(prometheus.url.clone()).await;
-            let actual = get(node.url("/prometheus")).await;
-            asked += 1;
-            match expected["data"]["result"].as_array() {
-                Some(result) if !result.is_empty() => non_empty += 1,
-                _ if expected["status"] == "error" => errors += 1,
-                _ => {}
-            }
-            if let Some(why) = compare(&expected, &actual) {
-                failures.push(format!(
-                    "{endpoint} {params:?}: {why}\n  prometheus: {}\n  shale:      {}",
-                    truncate(&expected),
-                    truncate(&actual)
-                ));
-            }
-        }
+    let requests = requests();
+    let mut expected = Vec::with_capacity(requests.len());
+    for (endpoint, params) in &requests {
+        expected.push(get(&client, &prometheus.url, endpoint, params).await);
     }
-    eprintln!("{asked} answers compared: {non_empty} with results, {errors} errors");
+    let asked = requests.len();
+    // Answers with series (or a scalar), and errors, as Prometheus gave them.
+    let non_empty = expected
+        .iter()
+        .filter(|e| {
+            e["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        })
+        .count();
+    let errors = expected.iter().filter(|e| e["status"] == "error").count();
+    let mut failures = differences(&client, &node, &requests, &expected, &[], "fresh splits").await;
+    let (_, before) = node.get("/api/v1/indexes/otel-metrics-v0_9/splits").await;
+    let splits_before = before["splits"].as_array().unwrap().len();
+    node.stop().await;
+
+    // Compaction on: the closed buckets merge into level-1 splits.
+    let node = TestNode::start_with(config(true)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let splits_after = loop {
+        let (_, splits) = node
+            .get("/api/v1/indexes/otel-metrics-v0_9/splits?split_states=Published")
+            .await;
+        let list = splits["splits"].as_array().unwrap().clone();
+        if !list.is_empty() && list.iter().all(|s| s["key_level"] == 1) {
+            break list.len();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not compacted: {splits}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert!(
+        splits_after < splits_before,
+        "{splits_before} -> {splits_after}"
+    );
+    failures.extend(differences(&client, &node, &requests, &expected, &[], "compacted").await);
+    failures.extend(
+        differences(
+            &client,
+            &node,
+            &requests,
+            &expected,
+            &[("shale_pruning", "false".to_string())],
+            "compacted, pruning off",
+        )
+        .await,
+    );
+    eprintln!(
+        "{asked} answers compared three times ({splits_before} fresh splits, then \
+         {splits_after} compacted; pruning on and off): {non_empty} with results, {errors} errors"
+    );
     assert!(asked > 1000, "{asked} comparisons");
     assert!(
         non_empty > asked * 3 / 4,
@@ -565,8 +639,9 @@ async fn promql_answers_equal_prometheus() {
     assert!(errors > 10, "{errors} errors");
     assert!(
         failures.is_empty(),
-        "{} of {asked} answers differ:\n{}",
+        "{} of {} answers differ:\n{}",
         failures.len(),
+        asked * 3,
         failures
             .iter()
             .take(25)

@@ -65,8 +65,13 @@ fn request(ids: &[String], ts: i64) -> Vec<u8> {
 
 /// The `id`s of the series the index holds, and the samples its published splits count.
 async fn stored(client: &reqwest::Client, base: &str) -> (HashSet<String>, u64) {
+    stored_in(client, base, INDEX).await
+}
+
+/// [`stored`] for the index `index`.
+async fn stored_in(client: &reqwest::Client, base: &str, index: &str) -> (HashSet<String>, u64) {
     let resp: Value = client
-        .get(format!("{base}/prometheus/{INDEX}/api/v1/label/id/values"))
+        .get(format!("{base}/prometheus/{index}/api/v1/label/id/values"))
         .send()
         .await
         .expect("label values")
@@ -82,7 +87,7 @@ async fn stored(client: &reqwest::Client, base: &str) -> (HashSet<String>, u64) 
         .collect();
     let splits: Value = client
         .get(format!(
-            "{base}/api/v1/indexes/{INDEX}/splits?split_states=Published"
+            "{base}/api/v1/indexes/{index}/splits?split_states=Published"
         ))
         .send()
         .await
@@ -236,6 +241,194 @@ async fn acknowledged_samples_survive_sigkill_exactly_once() {
         acked.len(),
         acked_auto.len(),
         ids.len()
+    );
+    drop(node);
+}
+
+/// Node settings that merge at once and reclaim a killed node's merges quickly.
+const MERGING_NODE: &str =
+    "compaction:\n  planner_interval_secs: 1\n  merge_lease_secs: 3\n  max_concurrent_merges: 2\n";
+
+/// Metrics merges killed mid-way: each cycle writes unique series into closed buckets (their
+/// locality merges start at once), waits until a merge runs and SIGKILLs the node. At the end
+/// every acknowledged sample is stored exactly once, and the level-1 splits of each bucket
+/// do not overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_node_mid_metrics_merge_conserves_every_sample() {
+    const INDEX: &str = "merge-crash-metrics";
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("node.yaml"), MERGING_NODE).unwrap();
+    let start = |port: u16| {
+        start_node(
+            port,
+            &[
+                "--node-id".into(),
+                "merger".into(),
+                "--config".into(),
+                tmp.path().join("node.yaml").into_os_string(),
+                "--data-dir".into(),
+                tmp.path().join("data").into_os_string(),
+            ],
+        )
+    };
+    let port = shale_testkit::free_port();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut node = start(port);
+    wait_ready(&client, &node.base).await;
+    let resp = client
+        .post(format!("{}/api/v1/indexes", node.base))
+        .body(format!(
+            "index_id: {INDEX}\nmetrics:\n  sort_labels: [id]\n  target_split_bytes: 30KB\n\
+             indexing_settings:\n  commit_timeout_secs: 1\n"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    let acked: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let mut kills_mid_merge = 0;
+    let cycles = 6;
+    for cycle in 0..cycles {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (client, base, acked, stop) = (
+                client.clone(),
+                node.base.clone(),
+                acked.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let mut batch = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ids: Vec<String> = (0..200)
+                        .map(|i| format!("c{cycle}-b{batch}-{i:03}"))
+                        .collect();
+                    // Three closed buckets, an hour apart, long ago.
+                    let ts = T0 + (batch as i64 % 3) * 3_600_000 + cycle as i64 * 1000;
+                    batch += 1;
+                    let result = client
+                        .post(format!(
+                            "{base}/prometheus/{INDEX}/api/v1/write?commit=force"
+                        ))
+                        .header("Content-Encoding", "snappy")
+                        .body(request(&ids, ts))
+                        .send()
+                        .await;
+                    match result {
+                        Ok(resp) if resp.status().as_u16() == 204 => {
+                            acked.lock().unwrap().extend(ids)
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+            })
+        };
+        // A few splits per bucket, then kill as soon as a merge runs (or after 8 s).
+        let acked_before = acked.lock().unwrap().len();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while acked.lock().unwrap().len() < acked_before + 1200
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(8);
+        while std::time::Instant::now() < deadline {
+            let status: Option<Value> = match client
+                .get(format!("{}/api/v1/indexes/{INDEX}/compaction", node.base))
+                .send()
+                .await
+            {
+                Ok(resp) => resp.json().await.ok(),
+                Err(_) => None,
+            };
+            if status.is_some_and(|s| s["running"].as_array().is_some_and(|r| !r.is_empty())) {
+                kills_mid_merge += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        node.child.kill().expect("SIGKILL");
+        node.child.wait().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.await.unwrap();
+        node = start(port);
+        wait_ready(&client, &node.base).await;
+    }
+    assert!(
+        kills_mid_merge >= cycles / 2,
+        "only {kills_mid_merge} kills hit a running merge"
+    );
+    // Settle: every bucket's splits level 1 (interrupted tasks are reclaimed after 3 s).
+    let acked = acked.lock().unwrap().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let splits = loop {
+        let splits: Value = client
+            .get(format!(
+                "{}/api/v1/indexes/{INDEX}/splits?split_states=Published",
+                node.base
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let list = splits["splits"].as_array().unwrap().clone();
+        if list.iter().all(|s| s["key_level"] == 1) {
+            break list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never settled: {} level-0 splits",
+            list.iter().filter(|s| s["key_level"] == 0).count()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let (ids, samples) = stored_in(&client, &node.base, INDEX).await;
+    let missing: Vec<_> = acked.iter().filter(|id| !ids.contains(*id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged samples lost",
+        missing.len()
+    );
+    assert_eq!(samples, ids.len() as u64, "a sample stored twice");
+    // Per bucket, level-1 key ranges (hex) do not overlap.
+    let bytes = |hex: &str| -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let mut by_bucket: std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>> =
+        Default::default();
+    for split in &splits {
+        by_bucket
+            .entry(split["time_bucket_start"].as_i64().unwrap())
+            .or_default()
+            .push((
+                bytes(split["sort_key_min"].as_str().unwrap()),
+                bytes(split["sort_key_max"].as_str().unwrap()),
+            ));
+    }
+    assert_eq!(by_bucket.len(), 3);
+    for (bucket, mut ranges) in by_bucket {
+        ranges.sort();
+        for pair in ranges.windows(2) {
+            assert!(
+                pair[0].1 < pair[1].0,
+                "bucket {bucket}: overlapping level-1 splits"
+            );
+        }
+    }
+    eprintln!(
+        "{cycles} kill cycles ({kills_mid_merge} mid-merge): {} samples acknowledged, {} stored \
+         in {} level-1 splits, 0 lost, 0 duplicated",
+        acked.len(),
+        samples,
+        splits.len()
     );
     drop(node);
 }
