@@ -402,8 +402,8 @@ async fn killing_the_node_mid_metrics_merge_conserves_every_sample() {
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
             .collect()
     };
-    let mut by_bucket: std::collections::BTreeMap<i64, Vec<(Vec<u8>, Vec<u8>)>> =
-        Default::default();
+    type KeyRange = (Vec<u8>, Vec<u8>);
+    let mut by_bucket: std::collections::BTreeMap<i64, Vec<KeyRange>> = Default::default();
     for split in &splits {
         by_bucket
             .entry(split["time_bucket_start"].as_i64().unwrap())
