@@ -9,6 +9,7 @@ mod labels;
 mod matcher;
 pub mod merge;
 pub mod otlp;
+mod prune;
 mod reader;
 pub mod remote_write;
 mod selector;
@@ -18,7 +19,8 @@ pub mod wal;
 pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
 pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
-pub use reader::{read_split, read_split_with, ReadStats, SplitRead};
+pub use prune::split_may_hold;
+pub use reader::{label_names_from_footer, read_split, read_split_with, ReadStats, SplitRead};
 pub use selector::{apply_deletes, parse_selector, SeriesDelete};
 pub use split::{
     bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,

@@ -334,3 +334,26 @@ fn collect_batch(
     }
     Ok(())
 }
+
+/// The label names of a metrics split (its columns but `__name__` and the other `__…__`
+/// ones), from its footer alone: the bytes of its `footer_offsets` range (the Parquet
+/// metadata, its length and `PAR1`).
+pub fn label_names_from_footer(footer: &[u8]) -> Result<Vec<String>, MetricsError> {
+    let Some(metadata_len) = footer.len().checked_sub(8) else {
+        return Err(MetricsError::InvalidSplit(format!(
+            "a footer of {} bytes is too short",
+            footer.len()
+        )));
+    };
+    let metadata =
+        parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&footer[..metadata_len])?;
+    check_version(&metadata)?;
+    Ok(metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .map(|column| column.path().string())
+        .filter(|name| !name.starts_with("__"))
+        .collect())
+}

@@ -215,6 +215,7 @@ fn routes(node: Arc<Node>) -> Router {
         .merge(crate::internal::routes(state.clone()))
         .merge(crate::otlp_api::routes())
         .merge(crate::prometheus::query_routes())
+        .merge(sql_routes())
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -649,6 +650,26 @@ fn render_delete_task(task: &DeleteTask) -> Value {
             "end_timestamp": task.delete_query.end_timestamp,
         },
     })
+}
+
+/// The SQL route (`shale-sql`), when this build has it.
+#[cfg(feature = "sql")]
+fn sql_routes() -> Router<AppState> {
+    crate::sql_api::routes()
+}
+
+/// Without the `sql` feature, `POST /api/v1/_sql` says so.
+#[cfg(not(feature = "sql"))]
+fn sql_routes() -> Router<AppState> {
+    Router::new().route(
+        "/api/v1/_sql",
+        post(|| async {
+            ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "this build of shale has no SQL (the `sql` feature of shale-server)",
+            )
+        }),
+    )
 }
 
 /// `POST /api/v1/{index_id}/delete-tasks`: the body is Quickwit's delete query.

@@ -15,6 +15,8 @@ pub mod otlp_api;
 pub mod otlp_grpc;
 pub mod prometheus;
 pub mod routing;
+#[cfg(feature = "sql")]
+pub mod sql_api;
 
 pub use data_dir::DataDirLock;
 pub use node::{Node, NodeError};

@@ -65,6 +65,13 @@ pub(crate) static METRIC_SAMPLES_INGESTED: LazyLock<IntCounterVec> = LazyLock::n
     .expect("metric registered once")
 });
 
+/// SQL queries answered.
+#[cfg(feature = "sql")]
+pub(crate) static SQL_QUERIES: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    prometheus::register_int_counter!("shale_sql_queries_total", "SQL queries answered.")
+        .expect("metric registered once")
+});
+
 /// Metric samples (or OTLP data points) refused, by protocol.
 pub(crate) static METRIC_SAMPLES_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -84,6 +91,8 @@ pub fn register_all() {
     LazyLock::force(&WRITE_AMPLIFICATION);
     LazyLock::force(&METRIC_SAMPLES_INGESTED);
     LazyLock::force(&METRIC_SAMPLES_REFUSED);
+    #[cfg(feature = "sql")]
+    LazyLock::force(&SQL_QUERIES);
     shale_ingest::metrics::register();
     shale_compaction::service::metrics::register();
     shale_search::register_metrics();

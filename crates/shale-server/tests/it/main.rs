@@ -32,6 +32,7 @@ mod query_errors;
 mod request_forms;
 mod s3_faults;
 mod sorting;
+mod sql;
 mod templates;
 mod time_travel;
 mod update_safety;

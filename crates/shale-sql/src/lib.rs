@@ -1,0 +1,210 @@
+//! SQL over the metrics indexes, with DataFusion: every metrics index is a table of samples
+//! (`__name__`, one column per label, `timestamp`, `value`), read from its published Parquet
+//! splits with the same pruning as PromQL — splits by time range, metric-name tags and
+//! sort-key range, row groups by statistics and bloom filters — and with the index's delete
+//! tasks applied. DataFusion plans and runs the query; answers come as Arrow record batches,
+//! encoded as JSON rows or an Arrow IPC stream.
+//!
+//! Only the SQL path builds DataFusion: this crate is the server's only one that depends on it.
+
+mod table;
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::SchemaProvider;
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
+use serde_json::{json, Value};
+use shale_metastore::{IndexMetadata, Metastore};
+use shale_storage::StorageRef;
+
+pub use table::{MetricsTable, ScanStats};
+
+/// How the engine reaches an index's objects.
+pub type StorageFor = Arc<dyn Fn(&IndexMetadata) -> Result<StorageRef, String> + Send + Sync>;
+
+/// Limits of one query.
+#[derive(Clone, Copy, Debug)]
+pub struct SqlLimits {
+    /// Most samples a query may read from splits (after pruning).
+    pub max_samples: u64,
+}
+
+impl Default for SqlLimits {
+    fn default() -> Self {
+        SqlLimits {
+            max_samples: 50_000_000,
+        }
+    }
+}
+
+/// What can go wrong with a SQL query.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The query does not parse or plan (unknown table or column, wrong types, a statement
+    /// other than a query).
+    #[error("{0}")]
+    Invalid(String),
+    /// The query reads more than the limits allow.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Reading the splits or running the plan failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<DataFusionError> for SqlError {
+    fn from(err: DataFusionError) -> Self {
+        match err.find_root() {
+            DataFusionError::SQL(..)
+            | DataFusionError::Plan(..)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(..) => SqlError::Invalid(err.strip_backtrace()),
+            DataFusionError::ResourcesExhausted(..) => SqlError::TooLarge(err.strip_backtrace()),
+            DataFusionError::External(inner) if inner.to_string().contains("too many samples") => {
+                SqlError::TooLarge(err.strip_backtrace())
+            }
+            _ => SqlError::Internal(err.strip_backtrace()),
+        }
+    }
+}
+
+/// A query's answer.
+#[derive(Debug)]
+pub struct SqlOutput {
+    /// The result's columns.
+    pub schema: SchemaRef,
+    /// Its rows.
+    pub batches: Vec<RecordBatch>,
+    /// What reading the tables cost.
+    pub stats: ScanStats,
+}
+
+impl SqlOutput {
+    /// Rows in the answer.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// The answer as JSON: its columns (name and Arrow type), its rows as objects (nulls
+    /// explicit), and the scan statistics.
+    pub fn to_json(&self) -> Result<Value, SqlError> {
+        let mut writer = arrow_json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow_json::writer::JsonArray>(Vec::new());
+        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
+        writer
+            .write_batches(&refs)
+            .map_err(|err| SqlError::Internal(err.to_string()))?;
+        writer
+            .finish()
+            .map_err(|err| SqlError::Internal(err.to_string()))?;
+        let bytes = writer.into_inner();
+        let rows: Value = if bytes.is_empty() {
+            json!([])
+        } else {
+            serde_json::from_slice(&bytes).map_err(|err| SqlError::Internal(err.to_string()))?
+        };
+        let columns: Vec<Value> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| json!({"name": f.name(), "type": f.data_type().to_string()}))
+            .collect();
+        Ok(json!({
+            "columns": columns,
+            "rows": rows,
+            "num_rows": self.num_rows(),
+            "stats": self.stats.to_json(),
+        }))
+    }
+
+    /// The answer as an Arrow IPC stream.
+    pub fn to_arrow_ipc(&self) -> Result<Vec<u8>, SqlError> {
+        let mut out = Vec::new();
+        {
+            let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &self.schema)
+                .map_err(|err| SqlError::Internal(err.to_string()))?;
+            for batch in &self.batches {
+                writer
+                    .write(batch)
+                    .map_err(|err| SqlError::Internal(err.to_string()))?;
+            }
+            writer
+                .finish()
+                .map_err(|err| SqlError::Internal(err.to_string()))?;
+        }
+        Ok(out)
+    }
+}
+
+/// Runs SQL queries over the metrics indexes of a metastore.
+#[derive(Clone)]
+pub struct SqlEngine {
+    metastore: Arc<dyn Metastore>,
+    storage_for: StorageFor,
+    limits: SqlLimits,
+}
+
+impl SqlEngine {
+    /// An engine over `metastore`'s indexes, reading their objects through `storage_for`.
+    pub fn new(metastore: Arc<dyn Metastore>, storage_for: StorageFor) -> Self {
+        SqlEngine {
+            metastore,
+            storage_for,
+            limits: SqlLimits::default(),
+        }
+    }
+
+    /// The same engine with other limits.
+    pub fn with_limits(mut self, limits: SqlLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Plans and runs one query (a `SELECT`; statements that change anything are refused).
+    pub async fn execute(&self, sql: &str) -> Result<SqlOutput, SqlError> {
+        let indexes = self
+            .metastore
+            .list_indexes()
+            .await
+            .map_err(|err| SqlError::Internal(err.to_string()))?;
+        let stats = Arc::new(Mutex::new(ScanStats::default()));
+        let schema = Arc::new(table::IndexSchema::new(
+            indexes
+                .into_iter()
+                .filter(|index| index.index_config.metrics.is_some())
+                .collect(),
+            self.metastore.clone(),
+            self.storage_for.clone(),
+            self.limits,
+            stats.clone(),
+        ));
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_default_catalog_and_schema("shale", "public");
+        let ctx = SessionContext::new_with_config(config);
+        let catalog = Arc::new(datafusion::catalog::MemoryCatalogProvider::new());
+        datafusion::catalog::CatalogProvider::register_schema(
+            catalog.as_ref(),
+            "public",
+            schema as Arc<dyn SchemaProvider>,
+        )?;
+        ctx.register_catalog("shale", catalog);
+        let options = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
+        let frame = ctx.sql_with_options(sql, options).await?;
+        let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+        let batches = frame.collect().await?;
+        let stats = *stats.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(SqlOutput {
+            schema,
+            batches,
+            stats,
+        })
+    }
+}
