@@ -547,31 +547,65 @@ fn sample(timestamp_ms: i64, value: f64) -> Sample {
     }
 }
 
+/// A point's time (ms), its attribute labels, and how its values are stored (a staleness
+/// marker when it has no recorded value).
+fn point_context(
+    time_unix_nano: u64,
+    attributes: &[KeyValue],
+    flags: u32,
+) -> (i64, BTreeMap<String, String>, impl Fn(f64) -> f64) {
+    let stale = no_recorded_value(flags);
+    (
+        timestamp_ms(time_unix_nano),
+        attribute_labels(attributes),
+        move |v: f64| if stale { self::stale() } else { v },
+    )
+}
+
+/// The `_sum` (when given) and `_count` series of a histogram or summary point.
+fn push_sum_and_count(
+    collector: &mut Collector,
+    name: &str,
+    common: &BTreeMap<String, String>,
+    attributes: &BTreeMap<String, String>,
+    ms: i64,
+    sum: Option<f64>,
+    count: f64,
+) {
+    if let Some(sum) = sum {
+        collector.push(
+            &format!("{name}_sum"),
+            common,
+            attributes,
+            None,
+            sample(ms, sum),
+        );
+    }
+    collector.push(
+        &format!("{name}_count"),
+        common,
+        attributes,
+        None,
+        sample(ms, count),
+    );
+}
+
 fn push_histogram(
     collector: &mut Collector,
     name: &str,
     common: &BTreeMap<String, String>,
     point: &HistogramDataPoint,
 ) {
-    let ms = timestamp_ms(point.time_unix_nano);
-    let attributes = attribute_labels(&point.attributes);
-    let stale = no_recorded_value(point.flags);
-    let value = |v: f64| if stale { self::stale() } else { v };
-    if let Some(sum) = point.sum {
-        collector.push(
-            &format!("{name}_sum"),
-            common,
-            &attributes,
-            None,
-            sample(ms, value(sum)),
-        );
-    }
-    collector.push(
-        &format!("{name}_count"),
+    let (ms, attributes, value) =
+        point_context(point.time_unix_nano, &point.attributes, point.flags);
+    push_sum_and_count(
+        collector,
+        name,
         common,
         &attributes,
-        None,
-        sample(ms, value(point.count as f64)),
+        ms,
+        point.sum.map(&value),
+        value(point.count as f64),
     );
     let bucket = format!("{name}_bucket");
     let mut cumulative = 0u64;
@@ -627,25 +661,16 @@ fn push_exponential_histogram(
     common: &BTreeMap<String, String>,
     point: &ExponentialHistogramDataPoint,
 ) {
-    let ms = timestamp_ms(point.time_unix_nano);
-    let attributes = attribute_labels(&point.attributes);
-    let stale = no_recorded_value(point.flags);
-    let value = |v: f64| if stale { self::stale() } else { v };
-    if let Some(sum) = point.sum {
-        collector.push(
-            &format!("{name}_sum"),
-            common,
-            &attributes,
-            None,
-            sample(ms, value(sum)),
-        );
-    }
-    collector.push(
-        &format!("{name}_count"),
+    let (ms, attributes, value) =
+        point_context(point.time_unix_nano, &point.attributes, point.flags);
+    push_sum_and_count(
+        collector,
+        name,
         common,
         &attributes,
-        None,
-        sample(ms, value(point.count as f64)),
+        ms,
+        point.sum.map(&value),
+        value(point.count as f64),
     );
     let scale = point.scale.min(MAX_EXPONENTIAL_SCALE);
     let shift = (point.scale - scale) as u32;
@@ -693,23 +718,16 @@ fn push_summary(
     common: &BTreeMap<String, String>,
     point: &SummaryDataPoint,
 ) {
-    let ms = timestamp_ms(point.time_unix_nano);
-    let attributes = attribute_labels(&point.attributes);
-    let stale = no_recorded_value(point.flags);
-    let value = |v: f64| if stale { self::stale() } else { v };
-    collector.push(
-        &format!("{name}_sum"),
+    let (ms, attributes, value) =
+        point_context(point.time_unix_nano, &point.attributes, point.flags);
+    push_sum_and_count(
+        collector,
+        name,
         common,
         &attributes,
-        None,
-        sample(ms, value(point.sum)),
-    );
-    collector.push(
-        &format!("{name}_count"),
-        common,
-        &attributes,
-        None,
-        sample(ms, value(point.count as f64)),
+        ms,
+        Some(value(point.sum)),
+        value(point.count as f64),
     );
     for quantile in &point.quantile_values {
         collector.push(

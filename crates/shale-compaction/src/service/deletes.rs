@@ -211,21 +211,8 @@ pub async fn plan_delete_compactions(
         )
         .await;
     }
-    let published: Vec<SplitMetadata> = metastore
-        .list_splits(ListSplitsQuery {
-            delete_opstamp_lt: Some(last_opstamp),
-            ..ListSplitsQuery::for_index(index.index_uid.clone())
-                .with_states(&[SplitState::Published])
-        })
-        .await?
-        .into_iter()
-        .map(|split| split.split_metadata)
-        .collect();
-    env.delete_counts.retain(
-        &index.index_uid,
-        &published.iter().map(|s| s.split_id.as_str()).collect(),
-    );
-    let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
+    let Some((published, min_clean)) = unclean_splits(env, metastore, index, last_opstamp).await?
+    else {
         return Ok(Vec::new());
     };
     let all_tasks = metastore
@@ -341,18 +328,14 @@ pub async fn plan_delete_compactions(
     Ok(planned)
 }
 
-/// [`plan_delete_compactions`] for a metrics index: what a split's purgeable tasks delete
-/// is counted by reading the split's samples of the series they match (in their windows);
-/// a split they delete nothing of is recorded clean of them without a rewrite.
-async fn plan_metrics_delete_compactions(
+/// The published splits of `index` not clean of `last_opstamp`, and the lowest opstamp they
+/// are clean up to (`None`: there are none); forgets the counts of the other splits.
+async fn unclean_splits(
     env: &CompactionEnv,
     metastore: &Arc<dyn Metastore>,
     index: &IndexMetadata,
-    busy: &HashSet<String>,
-    live_nodes: Option<&HashSet<String>>,
     last_opstamp: u64,
-    now: i64,
-) -> Result<Vec<(SplitMetadata, DeleteTrigger)>, CompactionError> {
+) -> Result<Option<(Vec<SplitMetadata>, u64)>, CompactionError> {
     let published: Vec<SplitMetadata> = metastore
         .list_splits(ListSplitsQuery {
             delete_opstamp_lt: Some(last_opstamp),
@@ -367,7 +350,24 @@ async fn plan_metrics_delete_compactions(
         &index.index_uid,
         &published.iter().map(|s| s.split_id.as_str()).collect(),
     );
-    let Some(min_clean) = published.iter().map(|s| s.delete_opstamp).min() else {
+    let min_clean = published.iter().map(|s| s.delete_opstamp).min();
+    Ok(min_clean.map(|min| (published, min)))
+}
+
+/// [`plan_delete_compactions`] for a metrics index: what a split's purgeable tasks delete
+/// is counted by reading the split's samples of the series they match (in their windows);
+/// a split they delete nothing of is recorded clean of them without a rewrite.
+async fn plan_metrics_delete_compactions(
+    env: &CompactionEnv,
+    metastore: &Arc<dyn Metastore>,
+    index: &IndexMetadata,
+    busy: &HashSet<String>,
+    live_nodes: Option<&HashSet<String>>,
+    last_opstamp: u64,
+    now: i64,
+) -> Result<Vec<(SplitMetadata, DeleteTrigger)>, CompactionError> {
+    let Some((published, min_clean)) = unclean_splits(env, metastore, index, last_opstamp).await?
+    else {
         return Ok(Vec::new());
     };
     let tasks = purgeable_delete_tasks(metastore.as_ref(), index, min_clean, now).await?;

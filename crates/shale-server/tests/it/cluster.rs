@@ -638,7 +638,8 @@ async fn promql_selectors_run_on_the_leaves_the_splits_are_placed_on() {
     let (status, body) = a
         .post(
             "/api/v1/indexes",
-            "index_id: cluster-metrics\nmetrics:\n  sort_labels: [host]\n",
+            // Merges off: the test counts the 12 fresh splits.
+            "index_id: cluster-metrics\nmetrics:\n  sort_labels: [host]\nindexing_settings:\n  merge_policy:\n    type: no_merge\n",
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -733,4 +734,167 @@ async fn promql_selectors_run_on_the_leaves_the_splits_are_placed_on() {
     assert_eq!(after["data"]["result"], body["data"]["result"]);
     a.stop().await;
     b.stop().await;
+}
+
+/// Metrics compaction across nodes: remote write spread over three nodes leaves every series
+/// in each node's fresh splits of a bucket; cluster-scope locality merges gather each closed
+/// bucket into level-1 splits whose ranges do not overlap, so a one-series query opens one
+/// split per bucket — with the same answers.
+#[tokio::test]
+async fn metrics_splits_of_every_node_merge_into_one_per_bucket() {
+    use shale_metrics::remote_write::{
+        encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/shared.db", dir.path().display());
+    let config = |id: &str, compaction: bool| {
+        let mut config = fast_cluster(dir.path(), &metastore, id);
+        config.compaction.enabled = compaction;
+        config.compaction.planner_interval_secs = 1;
+        config
+    };
+    let mut nodes = Vec::new();
+    for id in ["a", "b", "c"] {
+        nodes.push(TestNode::start_with(config(id, false)).await);
+    }
+    for node in &nodes {
+        wait_for("three live nodes", async || {
+            node_ids(&cluster_state(node).await, "live_nodes").len() == 3
+        })
+        .await;
+    }
+    let (status, body) = nodes[0]
+        .post(
+            "/api/v1/indexes",
+            "index_id: spread\nmetrics:\n  sort_labels: [job]\nindexing_settings:\n  commit_timeout_secs: 1\n",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Two closed buckets; each request (to a node in turn) holds every series' next minute.
+    let t0: i64 = 1_780_084_800_000;
+    let label = |name: &str, value: String| Label {
+        name: name.into(),
+        value,
+    };
+    for minute in 0..30i64 {
+        let request = WriteRequest {
+            timeseries: (0..40)
+                .map(|s| TimeSeries {
+                    labels: vec![
+                        label("__name__", "cpu_seconds_total".into()),
+                        label("job", format!("job-{}", s % 4)),
+                        label("instance", format!("host-{s}")),
+                    ],
+                    samples: (0..4)
+                        .map(|i| ProtoSample {
+                            value: (minute * 4 + i) as f64,
+                            timestamp: t0 + minute * 60_000 + i * 15_000,
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let node = &nodes[minute as usize % 3];
+        let resp = node
+            .client
+            .post(node.url("/prometheus/spread/api/v1/write?commit=force"))
+            .header("Content-Encoding", "snappy")
+            .body(encode_remote_write(&request))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            204,
+            "{}",
+            resp.text().await.unwrap()
+        );
+    }
+    let one_series = |node: &TestNode| {
+        let client = node.client.clone();
+        let url = node.url("/prometheus/spread/api/v1/query_range");
+        async move {
+            let resp = client
+                .get(url)
+                .query(&[
+                    (
+                        "query",
+                        "rate(cpu_seconds_total{job=\"job-1\",instance=\"host-5\"}[5m])",
+                    ),
+                    ("start", &(t0 / 1000).to_string()),
+                    ("end", &(t0 / 1000 + 1800).to_string()),
+                    ("step", "30"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            let opened: u64 = resp.headers()["x-shale-splits-opened"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["status"], "success", "{body}");
+            (opened, body["data"].clone())
+        }
+    };
+    let (opened_before, answer) = one_series(&nodes[1]).await;
+    let splits = |node: &TestNode| {
+        let client = node.client.clone();
+        let url = node.url("/api/v1/indexes/spread/splits?split_states=Published");
+        async move {
+            let body: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+            body["splits"].as_array().unwrap().clone()
+        }
+    };
+    let before = splits(&nodes[0]).await;
+    let writers: std::collections::BTreeSet<&str> = before
+        .iter()
+        .map(|s| s["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(writers.len(), 3, "every node wrote splits");
+    assert!(
+        opened_before >= 20,
+        "{opened_before} splits before compaction"
+    );
+    // Restart the nodes with compaction on (the leader plans for the cluster).
+    for node in nodes.drain(..) {
+        node.stop().await;
+    }
+    for id in ["a", "b", "c"] {
+        nodes.push(TestNode::start_with(config(id, true)).await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let after = loop {
+        let list = splits(&nodes[0]).await;
+        if list.len() == 2 && list.iter().all(|s| s["key_level"] == 1) {
+            break list;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not gathered: {} splits, levels {:?}",
+            list.len(),
+            list.iter()
+                .map(|s| s["key_level"].clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    let samples =
+        |list: &[Value]| -> u64 { list.iter().map(|s| s["num_docs"].as_u64().unwrap()).sum() };
+    assert_eq!(samples(&after), samples(&before));
+    assert_eq!(samples(&after), 30 * 40 * 4);
+    let (opened_after, same) = one_series(&nodes[2]).await;
+    assert_eq!(opened_after, 2, "one split per bucket");
+    assert_eq!(same, answer);
+    eprintln!(
+        "one-series query over 30 min: {opened_before} splits opened before, {opened_after} after \
+         ({}x fewer)",
+        opened_before / opened_after.max(1)
+    );
+    for node in nodes {
+        node.stop().await;
+    }
 }
