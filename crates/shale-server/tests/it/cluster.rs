@@ -854,7 +854,8 @@ async fn metrics_splits_of_every_node_merge_into_one_per_bucket() {
         .iter()
         .map(|s| s["node_id"].as_str().unwrap())
         .collect();
-    assert_eq!(writers.len(), 3, "every node wrote splits");
+    // Shards are placed on some of the nodes: writes to the others are forwarded.
+    assert!(writers.len() >= 2, "splits from several nodes: {writers:?}");
     assert!(
         opened_before >= 20,
         "{opened_before} splits before compaction"
