@@ -20,9 +20,10 @@
 //! - `shale-bench metadata`: the metastore cost of a search and of a planning round with
 //!   10 000 published splits and 1 000 delete tasks, with the delete history bounded as Shale
 //!   keeps it vs unbounded, on SQLite and PostgreSQL.
-//! - `shale-bench metrics`: Prometheus remote write of 10 000 series every 10 s for 2 h:
-//!   samples/s end to end vs decoding and writing the Parquet splits in process, bytes per
-//!   sample on storage, PromQL range queries over the span.
+//! - `shale-bench metrics`: Prometheus remote write of 10 000 series every 10 s for 2 h into
+//!   Shale, Prometheus 2.42 and VictoriaMetrics 1.79 (started by the bench when on `PATH`):
+//!   samples/s, bytes per sample (Shale before and after compaction), `query_range` p50/p99
+//!   of three shapes, Shale's metrics merge vs a plain read-sort-write, the ratios and targets.
 
 mod cluster;
 mod compaction;
@@ -65,8 +66,8 @@ enum Command {
     /// Metastore cost of a search and a planning round with 10 000 splits and 1 000 delete
     /// tasks, bounded vs unbounded delete history, SQLite and PostgreSQL.
     Metadata(metadata::Args),
-    /// Prometheus remote write into a metrics index: samples/s vs the Parquet format alone,
-    /// bytes per sample, PromQL range queries.
+    /// Remote write and PromQL: Shale vs Prometheus and VictoriaMetrics on the same samples
+    /// (ingest, bytes per sample, query latency), before and after compaction.
     Metrics(metrics::Args),
 }
 

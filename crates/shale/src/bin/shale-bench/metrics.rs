@@ -1,31 +1,56 @@
-//! `shale-bench metrics`: Prometheus remote write into a metrics index, end to end.
+//! `shale-bench metrics`: Prometheus remote write into Shale's metrics index, side by side
+//! with Prometheus 2.42 and VictoriaMetrics 1.79 on the same samples.
 //!
 //! The workload: `--series` series (node-exporter-like: 20 metric names, counters and gauges,
-//! over hosts of 100 series each) scraped every `--interval-secs` for `--hours`, sent as
-//! remote-write requests of `--samples-per-request` samples in time order (each series one
-//! sample per request, as Prometheus's remote-write shards send them) by `--clients`
-//! concurrent senders, the bodies snappy-encoded before the clock starts.
+//! over hosts of 100 series each, labels `__name__`, `instance`, `job`, `mode`, `device`)
+//! scraped every `--interval-secs` for `--hours`, the last sample 20 minutes before now (so
+//! every 15-minute bucket of Shale is closed and compacted). The series are dealt to
+//! `--clients` concurrent remote-write clients by index modulo the clients, each client
+//! sending its own requests of `--samples-per-request` samples in time order (a series is
+//! never split over two clients: Prometheus refuses out-of-order samples). The bodies are
+//! snappy-encoded once, before any clock starts, and the same bodies go to every system.
 //!
-//! 1. Baseline, in the same run: decoding the same bodies and writing the samples straight
-//!    into Parquet splits (one per 15-minute bucket) in this process — the format's own cost,
-//!    without WAL, HTTP or metastore.
-//! 2. End to end: a node in this process (embedded defaults: SQLite, local FS) takes the
-//!    requests at `/prometheus/api/v1/write`; timed until a final `commit=force` returns
-//!    (every sample published and queryable). Throughput in samples/s, and bytes per sample
-//!    of the published splits.
-//! 3. Two PromQL range queries over the whole span (one host's CPU rate; a sum by mode over
-//!    every host): latency and splits opened.
+//! 1. Baseline, in process: decoding the bodies and writing the samples straight into
+//!    Parquet splits (one per 15-minute bucket), one thread — the format's own cost.
+//! 2. Prometheus (`prometheus` on `PATH`, unless `--skip-prometheus`), started by the bench on
+//!    a free port: ingest by remote write until the last acknowledgement; a check that it
+//!    holds every sample (`count_over_time`); bytes per sample of the head written as a block
+//!    (`snapshot?skip_head=false`); three `query_range` shapes over the last hour of data at
+//!    a 15 s step (one series; `sum by (instance) (rate(NAME[5m]))` added over every counter;
+//!    `max_over_time` of 50 series), p50 and p99 over `--query-runs` runs after 2 warm-ups.
+//! 3. VictoriaMetrics (`victoria-metrics` on `PATH`, unless `--skip-victoria-metrics`), the
+//!    same, ingest timed until the last acknowledgement plus `/internal/force_flush`, bytes
+//!    per sample of its data directory once it stopped changing after the flush.
+//! 4. Shale, a node in this process (embedded defaults: SQLite, local FS) with automatic
+//!    compaction off: ingest at `/prometheus/api/v1/write` timed until a final `commit=force`
+//!    and every sample in a published split; bytes per sample of the published splits; the
+//!    sample check; the queries (with the splits each opened) — "before compaction".
+//! 5. Shale's metrics merge, in process, on the published splits of one bucket:
+//!    `shale_metrics::merge_splits` (streaming k-way merge) vs `read_sort_write` (decode
+//!    everything, sort, write), samples/s of each.
+//! 6. Shale again, a node on the same data dir with compaction on: timed until every bucket
+//!    is compacted (its published splits all level 1; a bucket of a single split, which the
+//!    locality policy never merges, as it is); bytes per sample and queries "after
+//!    compaction".
+//! 7. The table of every figure, the ratios Shale/Prometheus and Shale/VictoriaMetrics, the
+//!    targets with PASS/MISS, and a check that Shale answers the queries as Prometheus does.
 
+mod external;
+
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use shale_metrics::remote_write::{
     encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
 };
 
-use crate::ingest::start_node;
+use crate::ingest::{percentile, start_node};
+use external::{find_on_path, External};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -41,13 +66,31 @@ pub struct Args {
     /// Samples per remote-write request.
     #[arg(long, default_value_t = 2000)]
     samples_per_request: usize,
-    /// Concurrent senders.
+    /// Concurrent senders (each owns the series whose index modulo this is its number).
     #[arg(long, default_value_t = 2)]
     clients: usize,
     /// Seed of the generator.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Timed runs of each query (after 2 warm-up runs): p50 and p99 over them.
+    #[arg(long, default_value_t = 20)]
+    query_runs: usize,
+    /// Do not start Prometheus.
+    #[arg(long)]
+    skip_prometheus: bool,
+    /// Do not start VictoriaMetrics.
+    #[arg(long)]
+    skip_victoria_metrics: bool,
 }
+
+/// Shale's default metrics index.
+const INDEX: &str = "otel-metrics-v0_9";
+/// Untimed runs of each query before the timed ones.
+const WARMUP_RUNS: usize = 2;
+/// Step of the range queries.
+const STEP_SECS: i64 = 15;
+/// How long Shale may take to compact every bucket.
+const COMPACTION_TIMEOUT: Duration = Duration::from_secs(600);
 
 const NAMES: [(&str, bool); 20] = [
     ("node_cpu_seconds_total", true),
@@ -81,7 +124,9 @@ struct Generated {
     offset_ms: i64,
 }
 
-fn workload(args: &Args) -> Vec<Generated> {
+/// Series `i` is on host `i / 100`; its metric name is `NAMES[i % 100 % 20]`, its mode
+/// `MODES[i % 100 / 20]`, its device always `d0`: a host has each (name, mode) once.
+fn series(args: &Args) -> Vec<Generated> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let modes = ["idle", "user", "system", "iowait", "irq"];
     (0..args.series)
@@ -113,17 +158,40 @@ fn workload(args: &Args) -> Vec<Generated> {
         .collect()
 }
 
-/// The remote-write bodies of the workload, in time order.
-fn bodies(args: &Args, start_ms: i64) -> (Vec<Vec<u8>>, u64) {
+/// The generated samples, encoded.
+struct Workload {
+    /// Per client, its remote-write bodies in time order.
+    bodies: Vec<Vec<Bytes>>,
+    /// Samples in all.
+    samples: u64,
+    /// Samples of each series.
+    per_series: u64,
+    /// No sample is before this (ms).
+    start_ms: i64,
+    /// Every sample is before this (ms, a whole second).
+    end_ms: i64,
+}
+
+/// The remote-write bodies of the workload: samples from `start_ms` on, every series once
+/// per interval; series `i` goes to client `i % clients`, each client's requests in time
+/// order.
+fn workload(args: &Args, start_ms: i64, end_ms: i64) -> Workload {
+    let clients = args.clients.max(1);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed + 1);
-    let mut series = workload(args);
+    let mut series = series(args);
     let steps = (args.hours * 3600.0 / args.interval_secs as f64) as i64;
-    let mut out = Vec::new();
-    let mut pending: Vec<TimeSeries> = Vec::new();
+    let mut bodies: Vec<Vec<Bytes>> = vec![Vec::new(); clients];
+    let mut pending: Vec<Vec<TimeSeries>> = vec![Vec::new(); clients];
     let mut samples = 0u64;
+    let flush = |pending: &mut Vec<TimeSeries>| {
+        Bytes::from(encode_remote_write(&WriteRequest {
+            timeseries: std::mem::take(pending),
+            ..Default::default()
+        }))
+    };
     for step in 0..steps {
         let base = start_ms + step * args.interval_secs as i64 * 1000;
-        for s in series.iter_mut() {
+        for (i, s) in series.iter_mut().enumerate() {
             if s.counter {
                 s.value += rng.random_range(0.0..50.0f64).round();
             } else {
@@ -131,7 +199,8 @@ fn bodies(args: &Args, start_ms: i64) -> (Vec<Vec<u8>>, u64) {
                     .max(0.0)
                     .round();
             }
-            pending.push(TimeSeries {
+            let client = i % clients;
+            pending[client].push(TimeSeries {
                 labels: s.labels.clone(),
                 samples: vec![ProtoSample {
                     value: s.value,
@@ -140,30 +209,31 @@ fn bodies(args: &Args, start_ms: i64) -> (Vec<Vec<u8>>, u64) {
                 ..Default::default()
             });
             samples += 1;
-            if pending.len() >= args.samples_per_request {
-                out.push(encode_remote_write(&WriteRequest {
-                    timeseries: std::mem::take(&mut pending),
-                    ..Default::default()
-                }));
+            if pending[client].len() >= args.samples_per_request {
+                bodies[client].push(flush(&mut pending[client]));
             }
         }
     }
-    if !pending.is_empty() {
-        out.push(encode_remote_write(&WriteRequest {
-            timeseries: pending,
-            ..Default::default()
-        }));
+    for (client, rest) in pending.iter_mut().enumerate() {
+        if !rest.is_empty() {
+            bodies[client].push(flush(rest));
+        }
     }
-    (out, samples)
+    Workload {
+        bodies,
+        samples,
+        per_series: steps.max(0) as u64,
+        start_ms,
+        end_ms,
+    }
 }
 
 /// The baseline: decode every body and write the samples into one Parquet split per
 /// 15-minute bucket, in this thread. Returns the time and the bytes written.
-fn raw_parquet(bodies: &[Vec<u8>]) -> anyhow::Result<(Duration, u64)> {
+fn raw_parquet(bodies: &[Vec<Bytes>]) -> anyhow::Result<(Duration, u64)> {
     let started = Instant::now();
-    let mut writers: std::collections::BTreeMap<i64, shale_metrics::MetricsSplitWriter> =
-        Default::default();
-    for body in bodies {
+    let mut writers: BTreeMap<i64, shale_metrics::MetricsSplitWriter> = Default::default();
+    for body in bodies.iter().flatten() {
         let decoded = shale_metrics::remote_write::decode_remote_write(body)?;
         for (labels, samples) in decoded.series {
             for sample in samples {
@@ -187,169 +257,1090 @@ fn raw_parquet(bodies: &[Vec<u8>]) -> anyhow::Result<(Duration, u64)> {
     Ok((started.elapsed(), bytes))
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let now = (time::OffsetDateTime::now_utc().unix_timestamp() - 60) * 1000;
-    let span_ms = (args.hours * 3_600_000.0) as i64;
-    let start_ms = now - span_ms;
-    eprintln!(
-        "generating {} series x {} s x {} h…",
-        args.series, args.interval_secs, args.hours
-    );
-    let (bodies, samples) = bodies(&args, start_ms);
-    let body_bytes: usize = bodies.iter().map(Vec::len).sum();
-    println!(
-        "workload: {} series, one sample every {} s for {} h: {samples} samples in {} remote-write requests ({:.1} MB snappy, {:.2} bytes/sample on the wire)",
-        args.series,
-        args.interval_secs,
-        args.hours,
-        bodies.len(),
-        body_bytes as f64 / 1e6,
-        body_bytes as f64 / samples as f64,
-    );
-
-    let (raw_time, raw_bytes) = raw_parquet(&bodies)?;
-    let raw_rate = samples as f64 / raw_time.as_secs_f64();
-    println!(
-        "baseline (decode + Parquet splits in process, 1 thread): {:.2} s, {:.0} samples/s, {:.2} bytes/sample",
-        raw_time.as_secs_f64(),
-        raw_rate,
-        raw_bytes as f64 / samples as f64
-    );
-
-    let dir = tempfile::tempdir()?;
-    let config = shale_config::NodeConfig::with_data_dir(dir.path());
-    let (node, base, client) = start_node(config).await?;
-    let url = format!("{base}/prometheus/api/v1/write");
-    let started = Instant::now();
-    let queue = std::sync::Arc::new(std::sync::Mutex::new(
-        bodies
-            .into_iter()
-            .enumerate()
-            .collect::<std::collections::VecDeque<_>>(),
-    ));
-    let mut tasks = Vec::new();
-    for _ in 0..args.clients.max(1) {
-        let (queue, client, url) = (queue.clone(), client.clone(), url.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let next = queue
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("poisoned"))?
-                    .pop_front();
-                let Some((_, body)) = next else {
-                    return anyhow::Ok(());
-                };
+/// Sends every client's bodies to `url`, the clients concurrently, each in order; a `429` or
+/// `503` is retried after 100 ms. Returns once every request is acknowledged.
+async fn remote_write(
+    client: &reqwest::Client,
+    url: &str,
+    bodies: &[Vec<Bytes>],
+) -> anyhow::Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (number, own) in bodies.iter().enumerate() {
+        let (client, url, own) = (client.clone(), url.to_string(), own.clone());
+        tasks.spawn(async move {
+            for (i, body) in own.into_iter().enumerate() {
+                let mut retries = 0u32;
                 loop {
                     let resp = client
                         .post(&url)
                         .header("Content-Encoding", "snappy")
                         .header("Content-Type", "application/x-protobuf")
+                        .header("X-Prometheus-Remote-Write-Version", "0.1.0")
                         .body(body.clone())
                         .send()
-                        .await?;
+                        .await
+                        .with_context(|| format!("client {number}: request {i} to {url}"))?;
                     match resp.status().as_u16() {
-                        204 => break,
-                        429 | 503 => tokio::time::sleep(Duration::from_millis(100)).await,
-                        status => anyhow::bail!("remote write: {status} {}", resp.text().await?),
+                        200 | 204 => break,
+                        429 | 503 if retries < 36_000 => {
+                            retries += 1;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        status => anyhow::bail!(
+                            "client {number}: request {i} to {url}: {status} {}",
+                            resp.text().await.unwrap_or_default()
+                        ),
                     }
                 }
             }
-        }));
+            anyhow::Ok(())
+        });
     }
-    for task in tasks {
-        task.await??;
+    while let Some(done) = tasks.join_next().await {
+        done.context("a remote-write client panicked")??;
     }
+    Ok(())
+}
+
+/// The machine's load averages (1, 5, 15 min), as `/proc/loadavg` says: the cores may be
+/// shared with other work.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "?".to_string())
+}
+
+/// A query shape of the comparison.
+struct Shape {
+    /// Short name, in the table.
+    name: &'static str,
+    query: String,
+}
+
+/// What a query answered: its series, points and the sum of its finite values.
+#[derive(Clone, Copy, Debug, Default)]
+struct Answer {
+    series: usize,
+    points: usize,
+    sum: f64,
+}
+
+impl Answer {
+    fn of(body: &Value) -> anyhow::Result<Answer> {
+        let result = body["data"]["result"]
+            .as_array()
+            .with_context(|| format!("no data.result in {body}"))?;
+        let mut answer = Answer {
+            series: result.len(),
+            ..Default::default()
+        };
+        for series in result {
+            let points: Vec<&Value> = match series["values"].as_array() {
+                Some(values) => values.iter().collect(),
+                None => vec![&series["value"]],
+            };
+            for point in points {
+                answer.points += 1;
+                let value: f64 = point[1]
+                    .as_str()
+                    .with_context(|| format!("a point without a value: {point}"))?
+                    .parse()
+                    .with_context(|| format!("a point's value: {point}"))?;
+                if value.is_finite() {
+                    answer.sum += value;
+                }
+            }
+        }
+        Ok(answer)
+    }
+
+    fn same_as(&self, other: &Answer) -> bool {
+        self.series == other.series
+            && self.points == other.points
+            && (self.sum - other.sum).abs() <= 1e-9 * self.sum.abs().max(other.sum.abs()).max(1.0)
+    }
+}
+
+/// Latency of one query shape on one system.
+#[derive(Clone, Debug)]
+struct Timing {
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Shale's `x-shale-splits-opened` of the last run.
+    opened: Option<String>,
+    answer: Answer,
+}
+
+/// Runs `query` over `[start, end]` (s) at a 15 s step: 2 warm-ups, then `runs` timed runs
+/// (until the answer's bytes are in; parsing them is not timed).
+async fn time_query(
+    client: &reqwest::Client,
+    api: &str,
+    query: &str,
+    (start, end): (i64, i64),
+    runs: usize,
+) -> anyhow::Result<Timing> {
+    let mut times = Vec::with_capacity(runs);
+    let mut opened = None;
+    let mut answer = Answer::default();
+    for run in 0..WARMUP_RUNS + runs {
+        let started = Instant::now();
+        let resp = client
+            .get(format!("{api}/query_range"))
+            .query(&[
+                ("query", query.to_string()),
+                ("start", start.to_string()),
+                ("end", end.to_string()),
+                ("step", STEP_SECS.to_string()),
+            ])
+            .send()
+            .await
+            .with_context(|| format!("query_range {query} at {api}"))?;
+        let status = resp.status();
+        opened = resp
+            .headers()
+            .get("x-shale-splits-opened")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = resp
+            .bytes()
+            .await
+            .with_context(|| format!("query_range {query} at {api}: reading the answer"))?;
+        let elapsed = started.elapsed();
+        let body: Value = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "query_range {query} at {api}: {status} {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })?;
+        anyhow::ensure!(
+            status.is_success() && body["status"] == "success",
+            "query_range {query} at {api}: {status} {body}"
+        );
+        if run >= WARMUP_RUNS {
+            times.push(elapsed.as_secs_f64() * 1000.0);
+        }
+        answer = Answer::of(&body)?;
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Timing {
+        p50_ms: percentile(&times, 0.5),
+        p99_ms: percentile(&times, 0.99),
+        opened,
+        answer,
+    })
+}
+
+/// The values of an instant query's vector at `time` (s).
+async fn instant(
+    client: &reqwest::Client,
+    api: &str,
+    query: &str,
+    time: i64,
+) -> anyhow::Result<Vec<f64>> {
+    let resp = client
+        .get(format!("{api}/query"))
+        .query(&[("query", query.to_string()), ("time", time.to_string())])
+        .send()
+        .await
+        .with_context(|| format!("query {query} at {api}"))?;
+    let status = resp.status();
+    let body: Value = resp
+        .json()
+        .await
+        .with_context(|| format!("query {query} at {api}: {status}"))?;
+    anyhow::ensure!(
+        status.is_success() && body["status"] == "success",
+        "query {query} at {api}: {status} {body}"
+    );
+    body["data"]["result"]
+        .as_array()
+        .with_context(|| format!("query {query}: no vector in {body}"))?
+        .iter()
+        .map(|s| {
+            s["value"][1]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("query {query}: a sample without a value in {body}"))
+        })
+        .collect()
+}
+
+/// What every system is asked the same way.
+struct Plan {
+    shapes: Vec<Shape>,
+    /// The one-series selector.
+    one: String,
+    /// The 50-series selector of the `max_over_time` shape.
+    fifty: String,
+    /// The range queries' `[start, end]` (s): the last hour of data.
+    window: (i64, i64),
+    runs: usize,
+}
+
+/// The figures of one system (or of Shale in one state).
+#[derive(Clone, Debug, Default)]
+struct Column {
+    /// Samples/s by remote write, until queryable.
+    ingest: Option<f64>,
+    bytes_per_sample: Option<f64>,
+    /// One per shape.
+    timings: Vec<Timing>,
+}
+
+/// Checks that the system at `api` holds every sample: `count_over_time` of the one series,
+/// and `sum(count_over_time(NAME[…]))` of every metric name, summed, at the end of the data
+/// (one name at a time: over several names, `count_over_time` drops the names and leaves
+/// duplicate label sets, which PromQL refuses). Retries for `patience` while they are short.
+/// Prints what it found.
+async fn check_samples(
+    client: &reqwest::Client,
+    api: &str,
+    workload: &Workload,
+    plan: &Plan,
+    patience: Duration,
+) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let time = workload.end_ms / 1000;
+    // Every sample, and 10 minutes more.
+    let range = format!("{}s", (workload.end_ms - workload.start_ms) / 1000 + 600);
+    let one = format!("count_over_time({}[{range}])", plan.one);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let one_count = instant(client, api, &one, time).await?;
+        let one_count = one_count.first().copied().unwrap_or(0.0) as u64;
+        let mut all_count = 0u64;
+        for (name, _) in NAMES {
+            let count = instant(
+                client,
+                api,
+                &format!("sum(count_over_time({name}[{range}]))"),
+                time,
+            )
+            .await?;
+            all_count += count.first().copied().unwrap_or(0.0) as u64;
+        }
+        let ok = one_count == workload.per_series && all_count == workload.samples;
+        if ok || started.elapsed() > patience {
+            println!(
+                "  check: `{one}` = {one_count} (expected {}); `sum(count_over_time(NAME[{range}]))` summed over the 20 names = {all_count} (expected {}){}: {}",
+                workload.per_series,
+                workload.samples,
+                if attempts > 1 {
+                    format!(
+                        " after {attempts} attempts over {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    )
+                } else {
+                    String::new()
+                },
+                if ok { "OK" } else { "MISMATCH: samples missing" },
+            );
+            return Ok(ok);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Counts the series of the 50-series selector (instant query at the end of the window) and
+/// times every shape; prints each.
+async fn measure_queries(
+    client: &reqwest::Client,
+    api: &str,
+    plan: &Plan,
+    label: &str,
+) -> anyhow::Result<Vec<Timing>> {
+    let count = instant(
+        client,
+        api,
+        &format!("count({})", plan.fifty),
+        plan.window.1,
+    )
+    .await?;
+    println!(
+        "  `count({})` = {} series",
+        plan.fifty,
+        count.first().copied().unwrap_or(0.0)
+    );
+    let mut timings = Vec::new();
+    for shape in &plan.shapes {
+        let timing = time_query(client, api, &shape.query, plan.window, plan.runs).await?;
+        println!(
+            "  {label} query_range {}: p50 {:.1} ms, p99 {:.1} ms{} ({} series, {} points)",
+            shape.name,
+            timing.p50_ms,
+            timing.p99_ms,
+            timing
+                .opened
+                .as_ref()
+                .map(|o| format!(", {o} splits opened"))
+                .unwrap_or_default(),
+            timing.answer.series,
+            timing.answer.points,
+        );
+        timings.push(timing);
+    }
+    Ok(timings)
+}
+
+async fn run_prometheus(
+    binary: &Path,
+    client: &reqwest::Client,
+    workload: &Workload,
+    plan: &Plan,
+) -> anyhow::Result<Column> {
+    let prometheus = External::prometheus(binary, client).await?;
+    println!(
+        "Prometheus {} ({}) at {} (load average {}):",
+        prometheus
+            .version(client)
+            .await
+            .unwrap_or_else(|| "(version unknown)".into()),
+        binary.display(),
+        prometheus.base,
+        load_average()
+    );
+    let started = Instant::now();
+    remote_write(
+        client,
+        &format!("{}/api/v1/write", prometheus.base),
+        &workload.bodies,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "Prometheus; its output ends with:\n{}",
+            prometheus.log_tail()
+        )
+    })?;
+    let elapsed = started.elapsed();
+    let rate = workload.samples as f64 / elapsed.as_secs_f64();
+    println!(
+        "  ingest: {} clients, last acknowledgement after {:.2} s: {rate:.0} samples/s",
+        workload.bodies.len(),
+        elapsed.as_secs_f64()
+    );
+    let api = format!("{}/api/v1", prometheus.base);
+    check_samples(client, &api, workload, plan, Duration::ZERO).await?;
+    let bytes = prometheus.prometheus_snapshot_bytes(client).await?;
+    let bytes_per_sample = bytes as f64 / workload.samples as f64;
+    println!(
+        "  storage: the head written as a block (snapshot?skip_head=false): {:.1} MB, {bytes_per_sample:.3} bytes/sample",
+        bytes as f64 / 1e6
+    );
+    let timings = measure_queries(client, &api, plan, "Prometheus").await?;
+    drop(prometheus);
+    Ok(Column {
+        ingest: Some(rate),
+        bytes_per_sample: Some(bytes_per_sample),
+        timings,
+    })
+}
+
+async fn run_victoria_metrics(
+    binary: &Path,
+    client: &reqwest::Client,
+    workload: &Workload,
+    plan: &Plan,
+) -> anyhow::Result<Column> {
+    let vm = External::victoria_metrics(binary, client).await?;
+    println!(
+        "VictoriaMetrics {} ({}, -search.disableCache: no response cache) at {} (load average {}):",
+        vm.version(client)
+            .await
+            .unwrap_or_else(|| "(the binary reports no version)".into()),
+        binary.display(),
+        vm.base,
+        load_average()
+    );
+    let started = Instant::now();
+    remote_write(
+        client,
+        &format!("{}/api/v1/write", vm.base),
+        &workload.bodies,
+    )
+    .await
+    .with_context(|| format!("VictoriaMetrics; its output ends with:\n{}", vm.log_tail()))?;
+    let acked = started.elapsed();
+    vm.force_flush(client).await?;
+    let elapsed = started.elapsed();
+    let rate = workload.samples as f64 / elapsed.as_secs_f64();
+    println!(
+        "  ingest: {} clients, last acknowledgement after {:.2} s, force_flush done after {:.2} s: {rate:.0} samples/s",
+        workload.bodies.len(),
+        acked.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    let api = format!("{}/api/v1", vm.base);
+    check_samples(client, &api, workload, plan, Duration::from_secs(30)).await?;
+    vm.force_flush(client).await?;
+    let (bytes, waited) = vm.settled_size().await?;
+    let bytes_per_sample = bytes as f64 / workload.samples as f64;
+    println!(
+        "  storage: the data directory after force_flush, once its size was unchanged for 5 s (waited {waited:.0} s for background merges): {:.1} MB, {bytes_per_sample:.3} bytes/sample",
+        bytes as f64 / 1e6
+    );
+    let timings = measure_queries(client, &api, plan, "VictoriaMetrics").await?;
+    drop(vm);
+    Ok(Column {
+        ingest: Some(rate),
+        bytes_per_sample: Some(bytes_per_sample),
+        timings,
+    })
+}
+
+/// The published splits of the metrics index.
+async fn published_splits(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Value>> {
+    let resp = client
+        .get(format!(
+            "{base}/api/v1/indexes/{INDEX}/splits?split_states=Published"
+        ))
+        .send()
+        .await
+        .context("listing the published splits")?;
+    let status = resp.status();
+    let body: Value = resp
+        .json()
+        .await
+        .with_context(|| format!("listing the published splits: {status}"))?;
+    Ok(body["splits"]
+        .as_array()
+        .with_context(|| format!("no splits in {body}"))?
+        .clone())
+}
+
+/// The splits of each time bucket (seconds).
+fn splits_per_bucket(splits: &[Value]) -> BTreeMap<i64, Vec<&Value>> {
+    let mut buckets: BTreeMap<i64, Vec<&Value>> = BTreeMap::new();
+    for split in splits {
+        buckets
+            .entry(split["time_bucket_start"].as_i64().unwrap_or(i64::MIN))
+            .or_default()
+            .push(split);
+    }
+    buckets
+}
+
+fn sum_field(splits: &[Value], field: &str) -> u64 {
+    splits.iter().filter_map(|s| s[field].as_u64()).sum()
+}
+
+/// Shale's merge of one bucket's splits vs the plain read-sort-write.
+struct MergeBench {
+    bucket_start: i64,
+    splits: usize,
+    samples: u64,
+    input_bytes: u64,
+    merge: Duration,
+    merge_outputs: usize,
+    merge_bytes: u64,
+    plain: Duration,
+    plain_bytes: u64,
+}
+
+/// Takes the bucket of `published` with the most samples (then splits), reads its Parquet
+/// objects from `data_dir` (oldest split first) and times both merges, best of 3 each.
+fn merge_bench(data_dir: &Path, published: &[Value]) -> anyhow::Result<MergeBench> {
+    let mut buckets: BTreeMap<i64, Vec<(String, u64)>> = BTreeMap::new();
+    for split in published {
+        let bucket = split["time_bucket_start"]
+            .as_i64()
+            .with_context(|| format!("a split without time_bucket_start: {split}"))?;
+        let id = split["split_id"]
+            .as_str()
+            .with_context(|| format!("a split without split_id: {split}"))?;
+        buckets
+            .entry(bucket)
+            .or_default()
+            .push((id.to_string(), split["num_docs"].as_u64().unwrap_or(0)));
+    }
+    let (bucket_start, mut splits) = buckets
+        .into_iter()
+        .max_by_key(|(_, splits)| {
+            (
+                splits.iter().map(|(_, docs)| docs).sum::<u64>(),
+                splits.len(),
+            )
+        })
+        .context("no published split")?;
+    splits.sort();
+    let samples: u64 = splits.iter().map(|(_, docs)| docs).sum();
+    let dir = data_dir.join("indexes").join(INDEX);
+    let inputs: Vec<Bytes> = splits
+        .iter()
+        .map(|(id, _)| {
+            let path = dir.join(format!("{id}.parquet"));
+            std::fs::read(&path)
+                .map(Bytes::from)
+                .with_context(|| format!("reading {}", path.display()))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let input_bytes = inputs.iter().map(|b| b.len() as u64).sum();
+    let sort_labels: Vec<String> = vec!["job".into(), "instance".into()];
+    let cut = shale_metrics::MergeCut {
+        target_bytes: Some(256 << 20),
+        fixed_ranges: vec![],
+        locality: true,
+        plain_level: 0,
+    };
+    let mut merge = Duration::MAX;
+    let mut plain = Duration::MAX;
+    let (mut merge_outputs, mut merge_bytes, mut plain_bytes) = (0, 0, 0);
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (outputs, stats) = shale_metrics::merge_splits(&inputs, &sort_labels, &cut, &[])?;
+        merge = merge.min(started.elapsed());
+        anyhow::ensure!(
+            stats.samples_in == samples && stats.samples_out + stats.duplicates == samples,
+            "merge_splits: {stats:?} of {samples} samples"
+        );
+        merge_outputs = outputs.len();
+        merge_bytes = outputs.iter().map(|o| o.bytes.len() as u64).sum();
+
+        let started = Instant::now();
+        let (file, summary) = shale_metrics::merge::read_sort_write(&inputs, &sort_labels)?;
+        plain = plain.min(started.elapsed());
+        anyhow::ensure!(
+            summary.num_samples == stats.samples_out,
+            "read_sort_write wrote {} samples, merge_splits {}",
+            summary.num_samples,
+            stats.samples_out
+        );
+        plain_bytes = file.len() as u64;
+    }
+    Ok(MergeBench {
+        bucket_start,
+        splits: splits.len(),
+        samples,
+        input_bytes,
+        merge,
+        merge_outputs,
+        merge_bytes,
+        plain,
+        plain_bytes,
+    })
+}
+
+/// Shale's figures: before compaction (with the ingest), the merge, after compaction.
+struct ShaleRun {
+    before: Column,
+    after: Column,
+    merge: MergeBench,
+}
+
+async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun> {
+    let dir = tempfile::tempdir().context("creating Shale's data dir")?;
+    let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
+    config.compaction.enabled = false;
+    let (node, base, client) = start_node(config).await?;
+    println!(
+        "Shale (in process, embedded defaults: SQLite, local FS; compaction off) at {base} (load average {}):",
+        load_average()
+    );
+    let api = format!("{base}/prometheus/api/v1");
+    let url = format!("{api}/write");
+    let started = Instant::now();
+    remote_write(&client, &url, &workload.bodies).await?;
     let acked = started.elapsed();
     let resp = client
         .post(format!("{url}?commit=force"))
         .header("Content-Encoding", "snappy")
         .body(encode_remote_write(&WriteRequest::default()))
         .send()
-        .await?;
+        .await
+        .context("the final commit=force")?;
     anyhow::ensure!(
         resp.status().as_u16() == 204,
-        "final commit: {}",
-        resp.status()
+        "final commit: {} {}",
+        resp.status(),
+        resp.text().await.unwrap_or_default()
     );
     // Wait until every acknowledged sample is in a published split.
     let published = loop {
-        let splits: Value = client
-            .get(format!(
-                "{base}/api/v1/indexes/otel-metrics-v0_9/splits?split_states=Published"
-            ))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let list = splits["splits"].as_array().context("splits")?.clone();
-        let stored: u64 = list.iter().filter_map(|s| s["num_docs"].as_u64()).sum();
-        if stored >= samples || started.elapsed() > Duration::from_secs(3600) {
-            break list;
+        let splits = published_splits(&client, &base).await?;
+        let stored = sum_field(&splits, "num_docs");
+        if stored >= workload.samples {
+            break splits;
         }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(3600),
+            "after an hour, {stored} of {} samples published",
+            workload.samples
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let elapsed = started.elapsed();
-    let stored: u64 = published
-        .iter()
-        .filter_map(|s| s["num_docs"].as_u64())
-        .sum();
-    let bytes: u64 = published
-        .iter()
-        .filter_map(|s| s["size_bytes"].as_u64())
-        .sum();
-    let rate = samples as f64 / elapsed.as_secs_f64();
+    let rate = workload.samples as f64 / elapsed.as_secs_f64();
     println!(
-        "end to end (remote write → WAL → Parquet splits, {} clients): acknowledged in {:.2} s, published in {:.2} s: {:.0} samples/s ({:.2}x the baseline's time)",
-        args.clients,
+        "  ingest: {} clients, acknowledged after {:.2} s, every sample published after {:.2} s: {rate:.0} samples/s",
+        workload.bodies.len(),
         acked.as_secs_f64(),
         elapsed.as_secs_f64(),
-        rate,
-        elapsed.as_secs_f64() / raw_time.as_secs_f64(),
+    );
+    let stored = sum_field(&published, "num_docs");
+    let bytes = sum_field(&published, "size_bytes");
+    let buckets: std::collections::BTreeSet<i64> = published
+        .iter()
+        .filter_map(|s| s["time_bucket_start"].as_i64())
+        .collect();
+    println!(
+        "  storage before compaction: {} published splits over {} buckets, num_docs sum {stored} (expected {}{}), {:.1} MB: {:.3} bytes/sample",
+        published.len(),
+        buckets.len(),
+        workload.samples,
+        if stored == workload.samples { ", OK" } else { ", MISMATCH" },
+        bytes as f64 / 1e6,
+        bytes as f64 / stored.max(1) as f64
+    );
+    check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
+    let timings = measure_queries(&client, &api, plan, "Shale before compaction").await?;
+    let before = Column {
+        ingest: Some(rate),
+        bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
+        timings,
+    };
+    node.shutdown().await;
+    node.release_data_dir();
+
+    let data_dir = dir.path().to_path_buf();
+    let published_before = published.clone();
+    let merge = tokio::task::spawn_blocking(move || merge_bench(&data_dir, &published))
+        .await
+        .context("the merge benchmark panicked")??;
+    let per_sec = |d: Duration| merge.samples as f64 / d.as_secs_f64();
+    println!(
+        "Shale's metrics merge, in process, of the {} published splits of bucket {} ({} samples, {:.1} MB), best of 3:",
+        merge.splits,
+        time::OffsetDateTime::from_unix_timestamp(merge.bucket_start)
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| merge.bucket_start.to_string()),
+        merge.samples,
+        merge.input_bytes as f64 / 1e6
     );
     println!(
-        "storage: {} splits, {stored} samples, {:.1} MB: {:.2} bytes/sample ({:.2}x the baseline's one split per bucket; 16 bytes/sample as raw timestamp + value)",
-        published.len(),
-        bytes as f64 / 1e6,
-        bytes as f64 / stored.max(1) as f64,
-        bytes as f64 / raw_bytes.max(1) as f64,
+        "  merge_splits (k-way, locality cut at 256 MiB): {:.3} s, {:.0} samples/s, {} output(s), {:.1} MB",
+        merge.merge.as_secs_f64(),
+        per_sec(merge.merge),
+        merge.merge_outputs,
+        merge.merge_bytes as f64 / 1e6
     );
-    anyhow::ensure!(stored == samples, "{stored} samples stored of {samples}");
+    println!(
+        "  read_sort_write (decode all, sort, write; the parquet crate): {:.3} s, {:.0} samples/s, {:.1} MB",
+        merge.plain.as_secs_f64(),
+        per_sec(merge.plain),
+        merge.plain_bytes as f64 / 1e6
+    );
+    println!(
+        "  merge_splits / read_sort_write: {:.2}x the throughput",
+        merge.plain.as_secs_f64() / merge.merge.as_secs_f64()
+    );
 
-    for query in [
-        "rate(node_cpu_seconds_total{instance=\"host-0042:9100\"}[5m])",
-        "sum by (mode) (rate(node_cpu_seconds_total[5m]))",
-    ] {
-        let mut times = Vec::new();
-        let mut opened = String::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            let resp = client
-                .get(format!("{base}/prometheus/api/v1/query_range"))
-                .query(&[
-                    ("query", query.to_string()),
-                    ("start", format!("{}", start_ms / 1000 + 600)),
-                    ("end", format!("{}", now / 1000)),
-                    ("step", "60".to_string()),
-                ])
-                .send()
-                .await?;
-            opened = resp
-                .headers()
-                .get("x-shale-splits-opened")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("?")
-                .to_string();
-            let body: Value = resp.json().await?;
-            anyhow::ensure!(body["status"] == "success", "{query}: {body}");
-            times.push(t.elapsed().as_secs_f64() * 1000.0);
+    let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
+    config.compaction.enabled = true;
+    config.compaction.planner_interval_secs = 1;
+    let started = Instant::now();
+    let (node, base, client) = start_node(config).await?;
+    println!(
+        "Shale restarted on the same data dir with compaction on (planner every 1 s) at {base} (load average {}):",
+        load_average()
+    );
+    let api = format!("{base}/prometheus/api/v1");
+    // Every bucket compacted: all its splits level 1 — or a single level-0 split, which the
+    // locality policy leaves as it is (a merge needs two inputs; the split is sorted already).
+    let level = |split: &Value| split["key_level"].as_u64().unwrap_or(0);
+    let before_per_bucket = splits_per_bucket(&published_before);
+    let compacted = loop {
+        let splits = published_splits(&client, &base).await?;
+        let buckets = splits_per_bucket(&splits);
+        let pending: Vec<i64> = buckets
+            .iter()
+            .filter(|(_, members)| {
+                members.len() > 1 && members.iter().any(|split| level(split) != 1)
+            })
+            .map(|(bucket, _)| *bucket)
+            .collect();
+        let stored = sum_field(&splits, "num_docs");
+        if pending.is_empty() && !splits.is_empty() && stored == workload.samples {
+            break splits;
         }
-        times.sort_by(f64::total_cmp);
+        if started.elapsed() > COMPACTION_TIMEOUT {
+            node.shutdown().await;
+            node.release_data_dir();
+            anyhow::bail!(
+                "Shale's compaction did not finish in {} s: {} of {} buckets still have several splits not all level 1 ({} splits published, {stored} of {} samples)",
+                COMPACTION_TIMEOUT.as_secs(),
+                pending.len(),
+                buckets.len(),
+                splits.len(),
+                workload.samples
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let stored = sum_field(&compacted, "num_docs");
+    let bytes = sum_field(&compacted, "size_bytes");
+    let after_per_bucket = splits_per_bucket(&compacted);
+    let lone = after_per_bucket
+        .values()
+        .filter(|members| members.len() == 1 && level(members[0]) != 1)
+        .count();
+    println!(
+        "  compaction: done after {:.1} s (node start included): {} buckets, {} splits before -> {} after; {} of {} splits level 1{}",
+        started.elapsed().as_secs_f64(),
+        after_per_bucket.len(),
+        before_per_bucket.values().map(Vec::len).sum::<usize>(),
+        compacted.len(),
+        compacted.iter().filter(|split| level(split) == 1).count(),
+        compacted.len(),
+        if lone > 0 {
+            format!(
+                "; {lone} bucket(s) held a single level-0 split, which the locality policy never merges (it needs two inputs), so it stays level 0"
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  storage after compaction: {} published splits, num_docs sum {stored} (expected {}{}), {:.1} MB: {:.3} bytes/sample",
+        compacted.len(),
+        workload.samples,
+        if stored == workload.samples { ", OK" } else { ", MISMATCH" },
+        bytes as f64 / 1e6,
+        bytes as f64 / stored.max(1) as f64
+    );
+    check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
+    let timings = measure_queries(&client, &api, plan, "Shale after compaction").await?;
+    node.shutdown().await;
+    node.release_data_dir();
+    Ok(ShaleRun {
+        before,
+        after: Column {
+            ingest: None,
+            bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
+            timings,
+        },
+        merge,
+    })
+}
+
+fn cell(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+fn ratio(shale: Option<f64>, other: Option<f64>) -> Option<f64> {
+    match (shale, other) {
+        (Some(s), Some(o)) if o > 0.0 => Some(s / o),
+        _ => None,
+    }
+}
+
+/// `PASS`/`MISS` of `shale / other` against `limit` (`at_least`: the ratio must reach it).
+fn target(shale: Option<f64>, other: Option<f64>, limit: f64, at_least: bool) -> String {
+    match ratio(shale, other) {
+        Some(r) => {
+            let pass = if at_least { r >= limit } else { r <= limit };
+            format!("{r:.2}x {}", if pass { "PASS" } else { "MISS" })
+        }
+        None => "— (not measured)".to_string(),
+    }
+}
+
+fn print_summary(
+    plan: &Plan,
+    shale: &ShaleRun,
+    prometheus: Option<&Column>,
+    vm: Option<&Column>,
+    baseline_rate: f64,
+) {
+    let empty = Column::default();
+    let (prom, vmc) = (prometheus.unwrap_or(&empty), vm.unwrap_or(&empty));
+    let (before, after) = (&shale.before, &shale.after);
+    println!();
+    println!(
+        "{:<38} {:>13} {:>13} {:>13} {:>13} {:>11} {:>11}",
+        "figure", "Shale before", "Shale after", "Prometheus", "Victoria", "Shale/Prom", "Shale/VM"
+    );
+    let row = |label: &str, cols: [Option<f64>; 4], decimals: usize, shale: Option<f64>| {
         println!(
-            "query_range over {} h, step 60 s: `{query}`: median {:.0} ms, {opened} splits opened",
-            args.hours,
-            times[times.len() / 2]
+            "{label:<38} {:>13} {:>13} {:>13} {:>13} {:>11} {:>11}",
+            cell(cols[0], decimals),
+            cell(cols[1], decimals),
+            cell(cols[2], decimals),
+            cell(cols[3], decimals),
+            cell(ratio(shale, cols[2]), 2),
+            cell(ratio(shale, cols[3]), 2),
+        );
+    };
+    row(
+        "ingest, samples/s (higher is better)",
+        [before.ingest, after.ingest, prom.ingest, vmc.ingest],
+        0,
+        before.ingest,
+    );
+    row(
+        "bytes/sample on storage",
+        [
+            before.bytes_per_sample,
+            after.bytes_per_sample,
+            prom.bytes_per_sample,
+            vmc.bytes_per_sample,
+        ],
+        3,
+        after.bytes_per_sample,
+    );
+    let timing = |c: &Column, i: usize| c.timings.get(i).cloned();
+    for (i, shape) in plan.shapes.iter().enumerate() {
+        for (what, pick) in [
+            ("p50 ms", (|t: Timing| t.p50_ms) as fn(Timing) -> f64),
+            ("p99 ms", |t: Timing| t.p99_ms),
+        ] {
+            let cols = [before, after, prom, vmc].map(|c| timing(c, i).map(pick));
+            row(&format!("{} {what}", shape.name), cols, 1, cols[1]);
+        }
+        println!(
+            "{:<38} {:>13} {:>13}",
+            format!("{} splits opened", shape.name),
+            timing(before, i)
+                .and_then(|t| t.opened)
+                .unwrap_or_else(|| "?".into()),
+            timing(after, i)
+                .and_then(|t| t.opened)
+                .unwrap_or_else(|| "?".into()),
         );
     }
-    node.shutdown().await;
+    println!(
+        "(ratios: Shale's ingest (compaction off) and Shale after compaction for storage and queries; Shale's ingest is {:.2}x the in-process Parquet baseline)",
+        before.ingest.unwrap_or(0.0) / baseline_rate
+    );
+    let merge = &shale.merge;
+    println!(
+        "Shale merge throughput: merge_splits {:.0} samples/s vs read_sort_write {:.0} samples/s: {:.2}x",
+        merge.samples as f64 / merge.merge.as_secs_f64(),
+        merge.samples as f64 / merge.plain.as_secs_f64(),
+        merge.plain.as_secs_f64() / merge.merge.as_secs_f64()
+    );
+
+    println!();
+    println!("targets (Shale ÷ Prometheus | stretch: Shale ÷ VictoriaMetrics):");
+    let p50 = |c: &Column, i: usize| timing(c, i).map(|t| t.p50_ms);
+    let lines = [
+        (
+            "ingest ≥ 1.0x",
+            before.ingest,
+            prom.ingest,
+            vmc.ingest,
+            1.0,
+            true,
+        ),
+        (
+            "bytes/sample after compaction ≤ 1.0x",
+            after.bytes_per_sample,
+            prom.bytes_per_sample,
+            vmc.bytes_per_sample,
+            1.0,
+            false,
+        ),
+        (
+            "one-series p50 ≤ 2.0x",
+            p50(after, 0),
+            p50(prom, 0),
+            p50(vmc, 0),
+            2.0,
+            false,
+        ),
+        (
+            "sum-by-rate p50 ≤ 1.0x",
+            p50(after, 1),
+            p50(prom, 1),
+            p50(vmc, 1),
+            1.0,
+            false,
+        ),
+    ];
+    for (label, shale_value, prom_value, vm_value, limit, at_least) in lines {
+        println!(
+            "  {label:<38} Prometheus: {:<18} VictoriaMetrics: {}",
+            target(shale_value, prom_value, limit, at_least),
+            target(shale_value, vm_value, limit, at_least),
+        );
+    }
+    let before_one = ratio(p50(before, 0), p50(prom, 0));
+    let before_sum = ratio(p50(before, 1), p50(prom, 1));
+    println!(
+        "  (before compaction: one-series p50 {}x, sum-by-rate p50 {}x Prometheus's)",
+        cell(before_one, 2),
+        cell(before_sum, 2)
+    );
+
+    println!();
+    if prometheus.is_some() {
+        for (i, shape) in plan.shapes.iter().enumerate() {
+            let reference = timing(prom, i).map(|t| t.answer);
+            for (state, column) in [("before", before), ("after", after)] {
+                if let (Some(ours), Some(theirs)) = (timing(column, i).map(|t| t.answer), reference)
+                {
+                    println!(
+                        "answers: {} Shale {state} compaction {} Prometheus ({} / {} series, {} / {} points, value sums {} / {})",
+                        shape.name,
+                        if ours.same_as(&theirs) { "=" } else { "DIFFERS FROM" },
+                        ours.series,
+                        theirs.series,
+                        ours.points,
+                        theirs.points,
+                        ours.sum,
+                        theirs.sum
+                    );
+                }
+            }
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.series > 0 && args.interval_secs > 0 && args.hours > 0.0);
+    let now_s = time::OffsetDateTime::now_utc().unix_timestamp();
+    // The data ends 20 minutes before now: every 15-minute bucket is closed.
+    let end_ms = (now_s - 20 * 60) * 1000;
+    let span_ms = (args.hours * 3_600_000.0) as i64;
+    let start_ms = end_ms - span_ms;
+    eprintln!(
+        "generating {} series x {} s x {} h…",
+        args.series, args.interval_secs, args.hours
+    );
+    let workload = workload(&args, start_ms, end_ms);
+    let body_bytes: usize = workload.bodies.iter().flatten().map(Bytes::len).sum();
+    let requests: usize = workload.bodies.iter().map(Vec::len).sum();
+    let at = |ms: i64| {
+        time::OffsetDateTime::from_unix_timestamp(ms / 1000)
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| ms.to_string())
+    };
+    println!(
+        "workload: {} series, one sample every {} s for {} h ({} .. {}, ending 20 min before now): {} samples ({} per series) in {requests} remote-write requests of {} samples over {} clients (series i to client i % {}), {:.1} MB snappy, {:.2} bytes/sample on the wire",
+        args.series,
+        args.interval_secs,
+        args.hours,
+        at(start_ms),
+        at(end_ms),
+        workload.samples,
+        workload.per_series,
+        args.samples_per_request,
+        workload.bodies.len(),
+        workload.bodies.len(),
+        body_bytes as f64 / 1e6,
+        body_bytes as f64 / workload.samples as f64,
+    );
+
+    let (raw_time, raw_bytes) = raw_parquet(&workload.bodies)?;
+    let baseline_rate = workload.samples as f64 / raw_time.as_secs_f64();
+    println!(
+        "baseline (decode + Parquet splits in process, 1 thread): {:.2} s, {baseline_rate:.0} samples/s, {:.3} bytes/sample (load average {})",
+        raw_time.as_secs_f64(),
+        raw_bytes as f64 / workload.samples as f64,
+        load_average()
+    );
+
+    let hosts = args.series.div_ceil(100);
+    let one_host = 42.min((args.series - 1) / 100);
+    let one = format!(
+        "node_cpu_seconds_total{{instance=\"host-{one_host:04}:9100\",mode=\"idle\",device=\"d0\"}}"
+    );
+    let fifty =
+        "node_memory_MemAvailable_bytes{mode=\"idle\",instance=~\"host-00[0-4][0-9]:9100\"}"
+            .to_string();
+    let end_s = end_ms / 1000;
+    let counters: Vec<&str> = NAMES
+        .iter()
+        .filter(|(_, counter)| *counter)
+        .map(|(name, _)| *name)
+        .collect();
+    let sum_of_rates = counters
+        .iter()
+        .map(|name| format!("sum by (instance) (rate({name}[5m]))"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let counter_series = (0..args.series)
+        .filter(|i| NAMES[i % 100 % NAMES.len()].1)
+        .count();
+    let plan = Plan {
+        shapes: vec![
+            Shape {
+                name: "one series",
+                query: one.clone(),
+            },
+            Shape {
+                name: "sum by rate, every counter",
+                query: sum_of_rates.clone(),
+            },
+            Shape {
+                name: "max_over_time, 50 series",
+                query: format!("max_over_time({fifty}[5m])"),
+            },
+        ],
+        one,
+        fifty,
+        window: (end_s - (span_ms / 1000).min(3600), end_s),
+        runs: args.query_runs.max(1),
+    };
+    println!(
+        "queries: query_range over the last hour of data ({} .. {}) at a {STEP_SECS} s step, {WARMUP_RUNS} warm-up runs then {} timed runs, p50 and p99:",
+        at(plan.window.0 * 1000),
+        at(plan.window.1 * 1000),
+        plan.runs
+    );
+    println!(
+        "  one series: `{}` (host {one_host}'s first series: each host has each (name, mode) once, device always d0)",
+        plan.shapes[0].query
+    );
+    println!(
+        "  sum by rate, every counter: `{}` — one `sum by (instance) (rate(NAME[5m]))` per counter name, added: {} counter series of the {} ({} hosts). A single `rate` over several names of this generator (`{{__name__=~\".+_total\"}}`, `{{job=\"node\"}}`) is refused by Prometheus 2.42 and Shale alike (\"vector cannot contain metrics with the same labelset\": without their names, a host's series differ only by name), so the rate is taken per name; the {} gauges are not rated",
+        plan.shapes[1].query,
+        counter_series,
+        args.series,
+        hosts,
+        args.series - counter_series
+    );
+    println!(
+        "  max_over_time, 50 series: `{}` — one gauge over hosts 0..49 (one series per host with mode=\"idle\"); the count is checked on each system below",
+        plan.shapes[2].query
+    );
+
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .context("building the HTTP client")?;
+    let mut prometheus = None;
+    if args.skip_prometheus {
+        println!("Prometheus: skipped (--skip-prometheus)");
+    } else if let Some(binary) = find_on_path("prometheus") {
+        match run_prometheus(&binary, &client, &workload, &plan).await {
+            Ok(column) => prometheus = Some(column),
+            Err(err) => println!("Prometheus: FAILED, left out: {err:#}"),
+        }
+    } else {
+        println!("Prometheus: skipped (no `prometheus` on PATH)");
+    }
+    let mut vm = None;
+    if args.skip_victoria_metrics {
+        println!("VictoriaMetrics: skipped (--skip-victoria-metrics)");
+    } else if let Some(binary) = find_on_path("victoria-metrics") {
+        match run_victoria_metrics(&binary, &client, &workload, &plan).await {
+            Ok(column) => vm = Some(column),
+            Err(err) => println!("VictoriaMetrics: FAILED, left out: {err:#}"),
+        }
+    } else {
+        println!("VictoriaMetrics: skipped (no `victoria-metrics` on PATH)");
+    }
+
+    let shale = run_shale(&workload, &plan).await?;
+    print_summary(
+        &plan,
+        &shale,
+        prometheus.as_ref(),
+        vm.as_ref(),
+        baseline_rate,
+    );
     Ok(())
 }
