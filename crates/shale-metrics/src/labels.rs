@@ -1,7 +1,8 @@
 //! Series and samples: a series is identified by its labels (`__name__` included), kept
 //! sorted by name; its id is a SipHash of them, the same on every node and version.
 
-use std::hash::Hasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use siphasher::sip::SipHasher13;
@@ -15,8 +16,71 @@ pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
 
 /// The labels of a series: unique names, sorted, none with an empty value (Prometheus treats
 /// an empty value as an absent label).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Labels(Vec<(String, String)>);
+///
+/// Shared and hashed once: a clone is a reference count, hashing writes the precomputed
+/// [`Labels::series_id`], equality first compares pointers — a query evaluator keys its maps
+/// by label sets at every step, and these make that cheap.
+#[derive(Clone)]
+pub struct Labels {
+    pairs: Arc<[(String, String)]>,
+    hash: u64,
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Labels::from_sorted(Vec::new())
+    }
+}
+
+impl PartialEq for Labels {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.pairs, &other.pairs)
+            || (self.hash == other.hash && self.pairs == other.pairs)
+    }
+}
+
+impl Eq for Labels {}
+
+impl Hash for Labels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for Labels {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Labels {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.pairs, &other.pairs) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.pairs.cmp(&other.pairs)
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Labels").field(&&*self.pairs).finish()
+    }
+}
+
+impl Serialize for Labels {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.pairs.as_ref().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Labels::new(Vec::<(String, String)>::deserialize(
+            deserializer,
+        )?))
+    }
+}
 
 impl Labels {
     /// The labels of `pairs`, sorted; of two pairs with one name the last is kept; pairs with
@@ -33,15 +97,24 @@ impl Labels {
             }
         }
         out.retain(|(_, value)| !value.is_empty());
-        Labels(out)
+        Labels::from_sorted(out)
+    }
+
+    /// Labels from pairs already sorted, unique and without empty values.
+    fn from_sorted(pairs: Vec<(String, String)>) -> Labels {
+        let hash = series_id_of(&pairs);
+        Labels {
+            pairs: pairs.into(),
+            hash,
+        }
     }
 
     /// The value of label `name`, if the series has it.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
+        self.pairs
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()
-            .map(|i| self.0[i].1.as_str())
+            .map(|i| self.pairs[i].1.as_str())
     }
 
     /// The metric name (`__name__`), empty when the series has none.
@@ -51,43 +124,51 @@ impl Labels {
 
     /// The pairs, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+        self.pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()))
     }
 
     /// The number of labels.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.pairs.len()
     }
 
     /// Whether the series has no label.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.pairs.is_empty()
     }
 
     /// The series id: a SipHash-1-3 (fixed keys) of the sorted pairs. Two series with equal
     /// labels have equal ids everywhere; ids of different series collide with probability
     /// 2⁻⁶⁴ per pair, and readers group samples by labels, not by id.
     pub fn series_id(&self) -> u64 {
-        let mut hasher = SipHasher13::new_with_keys(0x5348_414c_455f_4d45, 0x5452_4943_535f_4944);
-        for (name, value) in &self.0 {
-            hasher.write(name.as_bytes());
-            hasher.write_u8(0xFF);
-            hasher.write(value.as_bytes());
-            hasher.write_u8(0xFF);
-        }
-        hasher.finish()
+        self.hash
     }
 
     /// The labels but `__name__` (what a function like `rate` returns).
     pub fn without_name(&self) -> Labels {
-        Labels(
-            self.0
+        if self.get(METRIC_NAME_LABEL).is_none() {
+            return self.clone();
+        }
+        Labels::from_sorted(
+            self.pairs
                 .iter()
                 .filter(|(n, _)| n != METRIC_NAME_LABEL)
                 .cloned()
                 .collect(),
         )
     }
+}
+
+/// The SipHash-1-3 (fixed keys) of sorted pairs: [`Labels::series_id`].
+fn series_id_of(pairs: &[(String, String)]) -> u64 {
+    let mut hasher = SipHasher13::new_with_keys(0x5348_414c_455f_4d45, 0x5452_4943_535f_4944);
+    for (name, value) in pairs {
+        hasher.write(name.as_bytes());
+        hasher.write_u8(0xFF);
+        hasher.write(value.as_bytes());
+        hasher.write_u8(0xFF);
+    }
+    hasher.finish()
 }
 
 /// One sample: milliseconds since the Unix epoch and a value (bit-exact, NaNs included).

@@ -20,7 +20,9 @@ pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BIT
 pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use prune::split_may_hold;
-pub use reader::{label_names_from_footer, read_split, read_split_with, ReadStats, SplitRead};
+pub use reader::{
+    label_names_from_footer, read_split, read_split_cached, read_split_with, ReadStats, SplitRead,
+};
 pub use selector::{apply_deletes, parse_selector, SeriesDelete};
 pub use split::{
     bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,

@@ -1,20 +1,25 @@
 //! Reads the series of a metrics split that a selector matches within a time range. Before
 //! decoding anything it rules out row groups: by the statistics of `__timestamp__`, by the
 //! statistics of every label an `=` matcher requires, and by the bloom filters of
-//! `__name__` and the sort labels. A matcher on a label the split has no column for is
-//! decided for the whole split.
+//! `__name__` and the sort labels; then, within the row groups left, pages by the page index
+//! of the same columns. A matcher on a label the split has no column for is decided for the
+//! whole split. Parsed footers are cached by split id.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{LazyLock, Mutex};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type};
 use arrow_array::{Array, DictionaryArray, RecordBatch};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::file::metadata::ParquetMetaData;
-use parquet::file::properties::ReaderProperties;
-use parquet::file::reader::{FileReader, SerializedFileReader};
-use parquet::file::serialized_reader::ReadOptionsBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
+};
+use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::statistics::Statistics;
 
 use crate::split::{FORMAT_VERSION, VERSION_KEY};
@@ -65,10 +70,55 @@ pub fn read_split_with(
     end_ms: i64,
     prune_row_groups: bool,
 ) -> Result<SplitRead, MetricsError> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())?;
-    let metadata = builder.metadata().clone();
-    check_version(&metadata)?;
-    let schema = builder.schema().clone();
+    read_split_cached(None, bytes, matchers, start_ms, end_ms, prune_row_groups)
+}
+
+/// Parsed footers (page index included) of the splits read before, by split id: a split
+/// never changes, so a query parses each footer once per node.
+static FOOTERS: LazyLock<Mutex<HashMap<String, ArrowReaderMetadata>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Most footers kept (a footer with its page index is some tens of KiB).
+const MAX_FOOTERS: usize = 2048;
+
+/// The parsed footer of the split `bytes`, from the cache when `key` names a split read
+/// before.
+fn reader_metadata(key: Option<&str>, bytes: &Bytes) -> Result<ArrowReaderMetadata, MetricsError> {
+    if let Some(key) = key {
+        let footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(metadata) = footers.get(key) {
+            return Ok(metadata.clone());
+        }
+    }
+    let metadata = ArrowReaderMetadata::load(
+        bytes,
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+    )?;
+    check_version(metadata.metadata())?;
+    if let Some(key) = key {
+        let mut footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+        if footers.len() >= MAX_FOOTERS {
+            footers.clear();
+        }
+        footers.insert(key.to_string(), metadata.clone());
+    }
+    Ok(metadata)
+}
+
+/// [`read_split_with`], the split's parsed footer cached under `key` (its split id): rows are
+/// also ruled out page by page, by the page index of the `=` matchers' columns and of the
+/// timestamps.
+pub fn read_split_cached(
+    key: Option<&str>,
+    bytes: Bytes,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+    prune_row_groups: bool,
+) -> Result<SplitRead, MetricsError> {
+    let reader_metadata = reader_metadata(key, &bytes)?;
+    let metadata = reader_metadata.metadata().clone();
+    let schema = reader_metadata.schema().clone();
     let mut read = SplitRead {
         stats: ReadStats {
             row_groups: metadata.num_row_groups(),
@@ -127,14 +177,44 @@ pub fn read_split_with(
         }
     }
     if prune_row_groups && !candidates.is_empty() && !required.is_empty() {
-        candidates = filter_by_bloom(bytes, &candidates, &required)?;
+        candidates = filter_by_bloom(&bytes, &metadata, &candidates, &required)?;
+    }
+    // Within the row groups left, the pages whose statistics may hold the rows.
+    let mut selection: Vec<RowSelector> = Vec::new();
+    if prune_row_groups {
+        let mut kept_groups = Vec::with_capacity(candidates.len());
+        for &i in &candidates {
+            let rows = page_rows(&metadata, i, timestamp_column, &required, start_ms, end_ms);
+            if rows.is_empty() {
+                continue;
+            }
+            kept_groups.push(i);
+            let total = usize::try_from(metadata.row_group(i).num_rows()).unwrap_or(0);
+            let mut at = 0;
+            for range in rows {
+                if range.start > at {
+                    selection.push(RowSelector::skip(range.start - at));
+                }
+                selection.push(RowSelector::select(range.end - range.start));
+                at = range.end;
+            }
+            if total > at {
+                selection.push(RowSelector::skip(total - at));
+            }
+        }
+        candidates = kept_groups;
     }
     read.stats.row_groups_read = candidates.len();
     if candidates.is_empty() {
         return Ok(read);
     }
 
-    let reader = builder.with_row_groups(candidates).build()?;
+    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, reader_metadata)
+        .with_row_groups(candidates);
+    if prune_row_groups {
+        builder = builder.with_row_selection(RowSelection::from(selection));
+    }
+    let reader = builder.build()?;
     let mut series = SeriesMap::default();
     for batch in reader {
         let batch = batch?;
@@ -153,6 +233,94 @@ pub fn read_split_with(
     read.stats.samples = out.iter().map(|s| s.samples.len() as u64).sum();
     read.series = out;
     Ok(read)
+}
+
+/// The rows of row group `group` (sorted, disjoint ranges) whose pages may hold a row every
+/// required value and the time window accept, by the page index; all rows without one.
+fn page_rows(
+    metadata: &ParquetMetaData,
+    group: usize,
+    timestamp_column: usize,
+    required: &[(usize, &str)],
+    start_ms: i64,
+    end_ms: i64,
+) -> Vec<Range<usize>> {
+    let total = usize::try_from(metadata.row_group(group).num_rows()).unwrap_or(0);
+    let all = vec![0..total];
+    let (Some(column_index), Some(offset_index)) =
+        (metadata.column_index(), metadata.offset_index())
+    else {
+        return all;
+    };
+    let (Some(columns), Some(offsets)) = (column_index.get(group), offset_index.get(group)) else {
+        return all;
+    };
+    // The row ranges of the pages of `column` for which `keep(page)` holds.
+    let pages_of = |column: usize, keep: &dyn Fn(&ColumnIndexMetaData, usize) -> bool| {
+        let (Some(index), Some(offsets)) = (columns.get(column), offsets.get(column)) else {
+            return vec![0..total];
+        };
+        let locations = offsets.page_locations();
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for (page, location) in locations.iter().enumerate() {
+            if !keep(index, page) {
+                continue;
+            }
+            let first = usize::try_from(location.first_row_index).unwrap_or(0);
+            let end = locations
+                .get(page + 1)
+                .and_then(|next| usize::try_from(next.first_row_index).ok())
+                .unwrap_or(total);
+            match out.last_mut() {
+                Some(last) if last.end == first => last.end = end,
+                _ => out.push(first..end),
+            }
+        }
+        out
+    };
+    let mut rows = pages_of(timestamp_column, &|index, page| match index {
+        ColumnIndexMetaData::INT64(index) => match (index.min_value(page), index.max_value(page)) {
+            (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
+            _ => true,
+        },
+        _ => true,
+    });
+    for (column, value) in required {
+        let value = value.as_bytes();
+        let pages = pages_of(*column, &|index, page| match index {
+            ColumnIndexMetaData::BYTE_ARRAY(index) => {
+                match (index.min_value(page), index.max_value(page)) {
+                    (Some(min), Some(max)) => min <= value && value <= max,
+                    _ => true,
+                }
+            }
+            _ => true,
+        });
+        rows = intersect(&rows, &pages);
+        if rows.is_empty() {
+            break;
+        }
+    }
+    rows
+}
+
+/// The intersection of two sorted lists of disjoint ranges.
+fn intersect(a: &[Range<usize>], b: &[Range<usize>]) -> Vec<Range<usize>> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() && j < b.len() {
+        let start = a[i].start.max(b[j].start);
+        let end = a[i].end.min(b[j].end);
+        if start < end {
+            out.push(start..end);
+        }
+        if a[i].end < b[j].end {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 pub(crate) fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsError> {
@@ -174,27 +342,23 @@ pub(crate) fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsErr
 
 /// The row groups of `candidates` whose bloom filters may hold every required value.
 fn filter_by_bloom(
-    bytes: Bytes,
+    bytes: &Bytes,
+    metadata: &ParquetMetaData,
     candidates: &[usize],
     required: &[(usize, &str)],
 ) -> Result<Vec<usize>, MetricsError> {
-    let options = ReadOptionsBuilder::new()
-        .with_reader_properties(
-            ReaderProperties::builder()
-                .set_read_bloom_filter(true)
-                .build(),
-        )
-        .build();
-    let reader = SerializedFileReader::new_with_options(bytes, options)?;
     let mut kept = Vec::with_capacity(candidates.len());
     for &i in candidates {
-        let row_group = reader.get_row_group(i)?;
-        let may_hold = required.iter().all(|(column, value)| {
-            match row_group.get_column_bloom_filter(*column) {
-                Some(filter) => filter.check(value.as_bytes()),
-                None => true,
+        let row_group = metadata.row_group(i);
+        let mut may_hold = true;
+        for (column, value) in required {
+            if let Some(filter) = Sbbf::read_from_column_chunk(row_group.column(*column), bytes)? {
+                if !filter.check(value.as_bytes()) {
+                    may_hold = false;
+                    break;
+                }
             }
-        });
+        }
         if may_hold {
             kept.push(i);
         }

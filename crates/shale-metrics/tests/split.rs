@@ -227,6 +227,47 @@ fn row_groups_are_pruned_by_statistics_and_bloom_filters() {
     );
     assert!(query(&[], 10_000_000, 20_000_000).series.is_empty());
     assert_eq!(query(&[], 10_000_000, 20_000_000).stats.row_groups_read, 0);
+
+    // One series of 1 000 rows: the page index leaves a few pages of 8 192 rows to decode
+    // (the series' own, and a page where `m_e` gives way to `m_g` whose host range holds
+    // `h042` too), not the 262 144 of each row group `m_e` is in.
+    assert!(one.stats.row_groups_read <= 2);
+    assert!(
+        one.stats.rows_read <= 3 * 8_192,
+        "{} rows decoded for one series",
+        one.stats.rows_read
+    );
+    // The same through the footer cache, twice (the second from the cache), and without
+    // pruning: the same answer.
+    for _ in 0..2 {
+        let cached = shale_metrics::read_split_cached(
+            Some("split-under-test"),
+            bytes.clone(),
+            &[
+                Matcher::equal("__name__", "m_e"),
+                Matcher::equal("host", "h042"),
+            ],
+            5_000_000,
+            5_050_000,
+            true,
+        )
+        .expect("a read");
+        assert_eq!(cached.series, one.series);
+        assert_eq!(cached.stats.rows_read, one.stats.rows_read);
+    }
+    let unpruned = shale_metrics::read_split_with(
+        bytes.clone(),
+        &[
+            Matcher::equal("__name__", "m_e"),
+            Matcher::equal("host", "h042"),
+        ],
+        5_000_000,
+        5_050_000,
+        false,
+    )
+    .expect("a read");
+    assert_eq!(unpruned.series, one.series);
+    assert_eq!(unpruned.stats.rows_read, 600_000);
 }
 
 #[test]

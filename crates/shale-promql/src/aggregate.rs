@@ -2,12 +2,10 @@
 //! `topk`, `bottomk`, `quantile`, `count_values`) with `by`/`without` grouping, computed with
 //! Prometheus's float operations (incremental mean, Welford, Go-style heaps for `topk`).
 
-use std::collections::HashMap;
-
 use promql_parser::parser::{AggregateExpr, LabelModifier};
 use shale_metrics::{Labels, METRIC_NAME_LABEL};
 
-use crate::eval::{string_arg, with_label, Elem, Evaluator, Val};
+use crate::eval::{string_arg, with_label, Elem, Evaluator, FastMap, Val};
 use crate::PromqlError;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -100,8 +98,9 @@ pub(crate) fn eval_aggregate<'a>(
     if op == AggOp::CountValues && !without {
         by_names.push(value_label.as_str());
     }
+    let agg_key = agg as *const AggregateExpr as usize;
     let mut groups: Vec<Group> = Vec::new();
-    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut index: FastMap<Labels, usize> = FastMap::default();
     for (i, e) in input.iter().enumerate() {
         let metric_owned;
         let metric = if op == AggOp::CountValues {
@@ -110,7 +109,11 @@ pub(crate) fn eval_aggregate<'a>(
         } else {
             &e.labels
         };
-        let key = group_labels(metric, without, &by_names);
+        let key = if op == AggOp::CountValues {
+            group_labels(metric, without, &by_names)
+        } else {
+            ev.group_labels(agg_key, metric, |l| group_labels(l, without, &by_names))
+        };
         let v = e.value;
         let gi = match index.get(&key) {
             Some(&gi) => gi,

@@ -2,12 +2,12 @@
 //! operators, and vector matching (`on`/`ignoring`, `group_left`/`group_right`) with
 //! Prometheus's label rules and errors.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use promql_parser::parser::{BinaryExpr, LabelModifier, VectorMatchCardinality};
 use shale_metrics::{Labels, METRIC_NAME_LABEL};
 
-use crate::eval::{check_unique, format_labels, Elem, Evaluator, Val};
+use crate::eval::{check_unique, format_labels, Elem, Evaluator, FastMap, FastSet, Val};
 use crate::PromqlError;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -94,26 +94,16 @@ fn apply(op: Op, l: f64, r: f64) -> (f64, bool) {
 struct Matching<'m> {
     on: bool,
     names: HashSet<&'m str>,
+    /// The evaluator and the binary node, to compute each series' signature once per query.
+    ev: &'m Evaluator,
+    key: usize,
 }
 
 impl Matching<'_> {
-    /// The key series of both sides are matched by.
-    fn signature(&self, labels: &Labels) -> String {
-        let mut key = String::new();
-        for (n, v) in labels.iter() {
-            let take = if self.on {
-                self.names.contains(n)
-            } else {
-                n != METRIC_NAME_LABEL && !self.names.contains(n)
-            };
-            if take {
-                key.push_str(n);
-                key.push('\u{fe}');
-                key.push_str(v);
-                key.push('\u{ff}');
-            }
-        }
-        key
+    /// The key series of both sides are matched by: the labels they are matched on.
+    fn signature(&self, labels: &Labels) -> Labels {
+        self.ev
+            .group_labels(self.key, labels, |l| self.matched_labels(l))
     }
 
     /// The labels the signature is made of.
@@ -165,7 +155,7 @@ pub(crate) fn eval_binary<'a>(
             Ok(Val::Vector(out))
         }
         (Val::Vector(l), Val::Vector(r)) => {
-            let (matching, card) = matching_of(bin);
+            let (matching, card) = matching_of(ev, bin);
             let out = match op {
                 Op::And => set_and(l, r, &matching),
                 Op::Or => set_or(l, r, &matching),
@@ -193,29 +183,23 @@ fn kind(v: &Val<'_>) -> &'static str {
     }
 }
 
-fn matching_of(bin: &BinaryExpr) -> (Matching<'_>, Option<&VectorMatchCardinality>) {
+fn matching_of<'m>(
+    ev: &'m Evaluator,
+    bin: &'m BinaryExpr,
+) -> (Matching<'m>, Option<&'m VectorMatchCardinality>) {
+    let key = bin as *const BinaryExpr as usize;
+    let matching = |on: bool, names: HashSet<&'m str>| Matching { on, names, ev, key };
     let Some(modifier) = &bin.modifier else {
-        return (
-            Matching {
-                on: false,
-                names: HashSet::new(),
-            },
-            None,
-        );
+        return (matching(false, HashSet::new()), None);
     };
     let matching = match &modifier.matching {
-        Some(LabelModifier::Include(l)) => Matching {
-            on: true,
-            names: l.labels.iter().map(String::as_str).collect(),
-        },
-        Some(LabelModifier::Exclude(l)) => Matching {
-            on: false,
-            names: l.labels.iter().map(String::as_str).collect(),
-        },
-        None => Matching {
-            on: false,
-            names: HashSet::new(),
-        },
+        Some(LabelModifier::Include(l)) => {
+            matching(true, l.labels.iter().map(String::as_str).collect())
+        }
+        Some(LabelModifier::Exclude(l)) => {
+            matching(false, l.labels.iter().map(String::as_str).collect())
+        }
+        None => matching(false, HashSet::new()),
     };
     (matching, Some(&modifier.card))
 }
@@ -253,14 +237,14 @@ fn set_and(l: Vec<Elem>, r: Vec<Elem>, m: &Matching<'_>) -> Vec<Elem> {
     if l.is_empty() || r.is_empty() {
         return Vec::new();
     }
-    let right: HashSet<String> = r.iter().map(|e| m.signature(&e.labels)).collect();
+    let right: FastSet<Labels> = r.iter().map(|e| m.signature(&e.labels)).collect();
     l.into_iter()
         .filter(|e| right.contains(&m.signature(&e.labels)))
         .collect()
 }
 
 fn set_or(l: Vec<Elem>, r: Vec<Elem>, m: &Matching<'_>) -> Vec<Elem> {
-    let left: HashSet<String> = l.iter().map(|e| m.signature(&e.labels)).collect();
+    let left: FastSet<Labels> = l.iter().map(|e| m.signature(&e.labels)).collect();
     let mut out = l;
     out.extend(
         r.into_iter()
@@ -273,7 +257,7 @@ fn set_unless(l: Vec<Elem>, r: Vec<Elem>, m: &Matching<'_>) -> Vec<Elem> {
     if l.is_empty() || r.is_empty() {
         return l;
     }
-    let right: HashSet<String> = r.iter().map(|e| m.signature(&e.labels)).collect();
+    let right: FastSet<Labels> = r.iter().map(|e| m.signature(&e.labels)).collect();
     l.into_iter()
         .filter(|e| !right.contains(&m.signature(&e.labels)))
         .collect()
@@ -294,7 +278,7 @@ fn vector_vector(
     };
     // The "many" side is iterated; the other side must be unique per signature.
     let (many, one) = if swapped { (rhs, lhs) } else { (lhs, rhs) };
-    let mut one_sigs: HashMap<String, &Elem> = HashMap::with_capacity(one.len());
+    let mut one_sigs: FastMap<Labels, &Elem> = FastMap::default();
     for e in &one {
         let sig = m.signature(&e.labels);
         if let Some(dup) = one_sigs.get(&sig) {
@@ -308,7 +292,7 @@ fn vector_vector(
         }
         one_sigs.insert(sig, e);
     }
-    let mut matched: HashMap<String, HashSet<Labels>> = HashMap::new();
+    let mut matched: FastMap<Labels, FastSet<Labels>> = FastMap::default();
     let mut out = Vec::new();
     for e in &many {
         let sig = m.signature(&e.labels);
@@ -337,7 +321,7 @@ fn vector_vector(
                         .to_string(),
                 ));
             }
-            matched.insert(sig, HashSet::new());
+            matched.insert(sig, FastSet::default());
         } else {
             let set = matched.entry(sig).or_default();
             if !set.insert(labels.clone()) {

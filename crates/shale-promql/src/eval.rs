@@ -12,11 +12,44 @@ use std::time::{Duration, Instant};
 use promql_parser::parser::{Expr, SubqueryExpr, VectorSelector};
 use shale_metrics::{Labels, Sample};
 
-use crate::plan::{at_ms, duration_ms, offset_ms, selector_key, QueryWindow, SelectorData};
+use crate::plan::{
+    at_ms, duration_ms, offset_ms, selector_key, QueryWindow, SelectorData, SeriesData,
+};
 use crate::{EngineOptions, PromqlError, RangeSeries, Value, VectorSample};
 
 /// Prometheus's default evaluation interval: the step of a subquery without one.
 const DEFAULT_SUBQUERY_STEP_MS: i64 = 60_000;
+
+/// A hasher for keys that are already hashes (label sets carry theirs) or addresses: one
+/// multiply per word instead of SipHash over it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// A map keyed by label sets or node addresses.
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<MixHasher>>;
+
+/// A set of label sets.
+pub(crate) type FastSet<K> = HashSet<K, std::hash::BuildHasherDefault<MixHasher>>;
 
 /// Inner results of subqueries by (subquery node address, evaluation time).
 type SubqueryCache = HashMap<(usize, i64), Rc<Vec<Elem>>>;
@@ -77,7 +110,44 @@ pub(crate) struct Evaluator {
     /// evaluate each inner step once.
     subquery_cache: RefCell<SubqueryCache>,
     /// Per range-function call: each output label set and the input series it came from.
-    range_outputs: RefCell<HashMap<usize, HashMap<Labels, Labels>>>,
+    range_outputs: RefCell<FastMap<usize, FastMap<Labels, Labels>>>,
+    /// Per (range-function call, input series): its output labels.
+    range_labels: RefCell<FastMap<(usize, Labels), Labels>>,
+    /// Per (aggregation, input label set): its group's labels.
+    group_keys: RefCell<FastMap<(usize, Labels), Labels>>,
+    /// Per matrix selector: each series' window `[lo, hi)` at the previous step, from which
+    /// the next step's window is found by moving forward (steps mostly go forward).
+    cursors: RefCell<HashMap<usize, WindowCursor>>,
+    /// The steps, during a range query.
+    steps: Cell<Option<Steps>>,
+    /// Range functions computed for every step, by call node.
+    step_tables: RefCell<HashMap<usize, Rc<StepTable>>>,
+}
+
+/// The steps of a range query.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Steps {
+    pub start_ms: i64,
+    pub step_ms: i64,
+    pub count: usize,
+}
+
+/// A range function of a matrix selector computed at every step of a range query.
+pub(crate) struct StepTable {
+    /// Per step: (index of the input series, value), in input order.
+    pub rows: Vec<Vec<(u32, f64)>>,
+    /// Per step: samples in the windows (what the step holds).
+    pub held: Vec<usize>,
+    /// Per input series: its output labels (unused for series without a value).
+    pub labels: Vec<Labels>,
+}
+
+/// The windows of a matrix selector's series at its last evaluation.
+#[derive(Default)]
+struct WindowCursor {
+    start_ms: i64,
+    end_ms: i64,
+    bounds: Vec<(usize, usize)>,
 }
 
 impl Evaluator {
@@ -96,7 +166,12 @@ impl Evaluator {
             current: Cell::new(0),
             peak: Cell::new(0),
             subquery_cache: RefCell::new(HashMap::new()),
-            range_outputs: RefCell::new(HashMap::new()),
+            range_outputs: RefCell::new(FastMap::default()),
+            range_labels: RefCell::new(FastMap::default()),
+            group_keys: RefCell::new(FastMap::default()),
+            cursors: RefCell::new(HashMap::new()),
+            steps: Cell::new(None),
+            step_tables: RefCell::new(HashMap::new()),
         }
     }
 
@@ -122,26 +197,111 @@ impl Evaluator {
         self.current.set(n);
     }
 
-    /// Errors when a range function's output `labels` came from another input series
-    /// before (at this or another step).
-    pub(crate) fn check_range_output(
+    /// The output labels of a range function (`call_key`) for the input series `input`: its
+    /// labels without the metric name, computed once per query. Errors when they came from
+    /// another input series before (at this or another step), as Prometheus checks the
+    /// function's whole output matrix.
+    pub(crate) fn range_output_labels(
         &self,
         call_key: usize,
-        labels: &Labels,
         input: &Labels,
-    ) -> Result<(), PromqlError> {
-        let mut all = self.range_outputs.borrow_mut();
-        let outputs = all.entry(call_key).or_default();
-        match outputs.get(labels) {
-            Some(previous) if previous != input => Err(PromqlError::Execution(
-                "vector cannot contain metrics with the same labelset".to_string(),
-            )),
-            Some(_) => Ok(()),
-            None => {
-                outputs.insert(labels.clone(), input.clone());
-                Ok(())
+    ) -> Result<Labels, PromqlError> {
+        let key = (call_key, input.clone());
+        if let Some(labels) = self.range_labels.borrow().get(&key) {
+            return Ok(labels.clone());
+        }
+        let labels = input.without_name();
+        {
+            let mut all = self.range_outputs.borrow_mut();
+            let outputs = all.entry(call_key).or_default();
+            match outputs.get(&labels) {
+                Some(previous) if previous != input => {
+                    return Err(PromqlError::Execution(
+                        "vector cannot contain metrics with the same labelset".to_string(),
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    outputs.insert(labels.clone(), input.clone());
+                }
             }
         }
+        self.range_labels.borrow_mut().insert(key, labels.clone());
+        Ok(labels)
+    }
+
+    /// The steps of the range query being evaluated.
+    pub(crate) fn steps(&self) -> Option<Steps> {
+        self.steps.get()
+    }
+
+    /// The series read for a selector.
+    pub(crate) fn selector_series(&self, vs: &VectorSelector) -> &[SeriesData] {
+        self.data
+            .get(&selector_key(vs))
+            .map(|s| s.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The value of range-function call `call_key` at `t` from its table of every step
+    /// (built by `build` on first use), when `t` is a step of the range query.
+    pub(crate) fn precomputed_steps(
+        &self,
+        call_key: usize,
+        t: i64,
+        build: impl FnOnce() -> Result<StepTable, PromqlError>,
+    ) -> Result<Option<Vec<Elem>>, PromqlError> {
+        let Some(steps) = self.steps.get() else {
+            return Ok(None);
+        };
+        let offset = t.saturating_sub(steps.start_ms);
+        if offset < 0 || offset % steps.step_ms != 0 {
+            return Ok(None);
+        }
+        let Ok(k) = usize::try_from(offset / steps.step_ms) else {
+            return Ok(None);
+        };
+        if k >= steps.count {
+            return Ok(None);
+        }
+        let existing = self.step_tables.borrow().get(&call_key).cloned();
+        let table = match existing {
+            Some(table) => table,
+            None => {
+                let table = Rc::new(build()?);
+                self.step_tables
+                    .borrow_mut()
+                    .insert(call_key, Rc::clone(&table));
+                table
+            }
+        };
+        self.hold(table.held[k])?;
+        Ok(Some(
+            table.rows[k]
+                .iter()
+                .map(|&(i, value)| Elem {
+                    labels: table.labels[i as usize].clone(),
+                    value,
+                })
+                .collect(),
+        ))
+    }
+
+    /// The grouping labels of `input` for the aggregation `agg_key`, computed by `group` once
+    /// per query and input label set.
+    pub(crate) fn group_labels(
+        &self,
+        agg_key: usize,
+        input: &Labels,
+        group: impl FnOnce(&Labels) -> Labels,
+    ) -> Labels {
+        let key = (agg_key, input.clone());
+        if let Some(labels) = self.group_keys.borrow().get(&key) {
+            return labels.clone();
+        }
+        let labels = group(input);
+        self.group_keys.borrow_mut().insert(key, labels.clone());
+        labels
     }
 
     pub(crate) fn check_timeout(&self) -> Result<(), PromqlError> {
@@ -192,9 +352,21 @@ impl Evaluator {
         end: i64,
         step: i64,
     ) -> Result<Value, PromqlError> {
-        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut index: FastMap<Labels, usize> = FastMap::default();
         let mut series: Vec<RangeSeries> = Vec::new();
         let mut held = 0usize;
+        if step > 0 && end >= start {
+            if let Some(count) = usize::try_from((end - start) / step)
+                .ok()
+                .and_then(|n| n.checked_add(1))
+            {
+                self.steps.set(Some(Steps {
+                    start_ms: start,
+                    step_ms: step,
+                    count,
+                }));
+            }
+        }
         let mut t = start;
         while t <= end {
             self.check_timeout()?;
@@ -331,9 +503,37 @@ impl Evaluator {
                     .unwrap_or(&[]);
                 let mut series = Vec::with_capacity(data.len());
                 let mut n = 0;
-                for s in data {
-                    let lo = s.clean.partition_point(|x| x.timestamp_ms < start);
-                    let hi = s.clean.partition_point(|x| x.timestamp_ms <= end);
+                let mut cursors = self.cursors.borrow_mut();
+                let cursor = cursors.entry(selector_key(vs)).or_default();
+                // Forward from the previous step's windows when the window moved forward
+                // (a few samples each), else a binary search per series.
+                let forward = cursor.bounds.len() == data.len()
+                    && start >= cursor.start_ms
+                    && end >= cursor.end_ms;
+                if !forward {
+                    cursor.bounds = vec![(0, 0); data.len()];
+                }
+                cursor.start_ms = start;
+                cursor.end_ms = end;
+                for (s, bounds) in data.iter().zip(cursor.bounds.iter_mut()) {
+                    let (mut lo, mut hi) = if forward {
+                        *bounds
+                    } else {
+                        (
+                            s.clean.partition_point(|x| x.timestamp_ms < start),
+                            s.clean.partition_point(|x| x.timestamp_ms <= end),
+                        )
+                    };
+                    if forward {
+                        while lo < s.clean.len() && s.clean[lo].timestamp_ms < start {
+                            lo += 1;
+                        }
+                        hi = hi.max(lo);
+                        while hi < s.clean.len() && s.clean[hi].timestamp_ms <= end {
+                            hi += 1;
+                        }
+                    }
+                    *bounds = (lo, hi);
                     if lo < hi {
                         n += hi - lo;
                         series.push(MSeries {

@@ -2,15 +2,16 @@
 //! window (`rate` and its extrapolation, `*_over_time`, regressions, `holt_winters`), label
 //! manipulation, `histogram_quantile` over classic buckets, `absent*`, time and date functions.
 
-use promql_parser::parser::{Call, Expr};
+use promql_parser::parser::{Call, Expr, MatrixSelector};
 use shale_metrics::{Labels, Sample, METRIC_NAME_LABEL};
 
 use crate::aggregate::{is_label_name, quantile};
 use crate::eval::{
-    check_unique, go_max, go_min, string_arg, unwrap_parens, with_label, Elem, Evaluator, Val,
-    Window,
+    check_unique, go_max, go_min, string_arg, unwrap_parens, with_label, Elem, Evaluator,
+    StepTable, Val,
 };
 use crate::plan::matchers_of;
+use crate::plan::{at_ms, duration_ms, offset_ms};
 use crate::PromqlError;
 use shale_metrics::MatchOp;
 
@@ -210,7 +211,13 @@ pub(crate) fn eval_call<'a>(
         | "avg_over_time" | "min_over_time" | "max_over_time" | "sum_over_time"
         | "count_over_time" | "stddev_over_time" | "stdvar_over_time" | "last_over_time"
         | "present_over_time" | "absent_over_time" | "quantile_over_time" | "predict_linear"
-        | "holt_winters" => range_function(ev, call as *const Call as usize, name, &args, t)?,
+        | "holt_winters" => {
+            // Distinct input series give distinct outputs (checked by the function), so
+            // the vector needs no uniqueness check.
+            let out = range_function(ev, call as *const Call as usize, name, &args, t)?;
+            ev.hold(out.len())?;
+            return Ok(Val::Vector(out));
+        }
         other => {
             return Err(PromqlError::BadData(format!(
                 "unknown function with name {other:?}"
@@ -484,7 +491,7 @@ fn linear_regression(samples: &[Sample], intercept_ms: i64) -> (f64, f64) {
 }
 
 /// `rate`, `increase` and `delta` with Prometheus's extrapolation.
-fn extrapolated_rate(w: &Window<'_>, s: &[Sample], is_counter: bool, is_rate: bool) -> Option<f64> {
+fn extrapolated_rate(w: Span, s: &[Sample], is_counter: bool, is_rate: bool) -> Option<f64> {
     if s.len() < 2 {
         return None;
     }
@@ -621,6 +628,15 @@ fn range_function(
     } else {
         (0.0, 0.0)
     };
+    if precomputable(name) {
+        if let Expr::MatrixSelector(ms) = unwrap_parens(args[mi]) {
+            if let Some(out) =
+                ev.precomputed_steps(call_key, t, || precompute(ev, call_key, name, ms))?
+            {
+                return Ok(out);
+            }
+        }
+    }
     let window = ev.eval_window(args[mi], t)?;
     if name == "absent_over_time" {
         if window.series.iter().any(|s| !s.samples.is_empty()) {
@@ -639,106 +655,241 @@ fn range_function(
         _ => false,
     };
     let eval_time = if pinned { ev.window.start_ms } else { t };
+    let span = Span {
+        start_ms: window.start_ms,
+        end_ms: window.end_ms,
+        range_ms: window.range_ms,
+    };
+    let args = RangeArgs {
+        param,
+        sf,
+        tf,
+        eval_time,
+    };
     let mut out = Vec::with_capacity(window.series.len());
     for series in &window.series {
         let s: &[Sample] = &series.samples;
         if s.is_empty() {
             continue;
         }
-        let value = match name {
-            "rate" => extrapolated_rate(&window, s, true, true),
-            "increase" => extrapolated_rate(&window, s, true, false),
-            "delta" => extrapolated_rate(&window, s, false, false),
-            "irate" => instant_delta(s, true),
-            "idelta" => instant_delta(s, false),
-            "deriv" => (s.len() >= 2).then(|| linear_regression(s, s[0].timestamp_ms).0),
-            "predict_linear" => (s.len() >= 2).then(|| {
-                let (slope, intercept) = linear_regression(s, eval_time);
-                slope * param + intercept
-            }),
-            "holt_winters" => holt_winters(s, sf, tf),
-            "changes" => Some(
-                s.windows(2)
-                    .filter(|p| {
-                        p[1].value != p[0].value && !(p[1].value.is_nan() && p[0].value.is_nan())
-                    })
-                    .count() as f64,
-            ),
-            "resets" => Some(s.windows(2).filter(|p| p[1].value < p[0].value).count() as f64),
-            "avg_over_time" => {
-                let mut mean: f64 = 0.0;
-                let mut count = 0.0;
-                for x in s {
-                    count += 1.0;
-                    if mean.is_infinite() {
-                        if x.value.is_infinite() && (mean > 0.0) == (x.value > 0.0) {
-                            continue;
-                        }
-                        if !x.value.is_infinite() && !x.value.is_nan() {
-                            continue;
-                        }
-                    }
-                    mean += x.value / count - mean / count;
-                }
-                Some(mean)
-            }
-            "min_over_time" => {
-                let mut m = s[0].value;
-                for x in s {
-                    if x.value < m || m.is_nan() {
-                        m = x.value;
-                    }
-                }
-                Some(m)
-            }
-            "max_over_time" => {
-                let mut m = s[0].value;
-                for x in s {
-                    if x.value > m || m.is_nan() {
-                        m = x.value;
-                    }
-                }
-                Some(m)
-            }
-            "sum_over_time" => Some(s.iter().map(|x| x.value).sum()),
-            "count_over_time" => Some(s.len() as f64),
-            "stddev_over_time" | "stdvar_over_time" => {
-                let (mut count, mut mean, mut c_mean, mut aux, mut c_aux) =
-                    (0.0, 0.0, 0.0, 0.0, 0.0);
-                for x in s {
-                    count += 1.0;
-                    let delta = x.value - (mean + c_mean);
-                    (mean, c_mean) = kahan_inc(delta / count, mean, c_mean);
-                    (aux, c_aux) = kahan_inc(delta * (x.value - (mean + c_mean)), aux, c_aux);
-                }
-                let var = (aux + c_aux) / count;
-                Some(if name == "stddev_over_time" {
-                    var.sqrt()
-                } else {
-                    var
-                })
-            }
-            "last_over_time" => Some(s[s.len() - 1].value),
-            "present_over_time" => Some(1.0),
-            "quantile_over_time" => {
-                let mut values: Vec<f64> = s.iter().map(|x| x.value).collect();
-                Some(quantile(param, &mut values))
-            }
-            _ => None,
-        };
-        if let Some(value) = value {
+        if let Some(value) = range_value(name, span, s, &args) {
             let labels = if name == "last_over_time" {
                 series.labels.clone().into_owned()
             } else {
-                let labels = series.labels.without_name();
                 // Prometheus checks the whole output matrix of the function, over every
                 // step: two input series giving one label set is an error even at
                 // different steps.
-                ev.check_range_output(call_key, &labels, &series.labels)?;
-                labels
+                ev.range_output_labels(call_key, &series.labels)?
             };
             out.push(Elem { labels, value });
         }
     }
     Ok(out)
+}
+
+/// The window of a range function at one step.
+#[derive(Clone, Copy)]
+struct Span {
+    /// Lower bound (inclusive).
+    start_ms: i64,
+    /// Upper bound (inclusive).
+    end_ms: i64,
+    /// The selector's range.
+    range_ms: i64,
+}
+
+/// The scalar arguments of a range function at one step.
+#[derive(Clone, Copy)]
+struct RangeArgs {
+    param: f64,
+    sf: f64,
+    tf: f64,
+    eval_time: i64,
+}
+
+/// Range functions whose value at a step depends on the window's samples alone (no scalar
+/// argument, no evaluation time): a range query computes them for every step at once.
+fn precomputable(name: &str) -> bool {
+    matches!(
+        name,
+        "rate"
+            | "increase"
+            | "delta"
+            | "irate"
+            | "idelta"
+            | "deriv"
+            | "changes"
+            | "resets"
+            | "avg_over_time"
+            | "min_over_time"
+            | "max_over_time"
+            | "sum_over_time"
+            | "count_over_time"
+            | "stddev_over_time"
+            | "stdvar_over_time"
+            | "last_over_time"
+            | "present_over_time"
+    )
+}
+
+/// A [`precomputable`] function of a matrix selector at every step of the range query,
+/// series by series: each series' window moves forward over its samples (each sample is
+/// visited a few times, in memory order) instead of being searched at every step.
+fn precompute(
+    ev: &Evaluator,
+    call_key: usize,
+    name: &str,
+    ms: &MatrixSelector,
+) -> Result<StepTable, PromqlError> {
+    let Some(steps) = ev.steps() else {
+        return Err(PromqlError::Execution(
+            "internal: precomputing outside a range query".to_string(),
+        ));
+    };
+    let vs = &ms.vs;
+    let range_ms = duration_ms(&ms.range);
+    let at = at_ms(&vs.at, &ev.window);
+    let offset = offset_ms(&vs.offset);
+    let data = ev.selector_series(vs);
+    let mut table = StepTable {
+        rows: vec![Vec::new(); steps.count],
+        held: vec![0; steps.count],
+        labels: vec![Labels::default(); data.len()],
+    };
+    let no_args = RangeArgs {
+        param: 0.0,
+        sf: 0.0,
+        tf: 0.0,
+        eval_time: 0,
+    };
+    for (i, series) in data.iter().enumerate() {
+        let samples = &series.clean;
+        let (mut lo, mut hi) = (0, 0);
+        let mut labelled = false;
+        for (k, row) in table.rows.iter_mut().enumerate() {
+            let t = steps
+                .start_ms
+                .saturating_add(steps.step_ms.saturating_mul(k as i64));
+            let end = at.unwrap_or(t).saturating_sub(offset);
+            let start = end.saturating_sub(range_ms);
+            while lo < samples.len() && samples[lo].timestamp_ms < start {
+                lo += 1;
+            }
+            hi = hi.max(lo);
+            while hi < samples.len() && samples[hi].timestamp_ms <= end {
+                hi += 1;
+            }
+            if lo >= hi {
+                continue;
+            }
+            table.held[k] += hi - lo;
+            let span = Span {
+                start_ms: start,
+                end_ms: end,
+                range_ms,
+            };
+            if let Some(value) = range_value(name, span, &samples[lo..hi], &no_args) {
+                if !labelled {
+                    table.labels[i] = if name == "last_over_time" {
+                        series.labels.clone()
+                    } else {
+                        ev.range_output_labels(call_key, &series.labels)?
+                    };
+                    labelled = true;
+                }
+                row.push((i as u32, value));
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// The value of range function `name` over the window samples `s` (not empty).
+fn range_value(name: &str, w: Span, s: &[Sample], args: &RangeArgs) -> Option<f64> {
+    let RangeArgs {
+        param,
+        sf,
+        tf,
+        eval_time,
+    } = *args;
+    match name {
+        "rate" => extrapolated_rate(w, s, true, true),
+        "increase" => extrapolated_rate(w, s, true, false),
+        "delta" => extrapolated_rate(w, s, false, false),
+        "irate" => instant_delta(s, true),
+        "idelta" => instant_delta(s, false),
+        "deriv" => (s.len() >= 2).then(|| linear_regression(s, s[0].timestamp_ms).0),
+        "predict_linear" => (s.len() >= 2).then(|| {
+            let (slope, intercept) = linear_regression(s, eval_time);
+            slope * param + intercept
+        }),
+        "holt_winters" => holt_winters(s, sf, tf),
+        "changes" => Some(
+            s.windows(2)
+                .filter(|p| {
+                    p[1].value != p[0].value && !(p[1].value.is_nan() && p[0].value.is_nan())
+                })
+                .count() as f64,
+        ),
+        "resets" => Some(s.windows(2).filter(|p| p[1].value < p[0].value).count() as f64),
+        "avg_over_time" => {
+            let mut mean: f64 = 0.0;
+            let mut count = 0.0;
+            for x in s {
+                count += 1.0;
+                if mean.is_infinite() {
+                    if x.value.is_infinite() && (mean > 0.0) == (x.value > 0.0) {
+                        continue;
+                    }
+                    if !x.value.is_infinite() && !x.value.is_nan() {
+                        continue;
+                    }
+                }
+                mean += x.value / count - mean / count;
+            }
+            Some(mean)
+        }
+        "min_over_time" => {
+            let mut m = s[0].value;
+            for x in s {
+                if x.value < m || m.is_nan() {
+                    m = x.value;
+                }
+            }
+            Some(m)
+        }
+        "max_over_time" => {
+            let mut m = s[0].value;
+            for x in s {
+                if x.value > m || m.is_nan() {
+                    m = x.value;
+                }
+            }
+            Some(m)
+        }
+        "sum_over_time" => Some(s.iter().map(|x| x.value).sum()),
+        "count_over_time" => Some(s.len() as f64),
+        "stddev_over_time" | "stdvar_over_time" => {
+            let (mut count, mut mean, mut c_mean, mut aux, mut c_aux) = (0.0, 0.0, 0.0, 0.0, 0.0);
+            for x in s {
+                count += 1.0;
+                let delta = x.value - (mean + c_mean);
+                (mean, c_mean) = kahan_inc(delta / count, mean, c_mean);
+                (aux, c_aux) = kahan_inc(delta * (x.value - (mean + c_mean)), aux, c_aux);
+            }
+            let var = (aux + c_aux) / count;
+            Some(if name == "stddev_over_time" {
+                var.sqrt()
+            } else {
+                var
+            })
+        }
+        "last_over_time" => Some(s[s.len() - 1].value),
+        "present_over_time" => Some(1.0),
+        "quantile_over_time" => {
+            let mut values: Vec<f64> = s.iter().map(|x| x.value).collect();
+            Some(quantile(param, &mut values))
+        }
+        _ => None,
+    }
 }

@@ -151,15 +151,15 @@ pub async fn read_splits(
     end_ms: i64,
     prune: bool,
 ) -> Result<Vec<SplitSeries>, String> {
-    let mut out = Vec::with_capacity(splits.len());
-    for split in splits {
+    // Splits are read concurrently (decoded on the blocking pool, a core each).
+    futures::future::try_join_all(splits.iter().map(|split| async move {
         let bytes = storage
             .get_bytes(&split.object_key())
             .await
             .map_err(|err| format!("reading split {}: {err}", split.split_id))?;
-        out.push(read_one(split, bytes, matchers, start_ms, end_ms, prune).await?);
-    }
-    Ok(out)
+        read_one(split, bytes, matchers, start_ms, end_ms, prune).await
+    }))
+    .await
 }
 
 /// One split's matching series, decoded off the async workers.
@@ -172,8 +172,9 @@ async fn read_one(
     prune: bool,
 ) -> Result<SplitSeries, String> {
     let matchers = matchers.to_vec();
+    let key = split.split_id.clone();
     let read = tokio::task::spawn_blocking(move || {
-        shale_metrics::read_split_with(bytes, &matchers, start_ms, end_ms, prune)
+        shale_metrics::read_split_cached(Some(&key), bytes, &matchers, start_ms, end_ms, prune)
     })
     .await
     .map_err(|err| format!("reading a split failed: {err}"))?
@@ -330,10 +331,10 @@ impl SplitSource {
 
     /// The object of `split`, read once per query.
     async fn object(&self, split: &SplitMetadata) -> Result<Bytes, PromqlError> {
-        let mut objects = self.objects.lock().await;
-        if let Some(bytes) = objects.get(&split.split_id) {
+        if let Some(bytes) = self.objects.lock().await.get(&split.split_id) {
             return Ok(bytes.clone());
         }
+        // Fetched without holding the map: the selector's splits are read concurrently.
         let bytes = self
             .storage
             .get_bytes(&split.object_key())
@@ -341,7 +342,15 @@ impl SplitSource {
             .map_err(|err| {
                 PromqlError::Source(format!("reading split {}: {err}", split.split_id))
             })?;
-        objects.insert(split.split_id.clone(), bytes.clone());
+        if self
+            .objects
+            .lock()
+            .await
+            .insert(split.split_id.clone(), bytes.clone())
+            .is_some()
+        {
+            return Ok(bytes);
+        }
         self.stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -425,11 +434,15 @@ impl SeriesSource for SplitSource {
                 }
             }
         }
-        for i in local {
-            results[i] = Some(
-                self.read_here(&splits[i], matchers, start_ms, end_ms)
-                    .await?,
-            );
+        // This node's share, read concurrently.
+        let reads = futures::future::try_join_all(
+            local
+                .iter()
+                .map(|&i| self.read_here(&splits[i], matchers, start_ms, end_ms)),
+        )
+        .await?;
+        for (i, read) in local.into_iter().zip(reads) {
+            results[i] = Some(read);
         }
         let deletes = self.deletes().await?;
         let mut merged: HashMap<Labels, Vec<Sample>> = HashMap::new();

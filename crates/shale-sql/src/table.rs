@@ -378,8 +378,9 @@ impl MetricsTable {
                 .map_err(external)?;
             let matchers = pruning.matchers.clone();
             let (start, end) = (pruning.start_ms, pruning.end_ms);
+            let key = split.split_id.clone();
             let read = tokio::task::spawn_blocking(move || {
-                shale_metrics::read_split(bytes, &matchers, start, end)
+                shale_metrics::read_split_cached(Some(&key), bytes, &matchers, start, end, true)
             })
             .await
             .map_err(external)?
