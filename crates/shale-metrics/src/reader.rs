@@ -246,7 +246,7 @@ fn page_rows(
     end_ms: i64,
 ) -> Vec<Range<usize>> {
     let total = usize::try_from(metadata.row_group(group).num_rows()).unwrap_or(0);
-    let all = vec![0..total];
+    let all: Vec<Range<usize>> = std::iter::once(0..total).collect();
     let (Some(column_index), Some(offset_index)) =
         (metadata.column_index(), metadata.offset_index())
     else {
@@ -258,7 +258,7 @@ fn page_rows(
     // The row ranges of the pages of `column` for which `keep(page)` holds.
     let pages_of = |column: usize, keep: &dyn Fn(&ColumnIndexMetaData, usize) -> bool| {
         let (Some(index), Some(offsets)) = (columns.get(column), offsets.get(column)) else {
-            return vec![0..total];
+            return std::iter::once(0..total).collect();
         };
         let locations = offsets.page_locations();
         let mut out: Vec<Range<usize>> = Vec::new();
