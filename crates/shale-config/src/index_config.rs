@@ -188,6 +188,29 @@ impl IndexConfig {
             .and_then(|text| crate::parse_duration(text).ok())
             .map_or(0, |secs| i64::try_from(secs).unwrap_or(i64::MAX))
     }
+
+    /// `as_of` (Unix seconds) if it is inside this index's time-travel window at `now`, else
+    /// why not, in words for the user.
+    pub fn check_as_of(&self, as_of: i64, now: i64) -> Result<i64, String> {
+        let retention = self.time_travel_retention_secs();
+        if retention == 0 {
+            return Err(format!(
+                "time travel is off for index `{}`: `as_of` needs `time_travel_retention` in its \
+                 config",
+                self.index_id
+            ));
+        }
+        if as_of < now - retention || as_of > now {
+            return Err(format!(
+                "as_of {as_of} is outside the time-travel window of index `{}`: [{}, {now}] \
+                 (time_travel_retention: {})",
+                self.index_id,
+                now - retention,
+                self.time_travel_retention.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(as_of)
+    }
 }
 
 /// The doc mapping.

@@ -989,11 +989,6 @@ fn invalid_metrics_settings_are_refused_naming_the_key() {
             "PromQL",
         ),
         (
-            "metrics: {}\ntime_travel_retention: 1h\n",
-            "time_travel_retention",
-            "metrics",
-        ),
-        (
             "metrics: {}\nindexing_settings:\n  commit_timeout_secs: 0\n",
             "indexing_settings.commit_timeout_secs",
             "at least 1",

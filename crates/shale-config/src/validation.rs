@@ -236,12 +236,6 @@ impl IndexConfig {
                 "a metrics index is queried with PromQL; search settings do not apply",
             ));
         }
-        if self.time_travel_retention.is_some() {
-            return Err(invalid(
-                "time_travel_retention",
-                "time travel is not available on metrics indexes",
-            ));
-        }
         match &self.indexing_settings.merge_policy {
             // Merges on (the default), or off.
             crate::MergePolicyConfig::NoMerge => {}

@@ -863,28 +863,10 @@ impl SearchService {
 
 /// `as_of` if it is inside the index's time-travel window at `now`, else why not.
 fn check_as_of(index: &IndexMetadata, as_of: i64, now: i64) -> Result<i64, SearchError> {
-    let retention = index.index_config.time_travel_retention_secs();
-    if retention == 0 {
-        return Err(SearchError::InvalidRequest(format!(
-            "time travel is off for index `{}`: `as_of` needs `time_travel_retention` in its \
-             config",
-            index.index_id()
-        )));
-    }
-    let window = index
+    index
         .index_config
-        .time_travel_retention
-        .as_deref()
-        .unwrap_or_default();
-    if as_of < now - retention || as_of > now {
-        return Err(SearchError::InvalidRequest(format!(
-            "as_of {as_of} is outside the time-travel window of index `{}`: [{}, {now}] \
-             (time_travel_retention: {window})",
-            index.index_id(),
-            now - retention
-        )));
-    }
-    Ok(as_of)
+        .check_as_of(as_of, now)
+        .map_err(SearchError::InvalidRequest)
 }
 
 /// Drops the splits that cannot match: time range outside the request's, missing a tag

@@ -57,6 +57,9 @@ pub struct SplitSource {
     /// Whether splits and row groups are ruled out before reading (off: every split of the
     /// window is read whole — the same answers, for checking pruning).
     prune: bool,
+    /// Time travel: the index as it was at the end of this second (Unix seconds): the
+    /// splits published then, and the delete tasks that existed then.
+    as_of: Option<i64>,
 }
 
 /// How a query reaches the other searchers of its cluster.
@@ -214,7 +217,15 @@ impl SplitSource {
             leaves: None,
             deletes: tokio::sync::OnceCell::new(),
             prune: true,
+            as_of: None,
         }
+    }
+
+    /// Reads the index as it was at `as_of` (Unix seconds, checked against its time-travel
+    /// window by the caller).
+    pub fn as_of(mut self, as_of: Option<i64>) -> Self {
+        self.as_of = as_of;
+        self
     }
 
     /// Reads every split of a selector's window, every row group (for checking pruning).
@@ -310,6 +321,7 @@ impl SplitSource {
                     .map_err(|err| PromqlError::Source(format!("listing delete tasks: {err}")))?;
                 tasks
                     .iter()
+                    .filter(|task| self.as_of.is_none_or(|at| task.create_timestamp <= at))
                     .map(|task| {
                         shale_metrics::SeriesDelete::from_task(task).map_err(|err| {
                             PromqlError::Source(format!(
@@ -369,6 +381,7 @@ impl SeriesSource for SplitSource {
     ) -> Result<Vec<SeriesSamples>, PromqlError> {
         let mut query = ListSplitsQuery::for_index(self.index_uid.clone())
             .with_states(&[SplitState::Published]);
+        query.visible_at = self.as_of;
         query.time_range_start = Some(start_ms.div_euclid(1000));
         query.time_range_end = Some(end_ms.div_euclid(1000).saturating_add(1));
         let mut splits: Vec<SplitMetadata> = self

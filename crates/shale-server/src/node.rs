@@ -1014,12 +1014,6 @@ impl Node {
         request: shale_metastore::CompactionRequest,
     ) -> Result<shale_metastore::Compaction, NodeError> {
         let index = self.metastore.index_metadata(index_id).await?;
-        if index.index_config.metrics.is_some() {
-            return Err(NodeError::InvalidRequest(format!(
-                "`{index_id}` is a metrics index: manual compaction of metrics splits is not \
-                 available yet"
-            )));
-        }
         if let (Some(start), Some(end)) = (request.start_timestamp, request.end_timestamp) {
             if start >= end {
                 return Err(NodeError::InvalidRequest(format!(

@@ -384,10 +384,12 @@ fn labels_json(labels: &Labels) -> Value {
     )
 }
 
-/// The metrics index of a request (the default one without an index in the path).
+/// The metrics index of a request (the default one without an index in the path), as it
+/// was at the request's `as_of` (time travel) if it has one.
 async fn metrics_index(
     state: &AppState,
     index_id: Option<String>,
+    params: &Params,
 ) -> Result<(IndexMetadata, SplitSource), PromError> {
     let index_id = index_id.unwrap_or_else(|| OTEL_METRICS_INDEX_ID.to_string());
     let index = match state.node.metastore.index_metadata(&index_id).await {
@@ -419,7 +421,20 @@ async fn metrics_index(
         membership: state.node.membership.clone(),
         client: state.node.client.clone(),
     });
-    Ok((index, source))
+    let as_of = match params.get("as_of") {
+        Some(text) => {
+            let ms = parse_time("as_of", text)?;
+            let as_of = ms.div_euclid(1000);
+            Some(
+                index
+                    .index_config
+                    .check_as_of(as_of, shale_types::now_unix_secs())
+                    .map_err(PromError::bad_data)?,
+            )
+        }
+        None => None,
+    };
+    Ok((index, source.as_of(as_of)))
 }
 
 /// The engine's limits for a request (`timeout` shortens the node's).
@@ -554,7 +569,7 @@ async fn prepare(
     params: &Params,
 ) -> Result<(SplitSource, EngineOptions), PromError> {
     let options = engine_options(params)?;
-    let (_, mut source) = metrics_index(state, index_id.map(|p| p.0)).await?;
+    let (_, mut source) = metrics_index(state, index_id.map(|p| p.0), params).await?;
     // A diagnostic: read every split of the window whole (answers must not change).
     if params.get("shale_pruning") == Some("false") {
         source = source.without_pruning();
@@ -668,7 +683,7 @@ async fn series(
         return Err(PromError::bad_data("no match[] parameter provided"));
     }
     let (start, end) = time_window(&params)?;
-    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0), &params).await?;
     let found = matching_series(&source, &sets, start, end).await?;
     let data: Vec<Value> = found.iter().map(labels_json).collect();
     Ok(success(json!(data), &[], None, &source))
@@ -684,7 +699,7 @@ async fn labels(
     let params = Params::read(&uri, &headers, &body);
     let sets = match_params(&params)?;
     let (start, end) = time_window(&params)?;
-    let (_, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let (_, source) = metrics_index(&state, index_id.map(|p| p.0), &params).await?;
     let found = matching_series(&source, &sets, start, end).await?;
     let names: BTreeSet<&str> = found
         .iter()
@@ -708,7 +723,7 @@ async fn label_values(
     }
     let sets = match_params(&params)?;
     let (start, end) = time_window(&params)?;
-    let (_, source) = metrics_index(&state, path.get("index_id").cloned()).await?;
+    let (_, source) = metrics_index(&state, path.get("index_id").cloned(), &params).await?;
     let found = matching_series(&source, &sets, start, end).await?;
     let values: BTreeSet<&str> = found
         .iter()
@@ -741,7 +756,7 @@ async fn metadata(
         },
     };
     let metric = params.get("metric").filter(|m| !m.is_empty());
-    let (index, source) = metrics_index(&state, index_id.map(|p| p.0)).await?;
+    let (index, source) = metrics_index(&state, index_id.map(|p| p.0), &params).await?;
     let all = state
         .node
         .metastore

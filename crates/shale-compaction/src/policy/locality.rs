@@ -17,6 +17,8 @@
 //!   much as the level-1 documents they would rewrite. So a bucket closes into level 1 when
 //!   its on-time data stops, while a trickle of late data is batched (size-tiered meanwhile)
 //!   until it stops, instead of rewriting the level-1 splits for every late commit.
+//!   A lone level-0 split with nothing to join is rewritten alone, so a closed bucket ends
+//!   with no level-0 split.
 //! - Closed buckets are planned newest first, then active buckets newest first.
 //! - No split takes part in more than `max_merge_ops` merges: that is the only maturity; the
 //!   time-based maturation period only bounds what the planner reads.
@@ -183,7 +185,10 @@ impl LocalityMergePolicy {
             inputs.extend(below.or(above).map(|(pos, _, _)| *pos));
         }
         inputs.extend(overlapping);
-        if inputs.len() < 2 {
+        // A lone level-0 split with nothing to join (the bucket's only split, or level-1
+        // neighbours out of budget) is rewritten alone into level 1: a closed bucket ends with
+        // no level-0 split, and one bigger than the target is cut to size.
+        if inputs.is_empty() {
             return None;
         }
         inputs.sort_by(|a, b| {
@@ -351,8 +356,21 @@ mod tests {
             keyed("fresh", 0, 50, 60, 0, 0),
         ];
         assert_eq!(ids(&policy(), &lone, LATER), [["l1-near", "fresh"]]);
-        // Alone in its bucket, it stays as it is (rewriting it would only relabel it).
-        assert!(ids(&policy(), &lone[3..], LATER).is_empty());
+        // Alone in its bucket, it is rewritten alone into level 1 (a locality merge).
+        assert_eq!(ids(&policy(), &lone[3..], LATER), [["fresh"]]);
+        let alone: Vec<&SplitMetadata> = lone[3..].iter().collect();
+        assert_eq!(
+            policy().operation_kind(&alone, &[0], LATER),
+            MergeKind::Locality
+        );
+        // So is one whose only neighbours are out of budget, and nothing else of the bucket.
+        let spent_neighbours = vec![
+            keyed("l1-spent", 0, 0, 9, 1, 4),
+            keyed("fresh", 0, 50, 60, 0, 0),
+        ];
+        assert_eq!(ids(&policy(), &spent_neighbours, LATER), [["fresh"]]);
+        // Not while its bucket is active.
+        assert!(ids(&policy(), &lone[3..], 10).is_empty());
         // Late splits still arriving wait (policy(): 2 s commits, so 9 s of quiet)...
         let mut late = splits.clone();
         late[4].create_timestamp = LATER - 3;
@@ -484,7 +502,11 @@ mod tests {
                 splits.iter().map(|s| (s.split_id.as_str(), s)).collect();
             let mut used = HashSet::new();
             for op in ids(&policy, &splits, now) {
-                assert!(op.len() >= 2);
+                // One input only for a lone level-0 split rewritten into level 1.
+                assert!(
+                    op.len() >= 2 || by_id[op[0].as_str()].key_level == 0,
+                    "{op:?}"
+                );
                 let bucket = by_id[op[0].as_str()].time_bucket_start;
                 for id in &op {
                     let split = by_id[id.as_str()];

@@ -45,7 +45,8 @@ pub use stable_log::StableLogMergePolicy;
 /// what the merge does with them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeOperation {
-    /// Ids of the input splits (at least two).
+    /// Ids of the input splits (at least two, but one for the locality rewrite of a lone
+    /// level-0 split).
     pub split_ids: Vec<SplitId>,
     /// `merge` (one output) or `locality` (level-1 outputs cut at sort-key boundaries);
     /// shown only for `locality`, so that other policies' plans read as Quickwit's.

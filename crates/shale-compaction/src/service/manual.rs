@@ -5,7 +5,8 @@
 //!
 //! The plan: the Published splits in the requested time range that no live task holds —
 //! immature ones, or every split below `compaction.max_split_bytes` with `force` — grouped
-//! by merge scope (and time bucket). A locality index gets one locality merge per bucket;
+//! by merge scope (and time bucket). A locality index gets one locality merge per bucket
+//! (of two splits or more, or of a lone level-0 split, which becomes level 1);
 //! other indexes get merges of consecutive splits (by time) packed up to the target
 //! (`split_num_docs_target` documents or `max_split_bytes`). A split left out of every merge
 //! that has pending delete tasks gets a delete compaction, so that every pending delete is
@@ -186,7 +187,8 @@ async fn plan_tasks(
     for ((scope, _), mut members) in groups {
         members.sort_by_key(|s| (s.time_range.map(|r| r.start), s.split_id.clone()));
         if locality {
-            if members.len() >= 2 {
+            // A lone split is rewritten too if it is level 0 (it becomes level 1).
+            if members.len() >= 2 || members.iter().any(|s| s.key_level == 0) {
                 merged.extend(members.iter().map(|s| s.split_id.as_str()));
                 tasks.push(
                     NewMergeTask::new(scope, members.iter().map(|s| s.split_id.clone()).collect())

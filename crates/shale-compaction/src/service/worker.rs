@@ -184,7 +184,7 @@ async fn prepare(env: &CompactionEnv, task: &MergeTask) -> Result<Prepared, Comp
             }
         }
     }
-    if inputs.len() < 2 && task.kind != MergeKind::Delete {
+    if inputs.len() < 2 && task.kind == MergeKind::Merge {
         return Err(inapplicable("fewer than two inputs".to_string()));
     }
     if inputs.iter().any(|split| split.format != inputs[0].format) {

@@ -491,3 +491,166 @@ async fn delete_series_hides_at_once_and_compaction_purges() {
         .is_empty());
     node.stop().await;
 }
+
+/// How many series `query` at `time` returns as the index was at `as_of`.
+async fn past(node: &TestNode, query: &str, time: i64, as_of: i64) -> usize {
+    let (status, body) = node
+        .get(&format!(
+            "/prometheus/prom/api/v1/query?{}&as_of={as_of}",
+            encode(&format!("query={query}&time={time}"))
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["data"]["result"].as_array().unwrap().len()
+}
+
+/// The level of each published split, by bucket start, sorted.
+async fn levels(node: &TestNode) -> Vec<(Option<i64>, u8)> {
+    let mut levels: Vec<(Option<i64>, u8)> = published(node)
+        .await
+        .iter()
+        .map(|s| (s.time_bucket_start, s.key_level))
+        .collect();
+    levels.sort();
+    levels
+}
+
+/// One sample of each of `series` series at `time_ms`, as one request.
+fn lone_request(series: usize, time_ms: i64) -> WriteRequest {
+    WriteRequest {
+        timeseries: (0..series)
+            .map(|i| TimeSeries {
+                labels: series_labels(i),
+                samples: vec![ProtoSample {
+                    value: value(i, 0),
+                    timestamp: time_ms,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A manual compaction of a metrics index turns every closed bucket into level-1 splits
+/// (a bucket's lone split too), and time travel (`as_of`) answers as the index was before a
+/// `delete_series` and before the compaction that replaced its splits; a lone split in a
+/// closed bucket is rewritten into level 1 by automatic compaction too.
+#[tokio::test]
+async fn manual_compaction_and_time_travel_of_a_metrics_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |enabled: bool| -> NodeConfig {
+        let mut config = common::config_in(tmp.path());
+        config.compaction.enabled = enabled;
+        config.compaction.planner_interval_secs = 1;
+        config
+    };
+    let node = TestNode::start_with(config(false)).await;
+    node.create_index(&format!("{INDEX}time_travel_retention: 1h\n"))
+        .await;
+    let mut rng = StdRng::seed_from_u64(7);
+    let series = 40;
+    for request in requests(&mut rng, series, 4) {
+        write(&node, &request).await;
+    }
+    // A third bucket, an hour later, written once: its only split.
+    write(&node, &lone_request(series, (T0 + 3600) * 1000)).await;
+    let before = levels(&node).await;
+    assert!(before.iter().all(|(_, level)| *level == 0), "{before:?}");
+    let lone_bucket = before.last().unwrap().0;
+    assert_eq!(before.iter().filter(|(b, _)| *b == lone_bucket).count(), 1);
+    let splits_before = before.len();
+    assert!(splits_before > 3, "{before:?}");
+
+    let end = T0 + 3600;
+    let job3 = "count_over_time(temperature{job=\"job-3\"}[2h])";
+    let total = "sum(count_over_time({__name__=~\".+\"}[2h]))";
+    let all_samples = (series as u64 * POINTS as u64 + series as u64).to_string();
+    let at_start = instant(&node, job3, end).await;
+    assert_eq!(at_start.len(), 4, "{at_start:?}");
+    assert_eq!(instant(&node, total, end).await[0].1, all_samples);
+    let as_of = shale_types::now_unix_secs();
+    // A delete task made in a later second than `as_of`.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resp = node
+        .client
+        .post(node.url("/prometheus/prom/api/v1/admin/tsdb/delete_series"))
+        .form(&[("match[]", "temperature{job=\"job-3\"}")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    assert!(instant(&node, job3, end).await.is_empty());
+    assert_eq!(past(&node, job3, end, as_of).await, 4, "as_of sees the deleted series");
+
+    // A manual compaction (automatic compaction is off on this node).
+    let (status, resp) = node
+        .post("/api/v1/indexes/prom/compact", json!({}).to_string())
+        .await;
+    assert_eq!(status, 200, "{resp}");
+    let id = resp["compaction_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (_, resp) = node
+            .get(&format!("/api/v1/indexes/prom/compactions/{id}"))
+            .await;
+        if resp["state"] == "completed" || resp["state"] == "failed" {
+            break resp;
+        }
+        assert!(Instant::now() < deadline, "compaction stuck: {resp}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["splits_before"], splits_before as u64);
+    let after = levels(&node).await;
+    assert!(after.iter().all(|(_, level)| *level == 1), "{after:?}");
+    assert_eq!(after.iter().filter(|(b, _)| *b == lone_bucket).count(), 1);
+    // The delete is inside the time-travel window: the merges kept its samples, which
+    // queries still leave out; the past still sees them, through the replaced splits.
+    let stored: u64 = published(&node).await.iter().map(|s| s.num_docs).sum();
+    assert_eq!(stored.to_string(), all_samples);
+    assert!(instant(&node, job3, end).await.is_empty());
+    assert_eq!(past(&node, job3, end, as_of).await, 4);
+    assert_eq!(instant(&node, total, end).await[0].1, (series as u64 * POINTS as u64 + series as u64 - 4 * 120 - 4).to_string());
+
+    // Errors in Prometheus's shape.
+    let (status, body) = node
+        .get(&format!(
+            "/prometheus/prom/api/v1/query?{}",
+            encode(&format!("query=up&as_of={}", as_of - 7200))
+        ))
+        .await;
+    assert_eq!((status, &body["errorType"]), (400, &json!("bad_data")), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("time-travel window"),
+        "{body}"
+    );
+    node.create_index(&INDEX.replace("index_id: prom", "index_id: plain"))
+        .await;
+    let (status, body) = node
+        .get(&format!(
+            "/prometheus/plain/api/v1/query?{}",
+            encode(&format!("query=up&as_of={as_of}"))
+        ))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("time travel is off"),
+        "{body}"
+    );
+
+    // Automatic compaction: a lone split of a closed bucket becomes level 1 too.
+    write(&node, &lone_request(series, (T0 + 7200) * 1000)).await;
+    node.stop().await;
+    let node = TestNode::start_with(config(true)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let levels = levels(&node).await;
+        if levels.iter().all(|(_, level)| *level == 1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{levels:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    node.stop().await;
+}
