@@ -21,7 +21,8 @@ pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use prune::split_may_hold;
 pub use reader::{
-    label_names_from_footer, read_split, read_split_cached, read_split_with, ReadStats, SplitRead,
+    label_names_from_footer, read_split, read_split_cached, read_split_ranges, read_split_with,
+    FetchRange, RangeReader, ReadStats, SplitRead,
 };
 pub use selector::{apply_deletes, parse_selector, SeriesDelete};
 pub use split::{

@@ -3,22 +3,27 @@
 //! statistics of every label an `=` matcher requires, and by the bloom filters of
 //! `__name__` and the sort labels; then, within the row groups left, pages by the page index
 //! of the same columns. A matcher on a label the split has no column for is decided for the
-//! whole split. Parsed footers are cached by split id.
+//! whole split. Parsed footers are cached by split id. A split is read from its bytes in
+//! memory, or by byte ranges ([`read_split_ranges`]: only the footer once, then the bloom
+//! filters and pages a read needs).
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type};
 use arrow_array::{Array, DictionaryArray, RecordBatch};
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
     RowSelector,
 };
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::bloom_filter::Sbbf;
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::statistics::Statistics;
 
@@ -96,13 +101,18 @@ fn reader_metadata(key: Option<&str>, bytes: &Bytes) -> Result<ArrowReaderMetada
     )?;
     check_version(metadata.metadata())?;
     if let Some(key) = key {
-        let mut footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
-        if footers.len() >= MAX_FOOTERS {
-            footers.clear();
-        }
-        footers.insert(key.to_string(), metadata.clone());
+        remember_footer(key, &metadata);
     }
     Ok(metadata)
+}
+
+/// Caches the parsed footer of the split `key`.
+fn remember_footer(key: &str, metadata: &ArrowReaderMetadata) {
+    let mut footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+    if footers.len() >= MAX_FOOTERS {
+        footers.clear();
+    }
+    footers.insert(key.to_string(), metadata.clone());
 }
 
 /// [`read_split_with`], the split's parsed footer cached under `key` (its split id): rows are
@@ -118,49 +128,292 @@ pub fn read_split_cached(
 ) -> Result<SplitRead, MetricsError> {
     let reader_metadata = reader_metadata(key, &bytes)?;
     let metadata = reader_metadata.metadata().clone();
-    let schema = reader_metadata.schema().clone();
-    let mut read = SplitRead {
-        stats: ReadStats {
-            row_groups: metadata.num_row_groups(),
-            ..ReadStats::default()
-        },
-        ..SplitRead::default()
+    let plan = match Plan::new(&reader_metadata, matchers, start_ms, end_ms, prune_row_groups)? {
+        Planned::Nothing(read) => return Ok(read),
+        Planned::Read(plan) => plan,
     };
-    // A label without a column is missing from every series of the split (the batches'
-    // filter relies on this check: it is not optional).
-    if matchers
-        .iter()
-        .any(|m| schema.index_of(&m.name).is_err() && !m.matches_missing())
-    {
-        return Ok(read);
+    let mut plan = plan;
+    if plan.filters_by_bloom() {
+        let mut kept = Vec::with_capacity(plan.candidates.len());
+        for &i in &plan.candidates {
+            let row_group = metadata.row_group(i);
+            let mut may_hold = true;
+            for (column, value) in &plan.required {
+                if let Some(filter) =
+                    Sbbf::read_from_column_chunk(row_group.column(*column), &bytes)?
+                {
+                    if !filter.check(value.as_bytes()) {
+                        may_hold = false;
+                        break;
+                    }
+                }
+            }
+            if may_hold {
+                kept.push(i);
+            }
+        }
+        plan.candidates = kept;
     }
-    let column_of = |name: &str| -> Option<usize> {
-        metadata
-            .file_metadata()
-            .schema_descr()
-            .columns()
-            .iter()
-            .position(|c| c.path().string() == name)
+    let Some(selection) = plan.select_pages(&metadata) else {
+        return Ok(plan.read);
     };
-    let timestamp_column = column_of(TIMESTAMP_COLUMN)
-        .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column")))?;
-    let required: Vec<(usize, &str)> = matchers
-        .iter()
-        .filter_map(|m| Some((column_of(&m.name)?, m.required_value()?)))
-        .collect();
+    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, reader_metadata)
+        .with_row_groups(plan.candidates.clone());
+    if let Some(selection) = selection {
+        builder = builder.with_row_selection(selection);
+    }
+    let mut series = SeriesMap::default();
+    for batch in builder.build()? {
+        let batch = batch?;
+        plan.read.stats.rows_read += batch.num_rows() as u64;
+        collect_batch(&batch, matchers, start_ms, end_ms, &mut series)?;
+    }
+    Ok(plan.finish(series))
+}
 
-    let mut candidates = Vec::new();
-    for (i, row_group) in metadata.row_groups().iter().enumerate() {
-        let overlaps_time = match row_group.column(timestamp_column).statistics() {
-            Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
-                (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
-                _ => true,
+/// Fetches byte ranges of one split object (from local disk or object storage).
+pub type FetchRange = std::sync::Arc<
+    dyn Fn(Range<u64>) -> BoxFuture<'static, Result<Bytes, String>> + Send + Sync,
+>;
+
+/// A split object read by byte ranges: its footer (with the page index) once per node,
+/// then only the bloom filters and pages a read needs. Nearby ranges are fetched as one.
+#[derive(Clone)]
+pub struct RangeReader {
+    fetch: FetchRange,
+    size: u64,
+}
+
+/// Ranges closer than this are fetched together (fewer requests to object storage).
+const COALESCE_GAP: u64 = 16 * 1024;
+
+/// Bytes read from the end of an object for its footer at first (the footer and page index
+/// of a metrics split usually fit, so one request gets both).
+const FOOTER_PREFETCH: usize = 256 * 1024;
+
+impl RangeReader {
+    /// A reader of an object of `size` bytes whose ranges `fetch` returns.
+    pub fn new(size: u64, fetch: FetchRange) -> Self {
+        RangeReader { fetch, size }
+    }
+}
+
+fn fetch_error(message: String) -> parquet::errors::ParquetError {
+    parquet::errors::ParquetError::External(message.into())
+}
+
+impl AsyncFileReader for RangeReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        let fetch = (self.fetch)(range);
+        async move { fetch.await.map_err(fetch_error) }.boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        // Sorted and merged when close, fetched concurrently, then cut back.
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| ranges[i].start);
+        let mut merged: Vec<Range<u64>> = Vec::new();
+        for &i in &order {
+            let range = &ranges[i];
+            match merged.last_mut() {
+                Some(last) if range.start <= last.end.saturating_add(COALESCE_GAP) => {
+                    last.end = last.end.max(range.end);
+                }
+                _ => merged.push(range.clone()),
+            }
+        }
+        let fetches: Vec<_> = merged.iter().map(|r| (self.fetch)(r.clone())).collect();
+        async move {
+            let fetched = futures::future::try_join_all(fetches)
+                .await
+                .map_err(fetch_error)?;
+            ranges
+                .iter()
+                .map(|range| {
+                    let at = merged.partition_point(|m| m.end < range.end);
+                    let (Some(chunk), Some(whole)) = (merged.get(at), fetched.get(at)) else {
+                        return Err(fetch_error(format!("range {range:?} was not fetched")));
+                    };
+                    let from = usize::try_from(range.start - chunk.start).unwrap_or(usize::MAX);
+                    let to = usize::try_from(range.end - chunk.start).unwrap_or(usize::MAX);
+                    if chunk.start > range.start || to > whole.len() {
+                        return Err(fetch_error(format!(
+                            "short read: {} bytes for range {chunk:?}",
+                            whole.len()
+                        )));
+                    }
+                    Ok(whole.slice(from..to))
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        let size = self.size;
+        async move {
+            let metadata = ParquetMetaDataReader::new()
+                .with_page_index_policy(PageIndexPolicy::Optional)
+                .with_prefetch_hint(Some(FOOTER_PREFETCH))
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
+}
+
+/// [`read_split_cached`] of a split read by byte ranges: the footer from the node's cache (or
+/// fetched once), then only the bloom filters of the row groups statistics leave and the
+/// pages the page index leaves — a one-series read of a big split fetches some KiB.
+pub async fn read_split_ranges(
+    key: &str,
+    mut reader: RangeReader,
+    matchers: &[Matcher],
+    start_ms: i64,
+    end_ms: i64,
+    prune_row_groups: bool,
+) -> Result<SplitRead, MetricsError> {
+    let cached = FOOTERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(key)
+        .cloned();
+    let reader_metadata = match cached {
+        Some(metadata) => metadata,
+        None => {
+            let metadata = ArrowReaderMetadata::load_async(
+                &mut reader,
+                ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+            )
+            .await?;
+            check_version(metadata.metadata())?;
+            remember_footer(key, &metadata);
+            metadata
+        }
+    };
+    let metadata = reader_metadata.metadata().clone();
+    let mut plan = match Plan::new(&reader_metadata, matchers, start_ms, end_ms, prune_row_groups)?
+    {
+        Planned::Nothing(read) => return Ok(read),
+        Planned::Read(plan) => plan,
+    };
+    let mut builder =
+        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, reader_metadata.clone());
+    if plan.filters_by_bloom() {
+        let mut kept = Vec::with_capacity(plan.candidates.len());
+        for &i in &plan.candidates {
+            let mut may_hold = true;
+            for (column, value) in &plan.required {
+                if let Some(filter) = builder.get_row_group_column_bloom_filter(i, *column).await? {
+                    if !filter.check(value.as_bytes()) {
+                        may_hold = false;
+                        break;
+                    }
+                }
+            }
+            if may_hold {
+                kept.push(i);
+            }
+        }
+        plan.candidates = kept;
+    }
+    let Some(selection) = plan.select_pages(&metadata) else {
+        return Ok(plan.read);
+    };
+    builder = builder.with_row_groups(plan.candidates.clone());
+    if let Some(selection) = selection {
+        builder = builder.with_row_selection(selection);
+    }
+    let mut stream = builder.build()?;
+    let mut series = SeriesMap::default();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        plan.read.stats.rows_read += batch.num_rows() as u64;
+        collect_batch(&batch, matchers, start_ms, end_ms, &mut series)?;
+    }
+    Ok(plan.finish(series))
+}
+
+/// What a read of one split decided before fetching pages.
+enum Planned {
+    /// Nothing of the split can match: this is the (empty) read.
+    Nothing(SplitRead),
+    /// Row groups to read.
+    Read(Plan),
+}
+
+/// The row groups of a split left by statistics, and the values the `=` matchers require.
+struct Plan {
+    read: SplitRead,
+    /// Row groups that may hold matching rows, in order.
+    candidates: Vec<usize>,
+    /// (column, value) of each `=` matcher on a column of the split.
+    required: Vec<(usize, String)>,
+    timestamp_column: usize,
+    start_ms: i64,
+    end_ms: i64,
+    prune: bool,
+}
+
+impl Plan {
+    /// The row groups whose statistics (time, required values) may hold matching rows.
+    fn new(
+        reader_metadata: &ArrowReaderMetadata,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+        prune: bool,
+    ) -> Result<Planned, MetricsError> {
+        let metadata = reader_metadata.metadata();
+        let schema = reader_metadata.schema();
+        let read = SplitRead {
+            stats: ReadStats {
+                row_groups: metadata.num_row_groups(),
+                ..ReadStats::default()
             },
-            _ => true,
+            ..SplitRead::default()
         };
-        let within_stats =
-            required.iter().all(
-                |(column, value)| match row_group.column(*column).statistics() {
+        // A label without a column is missing from every series of the split (the batches'
+        // filter relies on this check: it is not optional).
+        if matchers
+            .iter()
+            .any(|m| schema.index_of(&m.name).is_err() && !m.matches_missing())
+        {
+            return Ok(Planned::Nothing(read));
+        }
+        let column_of = |name: &str| -> Option<usize> {
+            metadata
+                .file_metadata()
+                .schema_descr()
+                .columns()
+                .iter()
+                .position(|c| c.path().string() == name)
+        };
+        let timestamp_column = column_of(TIMESTAMP_COLUMN).ok_or_else(|| {
+            MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column"))
+        })?;
+        let required: Vec<(usize, String)> = matchers
+            .iter()
+            .filter_map(|m| Some((column_of(&m.name)?, m.required_value()?.to_string())))
+            .collect();
+        let mut candidates = Vec::new();
+        for (i, row_group) in metadata.row_groups().iter().enumerate() {
+            let overlaps_time = match row_group.column(timestamp_column).statistics() {
+                Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
+                    (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
+                    _ => true,
+                },
+                _ => true,
+            };
+            let within_stats = required.iter().all(|(column, value)| {
+                match row_group.column(*column).statistics() {
                     Some(Statistics::ByteArray(stats)) => {
                         match (stats.min_opt(), stats.max_opt()) {
                             (Some(min), Some(max)) => {
@@ -170,69 +423,92 @@ pub fn read_split_cached(
                         }
                     }
                     _ => true,
-                },
-            );
-        if !prune_row_groups || (overlaps_time && within_stats) {
-            candidates.push(i);
-        }
-    }
-    if prune_row_groups && !candidates.is_empty() && !required.is_empty() {
-        candidates = filter_by_bloom(&bytes, &metadata, &candidates, &required)?;
-    }
-    // Within the row groups left, the pages whose statistics may hold the rows.
-    let mut selection: Vec<RowSelector> = Vec::new();
-    if prune_row_groups {
-        let mut kept_groups = Vec::with_capacity(candidates.len());
-        for &i in &candidates {
-            let rows = page_rows(&metadata, i, timestamp_column, &required, start_ms, end_ms);
-            if rows.is_empty() {
-                continue;
-            }
-            kept_groups.push(i);
-            let total = usize::try_from(metadata.row_group(i).num_rows()).unwrap_or(0);
-            let mut at = 0;
-            for range in rows {
-                if range.start > at {
-                    selection.push(RowSelector::skip(range.start - at));
                 }
-                selection.push(RowSelector::select(range.end - range.start));
-                at = range.end;
-            }
-            if total > at {
-                selection.push(RowSelector::skip(total - at));
+            });
+            if !prune || (overlaps_time && within_stats) {
+                candidates.push(i);
             }
         }
-        candidates = kept_groups;
-    }
-    read.stats.row_groups_read = candidates.len();
-    if candidates.is_empty() {
-        return Ok(read);
+        Ok(Planned::Read(Plan {
+            read,
+            candidates,
+            required,
+            timestamp_column,
+            start_ms,
+            end_ms,
+            prune,
+        }))
     }
 
-    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, reader_metadata)
-        .with_row_groups(candidates);
-    if prune_row_groups {
-        builder = builder.with_row_selection(RowSelection::from(selection));
+    /// Whether the candidates are to be checked against the bloom filters.
+    fn filters_by_bloom(&self) -> bool {
+        self.prune && !self.candidates.is_empty() && !self.required.is_empty()
     }
-    let reader = builder.build()?;
-    let mut series = SeriesMap::default();
-    for batch in reader {
-        let batch = batch?;
-        read.stats.rows_read += batch.num_rows() as u64;
-        collect_batch(&batch, matchers, start_ms, end_ms, &mut series)?;
+
+    /// Drops the candidates whose pages cannot hold matching rows and records the row groups
+    /// read; `None` when nothing is left, else the rows to decode (`Some(None)`: all rows of
+    /// the candidates).
+    fn select_pages(&mut self, metadata: &ParquetMetaData) -> Option<Option<RowSelection>> {
+        let mut selection: Option<Vec<RowSelector>> = None;
+        if self.prune {
+            let required: Vec<(usize, &str)> = self
+                .required
+                .iter()
+                .map(|(column, value)| (*column, value.as_str()))
+                .collect();
+            let mut selectors = Vec::new();
+            let mut kept_groups = Vec::with_capacity(self.candidates.len());
+            for &i in &self.candidates {
+                let rows = page_rows(
+                    metadata,
+                    i,
+                    self.timestamp_column,
+                    &required,
+                    self.start_ms,
+                    self.end_ms,
+                );
+                if rows.is_empty() {
+                    continue;
+                }
+                kept_groups.push(i);
+                let total = usize::try_from(metadata.row_group(i).num_rows()).unwrap_or(0);
+                let mut at = 0;
+                for range in rows {
+                    if range.start > at {
+                        selectors.push(RowSelector::skip(range.start - at));
+                    }
+                    selectors.push(RowSelector::select(range.end - range.start));
+                    at = range.end;
+                }
+                if total > at {
+                    selectors.push(RowSelector::skip(total - at));
+                }
+            }
+            self.candidates = kept_groups;
+            selection = Some(selectors);
+        }
+        self.read.stats.row_groups_read = self.candidates.len();
+        if self.candidates.is_empty() {
+            return None;
+        }
+        Some(selection.map(RowSelection::from))
     }
-    let mut out: Vec<SeriesSamples> = series
-        .list
-        .into_iter()
-        .map(|(labels, mut samples)| {
-            samples.sort_by_key(|s| s.timestamp_ms);
-            SeriesSamples { labels, samples }
-        })
-        .collect();
-    out.sort_by(|a, b| a.labels.cmp(&b.labels));
-    read.stats.samples = out.iter().map(|s| s.samples.len() as u64).sum();
-    read.series = out;
-    Ok(read)
+
+    /// The read, its series sorted by labels and their samples by time.
+    fn finish(mut self, series: SeriesMap) -> SplitRead {
+        let mut out: Vec<SeriesSamples> = series
+            .list
+            .into_iter()
+            .map(|(labels, mut samples)| {
+                samples.sort_by_key(|s| s.timestamp_ms);
+                SeriesSamples { labels, samples }
+            })
+            .collect();
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        self.read.stats.samples = out.iter().map(|s| s.samples.len() as u64).sum();
+        self.read.series = out;
+        self.read
+    }
 }
 
 /// The rows of row group `group` (sorted, disjoint ranges) whose pages may hold a row every
@@ -338,32 +614,6 @@ pub(crate) fn check_version(metadata: &ParquetMetaData) -> Result<(), MetricsErr
             "no format version: not a metrics split".to_string(),
         )),
     }
-}
-
-/// The row groups of `candidates` whose bloom filters may hold every required value.
-fn filter_by_bloom(
-    bytes: &Bytes,
-    metadata: &ParquetMetaData,
-    candidates: &[usize],
-    required: &[(usize, &str)],
-) -> Result<Vec<usize>, MetricsError> {
-    let mut kept = Vec::with_capacity(candidates.len());
-    for &i in candidates {
-        let row_group = metadata.row_group(i);
-        let mut may_hold = true;
-        for (column, value) in required {
-            if let Some(filter) = Sbbf::read_from_column_chunk(row_group.column(*column), bytes)? {
-                if !filter.check(value.as_bytes()) {
-                    may_hold = false;
-                    break;
-                }
-            }
-        }
-        if may_hold {
-            kept.push(i);
-        }
-    }
-    Ok(kept)
 }
 
 /// The series found so far, in order of discovery.

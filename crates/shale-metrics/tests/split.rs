@@ -309,3 +309,86 @@ fn other_files_are_refused() {
     let err = read_split(Bytes::from_static(b"not parquet at all"), &[], 0, 1).expect_err("no");
     assert!(err.to_string().contains("parquet"), "{err}");
 }
+
+/// Read by byte ranges, a split gives the same answers as read whole; once its footer is
+/// cached, one series costs a small part of the object.
+#[test]
+fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let mut writer = MetricsSplitWriter::new(vec!["host".to_string()]);
+    for name in ["m_a", "m_c", "m_e", "m_g"] {
+        for host in 0..100 {
+            let series = labels(&[("__name__", name), ("host", &format!("h{host:03}"))]);
+            writer.add(
+                &series,
+                (0..1_000).map(|i| sample(i * 10_000, (i * host) as f64 + 0.5)),
+            );
+        }
+    }
+    let (bytes, _) = writer.finish().expect("a split");
+    let bytes = Bytes::from(bytes);
+    let fetched = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let size = bytes.len() as u64;
+        let (bytes, fetched, requests) = (bytes.clone(), fetched.clone(), requests.clone());
+        let fetch: shale_metrics::FetchRange = Arc::new(move |range: std::ops::Range<u64>| {
+            fetched.fetch_add(range.end - range.start, Ordering::Relaxed);
+            requests.fetch_add(1, Ordering::Relaxed);
+            let slice = usize::try_from(range.start)
+                .ok()
+                .zip(usize::try_from(range.end).ok())
+                .filter(|(_, end)| *end <= bytes.len())
+                .map(|(start, end)| bytes.slice(start..end))
+                .ok_or_else(|| format!("range {range:?} out of the object"));
+            Box::pin(async move { slice })
+        });
+        shale_metrics::RangeReader::new(size, fetch)
+    };
+    let ranged = |matchers: &[Matcher], start: i64, end: i64| {
+        futures::executor::block_on(shale_metrics::read_split_ranges(
+            "ranged-split-under-test",
+            reader.clone(),
+            matchers,
+            start,
+            end,
+            true,
+        ))
+        .expect("a ranged read")
+    };
+    let one_series = [
+        Matcher::equal("__name__", "m_e"),
+        Matcher::equal("host", "h042"),
+    ];
+    let cases: Vec<(Vec<Matcher>, i64, i64)> = vec![
+        (one_series.to_vec(), 5_000_000, 5_050_000),
+        (vec![Matcher::equal("__name__", "m_c")], i64::MIN, i64::MAX),
+        (vec![Matcher::equal("__name__", "m_b")], i64::MIN, i64::MAX),
+        (vec![], 9_000_000, 9_990_000),
+        (
+            vec![Matcher::new("host", MatchOp::Regex, "h00[0-9]").expect("a regex")],
+            0,
+            100_000,
+        ),
+    ];
+    for (matchers, start, end) in &cases {
+        let whole = read_split(bytes.clone(), matchers, *start, *end).expect("a read");
+        let by_ranges = ranged(matchers, *start, *end);
+        assert_eq!(by_ranges.series, whole.series, "{matchers:?}");
+        assert_eq!(by_ranges.stats, whole.stats, "{matchers:?}");
+    }
+    // The footer is cached now: one series fetches its bloom filters and pages only.
+    fetched.store(0, Ordering::Relaxed);
+    requests.store(0, Ordering::Relaxed);
+    let one = ranged(&one_series, 5_000_000, 5_050_000);
+    assert_eq!(one.series.len(), 1);
+    let cost = fetched.load(Ordering::Relaxed);
+    assert!(
+        cost * 10 < bytes.len() as u64,
+        "{cost} of {} bytes fetched for one series",
+        bytes.len()
+    );
+    assert!(requests.load(Ordering::Relaxed) >= 1);
+}

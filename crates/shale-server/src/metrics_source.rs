@@ -17,7 +17,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use shale_metastore::{ListSplitsQuery, Metastore};
 use shale_metrics::{Labels, MatchOp, Matcher, Sample, SeriesSamples};
@@ -47,8 +46,9 @@ pub struct SplitSource {
     metastore: Arc<dyn Metastore>,
     storage: StorageRef,
     index_uid: IndexUid,
-    /// Objects read by this query, by split id.
-    objects: tokio::sync::Mutex<HashMap<String, Bytes>>,
+    /// The splits this query read here, by id (counted once however many selectors read
+    /// them).
+    opened: Mutex<std::collections::HashSet<String>>,
     stats: Mutex<SourceStats>,
     /// The other searchers, when this node is part of a cluster.
     leaves: Option<Leaves>,
@@ -154,21 +154,20 @@ pub async fn read_splits(
     end_ms: i64,
     prune: bool,
 ) -> Result<Vec<SplitSeries>, String> {
-    // Splits are read concurrently (decoded on the blocking pool, a core each).
-    futures::future::try_join_all(splits.iter().map(|split| async move {
-        let bytes = storage
-            .get_bytes(&split.object_key())
-            .await
-            .map_err(|err| format!("reading split {}: {err}", split.split_id))?;
-        read_one(split, bytes, matchers, start_ms, end_ms, prune).await
-    }))
+    futures::future::try_join_all(
+        splits
+            .iter()
+            .map(|split| read_one(storage, split, matchers, start_ms, end_ms, prune)),
+    )
     .await
 }
 
-/// One split's matching series, decoded off the async workers.
+/// One split's matching series, read by byte ranges (the footer once per node, then the
+/// bloom filters and pages the read needs) and decoded on the blocking pool, so that a
+/// query's splits decode in parallel and off the async workers.
 async fn read_one(
+    storage: &StorageRef,
     split: &SplitMetadata,
-    bytes: Bytes,
     matchers: &[Matcher],
     start_ms: i64,
     end_ms: i64,
@@ -176,8 +175,24 @@ async fn read_one(
 ) -> Result<SplitSeries, String> {
     let matchers = matchers.to_vec();
     let key = split.split_id.clone();
+    let object = split.object_key();
+    let fetch_storage = storage.clone();
+    let fetch: shale_metrics::FetchRange = Arc::new(move |range: std::ops::Range<u64>| {
+        let storage = fetch_storage.clone();
+        let object = object.clone();
+        Box::pin(async move {
+            storage
+                .get_range(&object, range)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    });
+    let reader = shale_metrics::RangeReader::new(split.size_bytes, fetch);
+    let runtime = tokio::runtime::Handle::current();
     let read = tokio::task::spawn_blocking(move || {
-        shale_metrics::read_split_cached(Some(&key), bytes, &matchers, start_ms, end_ms, prune)
+        runtime.block_on(shale_metrics::read_split_ranges(
+            &key, reader, &matchers, start_ms, end_ms, prune,
+        ))
     })
     .await
     .map_err(|err| format!("reading a split failed: {err}"))?
@@ -212,7 +227,7 @@ impl SplitSource {
             metastore,
             storage,
             index_uid,
-            objects: tokio::sync::Mutex::new(HashMap::new()),
+            opened: Mutex::new(std::collections::HashSet::new()),
             stats: Mutex::new(SourceStats::default()),
             leaves: None,
             deletes: tokio::sync::OnceCell::new(),
@@ -294,7 +309,7 @@ impl SplitSource {
         serde_json::from_value(value).map_err(|err| err.to_string())
     }
 
-    /// Reads one split here (its object once per query).
+    /// Reads one split here.
     async fn read_here(
         &self,
         split: &SplitMetadata,
@@ -302,8 +317,18 @@ impl SplitSource {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<SplitSeries, PromqlError> {
-        let bytes = self.object(split).await?;
-        read_one(split, bytes, matchers, start_ms, end_ms, self.prune)
+        let first = self
+            .opened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(split.split_id.clone());
+        if first {
+            self.stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .splits_opened += 1;
+        }
+        read_one(&self.storage, split, matchers, start_ms, end_ms, self.prune)
             .await
             .map_err(PromqlError::Source)
     }
@@ -341,34 +366,6 @@ impl SplitSource {
         *self.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The object of `split`, read once per query.
-    async fn object(&self, split: &SplitMetadata) -> Result<Bytes, PromqlError> {
-        if let Some(bytes) = self.objects.lock().await.get(&split.split_id) {
-            return Ok(bytes.clone());
-        }
-        // Fetched without holding the map: the selector's splits are read concurrently.
-        let bytes = self
-            .storage
-            .get_bytes(&split.object_key())
-            .await
-            .map_err(|err| {
-                PromqlError::Source(format!("reading split {}: {err}", split.split_id))
-            })?;
-        if self
-            .objects
-            .lock()
-            .await
-            .insert(split.split_id.clone(), bytes.clone())
-            .is_some()
-        {
-            return Ok(bytes);
-        }
-        self.stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .splits_opened += 1;
-        Ok(bytes)
-    }
 }
 
 #[async_trait::async_trait]
