@@ -158,10 +158,13 @@ pub async fn search_latency(
 /// Starts a node in this process serving on a free loopback port; returns it, its base URL
 /// and an HTTP client.
 pub async fn start_node(
-    config: shale_config::NodeConfig,
+    mut config: shale_config::NodeConfig,
 ) -> anyhow::Result<(Arc<shale_server::Node>, String, reqwest::Client)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    // The address other nodes reach this one at (leaf calls, forwarded writes).
+    config.listen_address = addr.to_string();
+    let base = format!("http://{addr}");
     let node = shale_server::Node::start(config).await?;
     tokio::spawn(shale_server::serve(
         node.clone(),

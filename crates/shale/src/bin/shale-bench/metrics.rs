@@ -29,12 +29,16 @@
 //!    `shale_metrics::merge_splits` (streaming k-way merge) vs `read_sort_write` (decode
 //!    everything, sort, write), samples/s of each.
 //! 6. Shale again, a node on the same data dir with compaction on: timed until every bucket
-//!    is compacted (its published splits all level 1; a bucket of a single split, which the
-//!    locality policy never merges, as it is); bytes per sample and queries "after
-//!    compaction".
-//! 7. The table of every figure, the ratios Shale/Prometheus and Shale/VictoriaMetrics, the
-//!    targets with PASS/MISS, and a check that Shale answers the queries as Prometheus does.
+//!    is compacted (its published splits all level 1; a bucket's lone split is rewritten into
+//!    level 1 too); bytes per sample and queries "after compaction".
+//! 7. A 3-node cluster (PostgreSQL + S3-compatible server, `--cluster-series` series, scrapes
+//!    spread over the nodes): splits opened by a one-series 1 h query and its p50 before
+//!    compaction and once it settles (see `metrics/cluster.rs`).
+//! 8. The table of every figure, the ratios Shale/Prometheus and Shale/VictoriaMetrics, the
+//!    targets with PASS/MISS (the cluster's: ≥ 20x fewer splits opened), and a check that
+//!    Shale answers the queries as Prometheus does.
 
+mod cluster;
 mod external;
 
 use std::collections::BTreeMap;
@@ -52,7 +56,7 @@ use shale_metrics::remote_write::{
 use crate::ingest::{percentile, start_node};
 use external::{find_on_path, External};
 
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct Args {
     /// Series in the workload.
     #[arg(long, default_value_t = 10_000)]
@@ -81,6 +85,16 @@ pub struct Args {
     /// Do not start VictoriaMetrics.
     #[arg(long)]
     skip_victoria_metrics: bool,
+    /// Series of the 3-node cluster run (PostgreSQL + S3-compatible server).
+    #[arg(long, default_value_t = 1_000)]
+    cluster_series: usize,
+    /// Minutes of samples of the cluster run (one remote-write request per scrape interval,
+    /// spread over the nodes).
+    #[arg(long, default_value_t = 75)]
+    cluster_minutes: u64,
+    /// Do not run the 3-node cluster part.
+    #[arg(long)]
+    skip_cluster: bool,
 }
 
 /// Shale's default metrics index.
@@ -947,8 +961,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
         load_average()
     );
     let api = format!("{base}/prometheus/api/v1");
-    // Every bucket compacted: all its splits level 1 — or a single level-0 split, which the
-    // locality policy leaves as it is (a merge needs two inputs; the split is sorted already).
+    // Every bucket compacted: all its splits level 1 (a lone split is rewritten alone).
     let level = |split: &Value| split["key_level"].as_u64().unwrap_or(0);
     let before_per_bucket = splits_per_bucket(&published_before);
     let compacted = loop {
@@ -956,9 +969,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
         let buckets = splits_per_bucket(&splits);
         let pending: Vec<i64> = buckets
             .iter()
-            .filter(|(_, members)| {
-                members.len() > 1 && members.iter().any(|split| level(split) != 1)
-            })
+            .filter(|(_, members)| members.iter().any(|split| level(split) != 1))
             .map(|(bucket, _)| *bucket)
             .collect();
         let stored = sum_field(&splits, "num_docs");
@@ -969,7 +980,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
             node.shutdown().await;
             node.release_data_dir();
             anyhow::bail!(
-                "Shale's compaction did not finish in {} s: {} of {} buckets still have several splits not all level 1 ({} splits published, {stored} of {} samples)",
+                "Shale's compaction did not finish in {} s: {} of {} buckets still have splits not at level 1 ({} splits published, {stored} of {} samples)",
                 COMPACTION_TIMEOUT.as_secs(),
                 pending.len(),
                 buckets.len(),
@@ -982,25 +993,14 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     let stored = sum_field(&compacted, "num_docs");
     let bytes = sum_field(&compacted, "size_bytes");
     let after_per_bucket = splits_per_bucket(&compacted);
-    let lone = after_per_bucket
-        .values()
-        .filter(|members| members.len() == 1 && level(members[0]) != 1)
-        .count();
     println!(
-        "  compaction: done after {:.1} s (node start included): {} buckets, {} splits before -> {} after; {} of {} splits level 1{}",
+        "  compaction: done after {:.1} s (node start included): {} buckets, {} splits before -> {} after; {} of {} splits level 1",
         started.elapsed().as_secs_f64(),
         after_per_bucket.len(),
         before_per_bucket.values().map(Vec::len).sum::<usize>(),
         compacted.len(),
         compacted.iter().filter(|split| level(split) == 1).count(),
         compacted.len(),
-        if lone > 0 {
-            format!(
-                "; {lone} bucket(s) held a single level-0 split, which the locality policy never merges (it needs two inputs), so it stays level 0"
-            )
-        } else {
-            String::new()
-        }
     );
     println!(
         "  storage after compaction: {} published splits, num_docs sum {stored} (expected {}{}), {:.1} MB: {:.3} bytes/sample",
@@ -1335,6 +1335,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let shale = run_shale(&workload, &plan).await?;
+    drop(workload);
+    let cluster_run = if args.skip_cluster {
+        println!("Shale cluster: skipped (--skip-cluster)");
+        None
+    } else {
+        match cluster::run(&args, args.cluster_series, args.cluster_minutes).await {
+            Ok(run) => Some(run),
+            Err(err) => {
+                println!("Shale cluster: FAILED: {err:#}");
+                None
+            }
+        }
+    };
     print_summary(
         &plan,
         &shale,
@@ -1342,5 +1355,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         vm.as_ref(),
         baseline_rate,
     );
+    if let Some(run) = &cluster_run {
+        cluster::print_summary(run);
+    }
     Ok(())
 }
