@@ -17,5 +17,5 @@ pub use request::{
 };
 pub use service::{
     register_metrics, LocalNodes, NodeCallError, SearchError, SearchNodes, SearchService,
-    LOCAL_NODE, MAX_PLACEMENT_IMBALANCE,
+    LOCAL_NODE, MAX_HITS_LIMIT, MAX_PLACEMENT_IMBALANCE,
 };

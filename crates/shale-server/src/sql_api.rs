@@ -1,4 +1,5 @@
-//! `POST /api/v1/_sql`: SQL over the metrics indexes (`shale-sql`, DataFusion). The body is
+//! `POST /api/v1/_sql`: SQL over the metrics and log indexes (`shale-sql`, DataFusion); log
+//! indexes' documents come through the search path ([`SearchDocuments`]). The body is
 //! `{"query": "SELECT …", "format": "json" | "arrow"}` (or the query alone as text); the
 //! answer is JSON (columns, rows as objects, scan statistics) or an Arrow IPC stream when
 //! `format` is `arrow` or the request accepts `application/vnd.apache.arrow.stream`.
@@ -73,7 +74,10 @@ async fn run(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Respons
     let engine = shale_sql::SqlEngine::new(
         state.node.metastore.clone(),
         Arc::new(move |index| node.index_storage(index).map_err(|err| err.to_string())),
-    );
+    )
+    .with_documents(Arc::new(SearchDocuments {
+        node: state.node.clone(),
+    }));
     let output = engine.execute(&query).await.map_err(|err| match err {
         shale_sql::SqlError::Invalid(message) | shale_sql::SqlError::TooLarge(message) => {
             ApiError::bad_request(message)
@@ -96,4 +100,115 @@ async fn run(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Respons
         .to_json()
         .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(axum::Json(json).into_response())
+}
+
+/// The documents of a log index for SQL, read by searches of `*` (splits pruned by time
+/// range, delete tasks applied). A search returns at most 10 000 hits, so a time range with
+/// more documents is cut in two, again and again, until each part fits in one search.
+struct SearchDocuments {
+    node: Arc<crate::Node>,
+}
+
+impl SearchDocuments {
+    async fn search(
+        &self,
+        index_id: &str,
+        (start, end): (Option<i64>, Option<i64>),
+        max_hits: usize,
+    ) -> Result<shale_search::SearchResponse, String> {
+        let request = shale_search::SearchRequest {
+            query: "*".to_string(),
+            start_timestamp: start,
+            end_timestamp: end,
+            max_hits,
+            ..Default::default()
+        };
+        self.node
+            .search
+            .search(index_id, request)
+            .await
+            .map_err(|err| err.to_string())
+    }
+
+    /// The first and last second of the index's published splits.
+    async fn span(&self, index_id: &str) -> Result<Option<(i64, i64)>, String> {
+        let index = self
+            .node
+            .metastore
+            .index_metadata(index_id)
+            .await
+            .map_err(|err| err.to_string())?;
+        let splits = self
+            .node
+            .metastore
+            .list_splits(
+                shale_metastore::ListSplitsQuery::for_index(index.index_uid)
+                    .with_states(&[shale_types::SplitState::Published]),
+            )
+            .await
+            .map_err(|err| err.to_string())?;
+        let ranges = splits.iter().filter_map(|s| s.split_metadata.time_range);
+        Ok(ranges.fold(None, |span, range| match span {
+            None => Some((range.start, range.end)),
+            Some((start, end)) => Some((start.min(range.start), end.max(range.end))),
+        }))
+    }
+}
+
+#[async_trait::async_trait]
+impl shale_sql::DocumentSource for SearchDocuments {
+    async fn documents(
+        &self,
+        index_id: &str,
+        request: shale_sql::DocumentsRequest,
+    ) -> Result<shale_sql::Documents, String> {
+        let page = shale_search::MAX_HITS_LIMIT;
+        let bounds = (request.start_timestamp, request.end_timestamp);
+        let first = self
+            .search(index_id, bounds, page.min(request.max_documents))
+            .await?;
+        let mut out = shale_sql::Documents {
+            num_hits: first.num_hits,
+            splits_searched: first.num_splits_searched as u64,
+            docs: Vec::new(),
+        };
+        if first.num_hits as usize <= first.hits.len() || request.max_documents <= first.hits.len()
+        {
+            out.docs = first.hits;
+            return Ok(out);
+        }
+        if out.num_hits > request.max_documents as u64 {
+            // Over the limit: the caller refuses it (or keeps the first page for a LIMIT).
+            out.docs = first.hits;
+            return Ok(out);
+        }
+        // More than a page: cut the time range until each part fits in one search.
+        let Some((low, high)) = self.span(index_id).await? else {
+            return Ok(out);
+        };
+        let start = request.start_timestamp.unwrap_or(low).max(low);
+        let end = request.end_timestamp.unwrap_or(high + 1).min(high + 1);
+        let mut pending = vec![(start, end)];
+        while let Some((start, end)) = pending.pop() {
+            let response = self
+                .search(index_id, (Some(start), Some(end)), page)
+                .await?;
+            if response.num_hits as usize <= response.hits.len() {
+                out.docs.extend(response.hits);
+                continue;
+            }
+            if end - start < 2 {
+                return Err(format!(
+                    "too many documents: second {start} of `{index_id}` holds {} documents, more \
+                     than SQL reads from one second ({page})",
+                    response.num_hits
+                ));
+            }
+            let middle = start + (end - start) / 2;
+            // Later part pushed first: parts are read in time order.
+            pending.push((middle, end));
+            pending.push((start, middle));
+        }
+        Ok(out)
+    }
 }

@@ -1,12 +1,15 @@
-//! SQL over the metrics indexes, with DataFusion: every metrics index is a table of samples
+//! SQL over the indexes, with DataFusion. Every metrics index is a table of samples
 //! (`__name__`, one column per label, `timestamp`, `value`), read from its published Parquet
 //! splits with the same pruning as PromQL — splits by time range, metric-name tags and
 //! sort-key range, row groups by statistics and bloom filters — and with the index's delete
-//! tasks applied. DataFusion plans and runs the query; answers come as Arrow record batches,
-//! encoded as JSON rows or an Arrow IPC stream.
+//! tasks applied. Every log index is a table of documents (a column per declared field, and
+//! `_source`), read through a [`DocumentSource`] (the server's search path) with the time
+//! range its filters allow. DataFusion plans and runs the query; answers come as Arrow record
+//! batches, encoded as JSON rows or an Arrow IPC stream.
 //!
 //! Only the SQL path builds DataFusion: this crate is the server's only one that depends on it.
 
+mod logs;
 mod table;
 
 use std::sync::{Arc, Mutex};
@@ -20,6 +23,7 @@ use serde_json::{json, Value};
 use shale_metastore::{IndexMetadata, Metastore};
 use shale_storage::StorageRef;
 
+pub use logs::{DocumentSource, Documents, DocumentsRequest, LogsTable};
 pub use table::{MetricsTable, ScanStats};
 
 /// How the engine reaches an index's objects.
@@ -30,12 +34,15 @@ pub type StorageFor = Arc<dyn Fn(&IndexMetadata) -> Result<StorageRef, String> +
 pub struct SqlLimits {
     /// Most samples a query may read from splits (after pruning).
     pub max_samples: u64,
+    /// Most documents a query may read from a log index (after pruning).
+    pub max_documents: usize,
 }
 
 impl Default for SqlLimits {
     fn default() -> Self {
         SqlLimits {
             max_samples: 50_000_000,
+            max_documents: 1_000_000,
         }
     }
 }
@@ -63,7 +70,10 @@ impl From<DataFusionError> for SqlError {
             | DataFusionError::SchemaError(..)
             | DataFusionError::NotImplemented(..) => SqlError::Invalid(err.strip_backtrace()),
             DataFusionError::ResourcesExhausted(..) => SqlError::TooLarge(err.strip_backtrace()),
-            DataFusionError::External(inner) if inner.to_string().contains("too many samples") => {
+            DataFusionError::External(inner)
+                if inner.to_string().contains("too many samples")
+                    || inner.to_string().contains("too many documents") =>
+            {
                 SqlError::TooLarge(err.strip_backtrace())
             }
             _ => SqlError::Internal(err.strip_backtrace()),
@@ -140,11 +150,13 @@ impl SqlOutput {
     }
 }
 
-/// Runs SQL queries over the metrics indexes of a metastore.
+/// Runs SQL queries over the indexes of a metastore (log indexes when it has a document
+/// source).
 #[derive(Clone)]
 pub struct SqlEngine {
     metastore: Arc<dyn Metastore>,
     storage_for: StorageFor,
+    documents: Option<Arc<dyn DocumentSource>>,
     limits: SqlLimits,
 }
 
@@ -154,8 +166,15 @@ impl SqlEngine {
         SqlEngine {
             metastore,
             storage_for,
+            documents: None,
             limits: SqlLimits::default(),
         }
+    }
+
+    /// The same engine, with the log indexes as tables read through `source`.
+    pub fn with_documents(mut self, source: Arc<dyn DocumentSource>) -> Self {
+        self.documents = Some(source);
+        self
     }
 
     /// The same engine with other limits.
@@ -175,10 +194,11 @@ impl SqlEngine {
         let schema = Arc::new(table::IndexSchema::new(
             indexes
                 .into_iter()
-                .filter(|index| index.index_config.metrics.is_some())
+                .filter(|index| index.index_config.metrics.is_some() || self.documents.is_some())
                 .collect(),
             self.metastore.clone(),
             self.storage_for.clone(),
+            self.documents.clone(),
             self.limits,
             stats.clone(),
         ));

@@ -55,6 +55,8 @@ pub struct ScanStats {
     pub row_groups_read: u64,
     /// Samples handed to DataFusion.
     pub samples: u64,
+    /// Documents of log indexes handed to DataFusion.
+    pub documents: u64,
 }
 
 impl ScanStats {
@@ -67,15 +69,17 @@ impl ScanStats {
             "row_groups": self.row_groups,
             "row_groups_read": self.row_groups_read,
             "samples": self.samples,
+            "documents": self.documents,
         })
     }
 }
 
-/// The metrics indexes, as the tables of the `public` schema.
+/// The indexes, as the tables of the `public` schema.
 pub(crate) struct IndexSchema {
     indexes: HashMap<String, IndexMetadata>,
     metastore: Arc<dyn Metastore>,
     storage_for: StorageFor,
+    documents: Option<Arc<dyn crate::DocumentSource>>,
     limits: SqlLimits,
     stats: Arc<Mutex<ScanStats>>,
 }
@@ -93,10 +97,12 @@ impl IndexSchema {
         indexes: Vec<IndexMetadata>,
         metastore: Arc<dyn Metastore>,
         storage_for: StorageFor,
+        documents: Option<Arc<dyn crate::DocumentSource>>,
         limits: SqlLimits,
         stats: Arc<Mutex<ScanStats>>,
     ) -> Self {
         IndexSchema {
+            documents,
             indexes: indexes
                 .into_iter()
                 .map(|index| (index.index_id().to_string(), index))
@@ -121,6 +127,16 @@ impl SchemaProvider for IndexSchema {
         let Some(index) = self.indexes.get(name) else {
             return Ok(None);
         };
+        if index.index_config.metrics.is_none() {
+            return Ok(self.documents.as_ref().map(|source| {
+                Arc::new(crate::LogsTable::new(
+                    index.clone(),
+                    source.clone(),
+                    self.limits,
+                    self.stats.clone(),
+                )) as Arc<dyn TableProvider>
+            }));
+        }
         let storage = (self.storage_for)(index).map_err(DataFusionError::Execution)?;
         let table = MetricsTable::open(
             index.clone(),
@@ -371,19 +387,28 @@ impl MetricsTable {
         let mut merged: HashMap<Labels, Vec<Sample>> = HashMap::new();
         let mut total = 0u64;
         for split in &splits {
-            let bytes = self
-                .storage
-                .get_bytes(&split.object_key())
-                .await
-                .map_err(external)?;
-            let matchers = pruning.matchers.clone();
-            let (start, end) = (pruning.start_ms, pruning.end_ms);
-            let key = split.split_id.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                shale_metrics::read_split_cached(Some(&key), bytes, &matchers, start, end, true)
-            })
+            // Read by byte ranges: the cached footer, then the pages the matchers leave.
+            let storage = self.storage.clone();
+            let object = split.object_key();
+            let fetch: shale_metrics::FetchRange = Arc::new(move |range: std::ops::Range<u64>| {
+                let (storage, object) = (storage.clone(), object.clone());
+                Box::pin(async move {
+                    storage
+                        .get_range(&object, range)
+                        .await
+                        .map_err(|err| err.to_string())
+                })
+            });
+            let reader = shale_metrics::RangeReader::new(split.size_bytes, fetch);
+            let read = shale_metrics::read_split_ranges(
+                &split.split_id,
+                reader,
+                &pruning.matchers,
+                pruning.start_ms,
+                pruning.end_ms,
+                true,
+            )
             .await
-            .map_err(external)?
             .map_err(external)?;
             stats.splits_opened += 1;
             stats.row_groups += read.stats.row_groups as u64;
