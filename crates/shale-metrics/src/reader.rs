@@ -128,7 +128,13 @@ pub fn read_split_cached(
 ) -> Result<SplitRead, MetricsError> {
     let reader_metadata = reader_metadata(key, &bytes)?;
     let metadata = reader_metadata.metadata().clone();
-    let plan = match Plan::new(&reader_metadata, matchers, start_ms, end_ms, prune_row_groups)? {
+    let plan = match Plan::new(
+        &reader_metadata,
+        matchers,
+        start_ms,
+        end_ms,
+        prune_row_groups,
+    )? {
         Planned::Nothing(read) => return Ok(read),
         Planned::Read(plan) => plan,
     };
@@ -172,9 +178,8 @@ pub fn read_split_cached(
 }
 
 /// Fetches byte ranges of one split object (from local disk or object storage).
-pub type FetchRange = std::sync::Arc<
-    dyn Fn(Range<u64>) -> BoxFuture<'static, Result<Bytes, String>> + Send + Sync,
->;
+pub type FetchRange =
+    std::sync::Arc<dyn Fn(Range<u64>) -> BoxFuture<'static, Result<Bytes, String>> + Send + Sync>;
 
 /// A split object read by byte ranges: its footer (with the page index) once per node,
 /// then only the bloom filters and pages a read needs. Nearby ranges are fetched as one.
@@ -299,8 +304,13 @@ pub async fn read_split_ranges(
         }
     };
     let metadata = reader_metadata.metadata().clone();
-    let mut plan = match Plan::new(&reader_metadata, matchers, start_ms, end_ms, prune_row_groups)?
-    {
+    let mut plan = match Plan::new(
+        &reader_metadata,
+        matchers,
+        start_ms,
+        end_ms,
+        prune_row_groups,
+    )? {
         Planned::Nothing(read) => return Ok(read),
         Planned::Read(plan) => plan,
     };
@@ -311,7 +321,10 @@ pub async fn read_split_ranges(
         for &i in &plan.candidates {
             let mut may_hold = true;
             for (column, value) in &plan.required {
-                if let Some(filter) = builder.get_row_group_column_bloom_filter(i, *column).await? {
+                if let Some(filter) = builder
+                    .get_row_group_column_bloom_filter(i, *column)
+                    .await?
+                {
                     if !filter.check(value.as_bytes()) {
                         may_hold = false;
                         break;
@@ -396,9 +409,8 @@ impl Plan {
                 .iter()
                 .position(|c| c.path().string() == name)
         };
-        let timestamp_column = column_of(TIMESTAMP_COLUMN).ok_or_else(|| {
-            MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column"))
-        })?;
+        let timestamp_column = column_of(TIMESTAMP_COLUMN)
+            .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column")))?;
         let required: Vec<(usize, String)> = matchers
             .iter()
             .filter_map(|m| Some((column_of(&m.name)?, m.required_value()?.to_string())))

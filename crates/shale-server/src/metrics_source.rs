@@ -365,7 +365,6 @@ impl SplitSource {
     pub fn stats(&self) -> SourceStats {
         *self.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
-
 }
 
 #[async_trait::async_trait]

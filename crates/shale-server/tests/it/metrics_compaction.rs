@@ -581,7 +581,11 @@ async fn manual_compaction_and_time_travel_of_a_metrics_index() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 204);
     assert!(instant(&node, job3, end).await.is_empty());
-    assert_eq!(past(&node, job3, end, as_of).await, 4, "as_of sees the deleted series");
+    assert_eq!(
+        past(&node, job3, end, as_of).await,
+        4,
+        "as_of sees the deleted series"
+    );
 
     // A manual compaction (automatic compaction is off on this node).
     let (status, resp) = node
@@ -611,7 +615,10 @@ async fn manual_compaction_and_time_travel_of_a_metrics_index() {
     assert_eq!(stored.to_string(), all_samples);
     assert!(instant(&node, job3, end).await.is_empty());
     assert_eq!(past(&node, job3, end, as_of).await, 4);
-    assert_eq!(instant(&node, total, end).await[0].1, (series as u64 * POINTS as u64 + series as u64 - 4 * 120 - 4).to_string());
+    assert_eq!(
+        instant(&node, total, end).await[0].1,
+        (series as u64 * POINTS as u64 + series as u64 - 4 * 120 - 4).to_string()
+    );
 
     // Errors in Prometheus's shape.
     let (status, body) = node
@@ -620,9 +627,16 @@ async fn manual_compaction_and_time_travel_of_a_metrics_index() {
             encode(&format!("query=up&as_of={}", as_of - 7200))
         ))
         .await;
-    assert_eq!((status, &body["errorType"]), (400, &json!("bad_data")), "{body}");
+    assert_eq!(
+        (status, &body["errorType"]),
+        (400, &json!("bad_data")),
+        "{body}"
+    );
     assert!(
-        body["error"].as_str().unwrap().contains("time-travel window"),
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("time-travel window"),
         "{body}"
     );
     node.create_index(&INDEX.replace("index_id: prom", "index_id: plain"))
@@ -635,7 +649,10 @@ async fn manual_compaction_and_time_travel_of_a_metrics_index() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(
-        body["error"].as_str().unwrap().contains("time travel is off"),
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("time travel is off"),
         "{body}"
     );
 
