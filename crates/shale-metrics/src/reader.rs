@@ -106,6 +106,34 @@ fn reader_metadata(key: Option<&str>, bytes: &Bytes) -> Result<ArrowReaderMetada
     Ok(metadata)
 }
 
+/// Bloom filters read before, by (split id, row group, column); `None` for a column chunk
+/// without one. A split never changes, so a query of a series already asked about fetches
+/// only its pages.
+static BLOOMS: LazyLock<Mutex<HashMap<BloomKey, Option<Arc<Sbbf>>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// (split id, row group, column) of a cached bloom filter.
+type BloomKey = (String, usize, usize);
+
+/// Most bloom filters kept (a filter of a metrics split is a few KiB).
+const MAX_BLOOMS: usize = 16_384;
+
+fn cached_bloom(key: &str, row_group: usize, column: usize) -> Option<Option<Arc<Sbbf>>> {
+    BLOOMS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(key.to_string(), row_group, column))
+        .cloned()
+}
+
+fn remember_bloom(key: &str, row_group: usize, column: usize, filter: Option<Arc<Sbbf>>) {
+    let mut blooms = BLOOMS.lock().unwrap_or_else(|p| p.into_inner());
+    if blooms.len() >= MAX_BLOOMS {
+        blooms.clear();
+    }
+    blooms.insert((key.to_string(), row_group, column), filter);
+}
+
 /// Caches the parsed footer of the split `key`.
 fn remember_footer(key: &str, metadata: &ArrowReaderMetadata) {
     let mut footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
@@ -275,8 +303,8 @@ impl AsyncFileReader for RangeReader {
 }
 
 /// [`read_split_cached`] of a split read by byte ranges: the footer from the node's cache (or
-/// fetched once), then only the bloom filters of the row groups statistics leave and the
-/// pages the page index leaves — a one-series read of a big split fetches some KiB.
+/// fetched once), then the bloom filters of the row groups statistics leave (cached too) and
+/// only the pages the page index leaves — a one-series read of a big split fetches some KiB.
 pub async fn read_split_ranges(
     key: &str,
     mut reader: RangeReader,
@@ -321,10 +349,18 @@ pub async fn read_split_ranges(
         for &i in &plan.candidates {
             let mut may_hold = true;
             for (column, value) in &plan.required {
-                if let Some(filter) = builder
-                    .get_row_group_column_bloom_filter(i, *column)
-                    .await?
-                {
+                let filter = match cached_bloom(key, i, *column) {
+                    Some(filter) => filter,
+                    None => {
+                        let filter = builder
+                            .get_row_group_column_bloom_filter(i, *column)
+                            .await?
+                            .map(Arc::new);
+                        remember_bloom(key, i, *column, filter.clone());
+                        filter
+                    }
+                };
+                if let Some(filter) = filter {
                     if !filter.check(value.as_bytes()) {
                         may_hold = false;
                         break;

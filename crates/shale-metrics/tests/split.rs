@@ -373,13 +373,21 @@ fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
             100_000,
         ),
     ];
+    // The first read of the split fetches its footer and bloom filters too.
+    let cold_requests = |requests: &AtomicU64| {
+        requests.store(0, Ordering::Relaxed);
+        ranged(&one_series, 5_000_000, 5_050_000);
+        requests.load(Ordering::Relaxed)
+    };
+    let cold = cold_requests(&requests);
     for (matchers, start, end) in &cases {
         let whole = read_split(bytes.clone(), matchers, *start, *end).expect("a read");
         let by_ranges = ranged(matchers, *start, *end);
         assert_eq!(by_ranges.series, whole.series, "{matchers:?}");
         assert_eq!(by_ranges.stats, whole.stats, "{matchers:?}");
     }
-    // The footer is cached now: one series fetches its bloom filters and pages only.
+    // The footer and the bloom filters are cached now: one series fetches its pages only
+    // (a range per group of close pages, fetched concurrently).
     fetched.store(0, Ordering::Relaxed);
     requests.store(0, Ordering::Relaxed);
     let one = ranged(&one_series, 5_000_000, 5_050_000);
@@ -390,5 +398,24 @@ fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
         "{cost} of {} bytes fetched for one series",
         bytes.len()
     );
-    assert!(requests.load(Ordering::Relaxed) >= 1);
+    let warm = requests.load(Ordering::Relaxed);
+    assert!(
+        warm >= 1 && warm + 2 < cold,
+        "{warm} requests warm, {cold} cold"
+    );
+    // Another series of a cached name: its pages only, too.
+    requests.store(0, Ordering::Relaxed);
+    let other = [
+        Matcher::equal("__name__", "m_e"),
+        Matcher::equal("host", "h017"),
+    ];
+    let read = ranged(&other, 0, 9_990_000);
+    assert_eq!(read.series.len(), 1);
+    assert_eq!(
+        read.series,
+        read_split(bytes.clone(), &other, 0, 9_990_000)
+            .expect("a read")
+            .series
+    );
+    assert!(requests.load(Ordering::Relaxed) <= warm);
 }
