@@ -156,7 +156,7 @@ pub fn read_split_cached(
 ) -> Result<SplitRead, MetricsError> {
     let reader_metadata = reader_metadata(key, &bytes)?;
     let metadata = reader_metadata.metadata().clone();
-    let plan = match Plan::new(
+    let plan = match Plan::make(
         &reader_metadata,
         matchers,
         start_ms,
@@ -332,7 +332,7 @@ pub async fn read_split_ranges(
         }
     };
     let metadata = reader_metadata.metadata().clone();
-    let mut plan = match Plan::new(
+    let mut plan = match Plan::make(
         &reader_metadata,
         matchers,
         start_ms,
@@ -413,7 +413,7 @@ struct Plan {
 
 impl Plan {
     /// The row groups whose statistics (time, required values) may hold matching rows.
-    fn new(
+    fn make(
         reader_metadata: &ArrowReaderMetadata,
         matchers: &[Matcher],
         start_ms: i64,

@@ -175,18 +175,7 @@ async fn read_one(
 ) -> Result<SplitSeries, String> {
     let matchers = matchers.to_vec();
     let key = split.split_id.clone();
-    let object = split.object_key();
-    let fetch_storage = storage.clone();
-    let fetch: shale_metrics::FetchRange = Arc::new(move |range: std::ops::Range<u64>| {
-        let storage = fetch_storage.clone();
-        let object = object.clone();
-        Box::pin(async move {
-            storage
-                .get_range(&object, range)
-                .await
-                .map_err(|err| err.to_string())
-        })
-    });
+    let fetch = shale_storage::range_fetcher(storage.clone(), split.object_key());
     let reader = shale_metrics::RangeReader::new(split.size_bytes, fetch);
     let runtime = tokio::runtime::Handle::current();
     let read = tokio::task::spawn_blocking(move || {

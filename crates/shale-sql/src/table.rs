@@ -388,17 +388,7 @@ impl MetricsTable {
         let mut total = 0u64;
         for split in &splits {
             // Read by byte ranges: the cached footer, then the pages the matchers leave.
-            let storage = self.storage.clone();
-            let object = split.object_key();
-            let fetch: shale_metrics::FetchRange = Arc::new(move |range: std::ops::Range<u64>| {
-                let (storage, object) = (storage.clone(), object.clone());
-                Box::pin(async move {
-                    storage
-                        .get_range(&object, range)
-                        .await
-                        .map_err(|err| err.to_string())
-                })
-            });
+            let fetch = shale_storage::range_fetcher(self.storage.clone(), split.object_key());
             let reader = shale_metrics::RangeReader::new(split.size_bytes, fetch);
             let read = shale_metrics::read_split_ranges(
                 &split.split_id,

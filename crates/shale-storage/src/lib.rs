@@ -21,6 +21,28 @@ pub use range_cache::{RangeCache, RANGE_CHUNK_BYTES, RANGE_FETCH_BYTES};
 pub use s3::S3Storage;
 pub use storage::{IndexStorages, S3Options, Storage, StorageRef, StorageResolver};
 
+/// Fetches byte ranges of one object: what readers by ranges (Parquet's) are given.
+pub type RangeFetcher = std::sync::Arc<
+    dyn Fn(
+            std::ops::Range<u64>,
+        ) -> futures::future::BoxFuture<'static, Result<bytes::Bytes, String>>
+        + Send
+        + Sync,
+>;
+
+/// The byte ranges of the object `name` of `storage`, as a [`RangeFetcher`].
+pub fn range_fetcher(storage: StorageRef, name: String) -> RangeFetcher {
+    std::sync::Arc::new(move |range| {
+        let (storage, name) = (storage.clone(), name.clone());
+        Box::pin(async move {
+            storage
+                .get_range(&name, range)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    })
+}
+
 /// Errors of storage operations.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {

@@ -80,6 +80,14 @@ fn requests(rng: &mut StdRng, series: usize, count: usize) -> Vec<WriteRequest> 
     out
 }
 
+/// A node config in `dir` with compaction on or off, the planner running every second.
+fn compaction_config(dir: &std::path::Path, enabled: bool) -> NodeConfig {
+    let mut config = common::config_in(dir);
+    config.compaction.enabled = enabled;
+    config.compaction.planner_interval_secs = 1;
+    config
+}
+
 async fn write(node: &TestNode, request: &WriteRequest) {
     let resp = node
         .client
@@ -173,10 +181,8 @@ fn encode(query: &str) -> String {
 #[tokio::test]
 async fn closed_buckets_compact_into_disjoint_level_one_splits_with_the_same_answers() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = |enabled: bool| -> NodeConfig {
-        let mut config = common::config_in(tmp.path());
-        config.compaction.enabled = enabled;
-        config.compaction.planner_interval_secs = 1;
+    let config = |enabled: bool| {
+        let mut config = compaction_config(tmp.path(), enabled);
         config.compaction.max_concurrent_merges = 2;
         config
     };
@@ -343,12 +349,7 @@ async fn instant(node: &TestNode, query: &str, time: i64) -> Vec<(Value, String)
 #[tokio::test]
 async fn delete_series_hides_at_once_and_compaction_purges() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = |enabled: bool| -> NodeConfig {
-        let mut config = common::config_in(tmp.path());
-        config.compaction.enabled = enabled;
-        config.compaction.planner_interval_secs = 1;
-        config
-    };
+    let config = |enabled: bool| compaction_config(tmp.path(), enabled);
     let node = TestNode::start_with(config(false)).await;
     node.create_index(&format!("{INDEX}compaction:\n  delete_ratio: 0.01\n"))
         .await;
@@ -539,12 +540,7 @@ fn lone_request(series: usize, time_ms: i64) -> WriteRequest {
 #[tokio::test]
 async fn manual_compaction_and_time_travel_of_a_metrics_index() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = |enabled: bool| -> NodeConfig {
-        let mut config = common::config_in(tmp.path());
-        config.compaction.enabled = enabled;
-        config.compaction.planner_interval_secs = 1;
-        config
-    };
+    let config = |enabled: bool| compaction_config(tmp.path(), enabled);
     let node = TestNode::start_with(config(false)).await;
     node.create_index(&format!("{INDEX}time_travel_retention: 1h\n"))
         .await;
