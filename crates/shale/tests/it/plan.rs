@@ -608,6 +608,14 @@ fn plan_takes_a_metrics_index_config_and_its_splits() {
     assert_eq!(ops.len(), 1, "{cluster}");
     assert_eq!(ops[0]["kind"], "locality");
     assert_eq!(ops[0]["split_ids"].as_array().unwrap().len(), 3);
-    // Node-local scope: each node's lone split has nothing to merge with.
-    assert_eq!(plan("node_local")["operations"], json!([]));
+    // Node-local scope: each node's lone split has nothing to merge with, so it is rewritten
+    // alone into level 1 (one locality operation each).
+    assert_eq!(
+        plan("node_local")["operations"],
+        json!([
+            {"kind": "locality", "split_ids": ["node-a"]},
+            {"kind": "locality", "split_ids": ["node-b"]},
+            {"kind": "locality", "split_ids": ["node-c"]},
+        ])
+    );
 }
