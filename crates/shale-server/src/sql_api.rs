@@ -188,26 +188,33 @@ impl shale_sql::DocumentSource for SearchDocuments {
         };
         let start = request.start_timestamp.unwrap_or(low).max(low);
         let end = request.end_timestamp.unwrap_or(high + 1).min(high + 1);
-        let mut pending = vec![(start, end)];
-        while let Some((start, end)) = pending.pop() {
-            let response = self
-                .search(index_id, (Some(start), Some(end)), page)
-                .await?;
-            if response.num_hits as usize <= response.hits.len() {
-                out.docs.extend(response.hits);
-                continue;
-            }
+        // Each part with the hits already known to exceed a page (the whole range: the first
+        // search counted them), so that no range is searched twice.
+        let mut pending: Vec<(i64, i64, Option<u64>)> = vec![(start, end, Some(out.num_hits))];
+        while let Some((start, end, known)) = pending.pop() {
+            let num_hits = match known {
+                Some(num_hits) => num_hits,
+                None => {
+                    let response = self
+                        .search(index_id, (Some(start), Some(end)), page)
+                        .await?;
+                    if response.num_hits as usize <= response.hits.len() {
+                        out.docs.extend(response.hits);
+                        continue;
+                    }
+                    response.num_hits
+                }
+            };
             if end - start < 2 {
                 return Err(format!(
-                    "too many documents: second {start} of `{index_id}` holds {} documents, more \
-                     than SQL reads from one second ({page})",
-                    response.num_hits
+                    "too many documents: second {start} of `{index_id}` holds {num_hits} \
+                     documents, more than SQL reads from one second ({page})"
                 ));
             }
             let middle = start + (end - start) / 2;
             // Later part pushed first: parts are read in time order.
-            pending.push((middle, end));
-            pending.push((start, middle));
+            pending.push((middle, end, None));
+            pending.push((start, middle, None));
         }
         Ok(out)
     }
