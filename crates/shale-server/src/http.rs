@@ -219,6 +219,7 @@ fn routes(node: Arc<Node>) -> Router {
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/api/v1/version", get(version))
         .route("/api/v1/cluster", get(cluster_state))
         .route("/api/v1/indexes", post(create_index).get(list_indexes))
         .route(
@@ -442,6 +443,18 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(err) => ApiError::internal(err).into_response(),
     }
+}
+
+/// `GET /api/v1/version`: Quickwit's `{"build": {…}}`, plus `version`, `commit` and
+/// `build_date` at the top level.
+async fn version() -> Json<Value> {
+    let build = crate::build_info();
+    Json(json!({
+        "version": build.version,
+        "commit": build.commit_hash,
+        "build_date": build.build_date,
+        "build": build,
+    }))
 }
 
 /// `GET /api/v1/cluster`: members (live and dead), the leader, shards and running merges per

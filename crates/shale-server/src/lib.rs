@@ -1,6 +1,7 @@
 //! The node: wiring of metastore, WAL, storage, ingest and search ([`Node`]), and the REST API
 //! ([`http::router`]), Quickwit- and Elasticsearch-compatible. The only crate that knows HTTP.
 
+pub mod build_info;
 pub mod data_dir;
 pub mod distributed;
 pub mod elastic;
@@ -18,6 +19,7 @@ pub mod routing;
 #[cfg(feature = "sql")]
 pub mod sql_api;
 
+pub use build_info::{build_info, BuildInfo, LONG_VERSION, VERSION_LINE};
 pub use data_dir::DataDirLock;
 pub use node::{Node, NodeError};
 

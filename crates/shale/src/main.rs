@@ -15,7 +15,8 @@ use shale_config::NodeConfig;
 #[derive(Parser)]
 #[command(
     name = "shale",
-    version,
+    version = shale_server::VERSION_LINE,
+    long_version = shale_server::LONG_VERSION,
     about = "Shale: an observability store on object storage"
 )]
 struct Cli {

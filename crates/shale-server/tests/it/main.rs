@@ -36,3 +36,4 @@ mod sql;
 mod templates;
 mod time_travel;
 mod update_safety;
+mod version;

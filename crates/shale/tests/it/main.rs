@@ -14,3 +14,4 @@ mod metrics_crash;
 mod plan;
 mod secrets;
 mod simulate;
+mod version;
