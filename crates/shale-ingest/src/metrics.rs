@@ -50,8 +50,24 @@ metric!(DEAD_LETTERS: IntCounter = register_int_counter!(
 metric!(INGEST_REJECTED_REQUESTS: IntCounterVec = register_int_counter_vec!(
     "shale_ingest_rejected_requests_total", "Ingest requests (or bulk items) refused with 429, by limit.", &["limit"]));
 
-/// Registers every ingest metric (so they are exported before first use).
+/// The stages of the indexing pipeline (`stage` of [`PIPELINE_STAGE_SECONDS`] and
+/// [`PIPELINE_ERRORS`]).
+pub const STAGES: [&str; 4] = ["index", "finish", "upload", "publish"];
+
+/// The limits that refuse ingest requests with a 429 (`limit` of
+/// [`INGEST_REJECTED_REQUESTS`]).
+pub const REJECTION_LIMITS: [&str; 2] = ["in_flight_bytes", "wal_memory"];
+
+/// Registers every ingest metric, its known label values at zero (so every family is
+/// exported before first use).
 pub fn register() {
+    for stage in STAGES {
+        PIPELINE_ERRORS.with_label_values(&[stage]);
+        PIPELINE_STAGE_SECONDS.with_label_values(&[stage]);
+    }
+    for limit in REJECTION_LIMITS {
+        INGEST_REJECTED_REQUESTS.with_label_values(&[limit]);
+    }
     LazyLock::force(&DOCS_INGESTED);
     LazyLock::force(&DOCS_REJECTED);
     LazyLock::force(&BYTES_INGESTED);

@@ -2152,19 +2152,21 @@ pub async fn mark_staged_splits_for_deletion_touches_only_staged_splits(
     );
 }
 
-/// Split counts are grouped by index, state, scope (with the node) and maturity.
+/// Split counts are grouped by index, state, scope (with the node), maturity and level.
 pub async fn split_stats_count_splits_by_state_scope_and_maturity(metastore: Arc<dyn Metastore>) {
     let index = create(&metastore, "logs").await;
     let uid = index.index_uid.clone();
     let mut splits = Vec::new();
-    for (split_id, node, mature) in [
-        ("a", "n1", false),
-        ("b", "n1", false),
-        ("c", "n1", true),
-        ("d", "n2", false),
+    for (split_id, node, mature, level) in [
+        ("a", "n1", false, 0),
+        ("b", "n1", false, 0),
+        ("c", "n1", true, 2),
+        ("d", "n2", false, 0),
+        ("e", "n1", true, 3),
     ] {
         let mut split = split_metadata(&uid, split_id);
         split.node_id = node.to_string();
+        split.num_merge_ops = level;
         split.num_docs = 10;
         split.size_bytes = 100;
         split.create_timestamp = T0;
@@ -2178,9 +2180,9 @@ pub async fn split_stats_count_splits_by_state_scope_and_maturity(metastore: Arc
         splits.push(split);
     }
     metastore.stage_splits(&uid, splits).await.expect("stage");
-    publish(&metastore, &uid, &["a", "b", "c"]).await;
+    publish(&metastore, &uid, &["a", "b", "c", "e"]).await;
     let stats = metastore.split_stats(T0).await.expect("stats");
-    let summary: Vec<(SplitState, Option<String>, bool, u64, u64, u64)> = stats
+    let summary: Vec<(SplitState, Option<String>, bool, u32, u64, u64, u64)> = stats
         .iter()
         .map(|s| {
             assert_eq!(s.scope.index_uid, uid);
@@ -2188,33 +2190,23 @@ pub async fn split_stats_count_splits_by_state_scope_and_maturity(metastore: Arc
                 s.split_state,
                 s.scope.node_id.clone(),
                 s.mature,
+                s.num_merge_ops,
                 s.num_splits,
                 s.size_bytes,
                 s.num_docs,
             )
         })
         .collect();
+    let n1 = || Some("n1".to_string());
     let expected = [
-        (
-            SplitState::Published,
-            Some("n1".to_string()),
-            false,
-            2,
-            200,
-            20,
-        ),
-        (
-            SplitState::Published,
-            Some("n1".to_string()),
-            true,
-            1,
-            100,
-            10,
-        ),
+        (SplitState::Published, n1(), false, 0, 2, 200, 20),
+        (SplitState::Published, n1(), true, 2, 1, 100, 10),
+        (SplitState::Published, n1(), true, 3, 1, 100, 10),
         (
             SplitState::Staged,
             Some("n2".to_string()),
             false,
+            0,
             1,
             100,
             10,

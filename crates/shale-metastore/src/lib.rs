@@ -199,7 +199,7 @@ impl ListSplitsQuery {
 }
 
 /// Split counts of one group of [`Metastore::split_stats`]: the splits of one index, state,
-/// merge scope (with the node that made them) and maturity.
+/// merge scope (with the node that made them), maturity and level.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SplitStats {
     /// The state of the splits.
@@ -208,6 +208,8 @@ pub struct SplitStats {
     pub scope: MergeScope,
     /// Whether they are mature at the time asked.
     pub mature: bool,
+    /// Their level: the merges they went through (`num_merge_ops`).
+    pub num_merge_ops: u32,
     /// How many.
     pub num_splits: u64,
     /// Their bytes.

@@ -1067,13 +1067,15 @@ where
         let rows = sqlx::query::<DB>(
             "SELECT index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id, \
                  CAST(CASE WHEN maturity_timestamp > $1 THEN 0 ELSE 1 END AS BIGINT) AS mature, \
+                 CAST(num_merge_ops AS BIGINT) AS num_merge_ops, \
                  CAST(COUNT(*) AS BIGINT) AS num_splits, \
                  CAST(SUM(size_bytes) AS BIGINT) AS size_bytes, \
                  CAST(SUM(num_docs) AS BIGINT) AS num_docs \
              FROM splits \
              GROUP BY index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id, \
-                 CASE WHEN maturity_timestamp > $1 THEN 0 ELSE 1 END \
-             ORDER BY index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id",
+                 CASE WHEN maturity_timestamp > $1 THEN 0 ELSE 1 END, num_merge_ops \
+             ORDER BY index_uid, split_state, source_id, partition_id, doc_mapping_uid, node_id, \
+                 num_merge_ops",
         )
         .bind(now)
         .fetch_all(&self.pool)
@@ -1084,6 +1086,7 @@ where
                 let state: String = row.try_get("split_state")?;
                 let partition_id: i64 = row.try_get("partition_id")?;
                 let mature: i64 = row.try_get("mature")?;
+                let num_merge_ops: i64 = row.try_get("num_merge_ops")?;
                 let num_splits: i64 = row.try_get("num_splits")?;
                 let size_bytes: i64 = row.try_get("size_bytes")?;
                 let num_docs: i64 = row.try_get("num_docs")?;
@@ -1098,6 +1101,7 @@ where
                         doc_mapping_uid: row.try_get("doc_mapping_uid")?,
                     },
                     mature: mature != 0,
+                    num_merge_ops: u32::try_from(num_merge_ops).unwrap_or(u32::MAX),
                     num_splits: from_db(num_splits),
                     size_bytes: from_db(size_bytes),
                     num_docs: from_db(num_docs),

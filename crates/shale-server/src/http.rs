@@ -174,13 +174,16 @@ pub struct AppState {
     pub node: Arc<Node>,
 }
 
-/// The REST router, with its middleware.
+/// The REST router, with its middleware; every request, whatever its route, is counted in
+/// `/metrics` ([`crate::metrics::track_http`]).
 pub fn router(node: Arc<Node>) -> Router {
     let state = AppState { node: node.clone() };
     // Remote-write bodies are snappy: those routes are outside the gzip decompression.
-    with_middleware(routes(node)).merge(crate::prometheus::write_routes().with_state(state).layer(
-        tower_http::catch_panic::CatchPanicLayer::custom(panic_response),
-    ))
+    with_middleware(routes(node))
+        .merge(crate::prometheus::write_routes().with_state(state).layer(
+            tower_http::catch_panic::CatchPanicLayer::custom(panic_response),
+        ))
+        .layer(axum::middleware::from_fn(crate::metrics::track_http))
 }
 
 /// The middleware every route runs under: a panic while handling a request becomes a JSON

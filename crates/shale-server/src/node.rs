@@ -250,6 +250,8 @@ impl Node {
         config: NodeConfig,
         lock: crate::data_dir::DataDirLock,
     ) -> Result<Arc<Node>, NodeError> {
+        // Every metric family is scraped from the start, at zero.
+        crate::metrics::register_all();
         ensure_dir(&config.data_dir)?;
         let metastore = open_metastore(&config.metastore_uri).await?;
         let resolver = StorageResolver::new(s3_options(&config));

@@ -2,6 +2,8 @@
 
 use std::sync::LazyLock;
 
+use shale_types::MergeTrigger;
+
 use prometheus::{
     register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
     HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -53,8 +55,24 @@ pub(crate) async fn stage<T>(
     (result, elapsed)
 }
 
-/// Registers every compaction metric.
+/// The stages of a merge (`stage` of [`MERGE_STAGE_SECONDS`]).
+pub const STAGES: [&str; 5] = ["prepare", "download", "merge", "upload", "publish"];
+
+/// Registers every compaction metric, its known label values at zero (so every family is
+/// exported before the first merge).
 pub fn register() {
+    for stage in STAGES {
+        MERGE_STAGE_SECONDS.with_label_values(&[stage]);
+    }
+    for trigger in [
+        MergeTrigger::Policy,
+        MergeTrigger::SmallSplits,
+        MergeTrigger::DeleteRatio,
+        MergeTrigger::DeleteBytes,
+        MergeTrigger::Manual,
+    ] {
+        COMPACTION_TRIGGERS.with_label_values(&[trigger.as_str()]);
+    }
     LazyLock::force(&MERGES_PENDING);
     LazyLock::force(&MERGES_RUNNING);
     LazyLock::force(&MERGES_SUCCEEDED);

@@ -22,6 +22,7 @@ mod index_update;
 mod limits;
 mod locality;
 mod metrics_compaction;
+mod metrics_endpoint;
 mod metrics_ingest;
 mod otel_sdk;
 mod otlp;
