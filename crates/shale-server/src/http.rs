@@ -219,6 +219,7 @@ fn routes(node: Arc<Node>) -> Router {
         .merge(crate::otlp_api::routes())
         .merge(crate::prometheus::query_routes())
         .merge(sql_routes())
+        .merge(crate::ui::routes())
         .route("/health/livez", get(|| async { Json(json!(true)) }))
         .route("/health/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -360,7 +361,7 @@ fn routes(node: Arc<Node>) -> Router {
 /// Whether `headers` present `token`: `Authorization: Bearer <token>`, `ApiKey <token>` or
 /// `ApiKey base64(id:token)` (Elasticsearch clients' `api_key`), or `Basic
 /// base64(user:token)` (their basic auth).
-fn presents_token(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn presents_token(headers: &HeaderMap, token: &str) -> bool {
     use base64::Engine;
     let Some(value) = headers
         .get(header::AUTHORIZATION)
@@ -403,6 +404,7 @@ async fn require_api_token(
     let path = request.uri().path();
     if path.starts_with("/health/")
         || path.starts_with("/internal/")
+        || crate::ui::is_ui_path(path)
         || presents_token(request.headers(), token)
     {
         return next.run(request).await;

@@ -18,6 +18,7 @@ pub mod prometheus;
 pub mod routing;
 #[cfg(feature = "sql")]
 pub mod sql_api;
+pub mod ui;
 
 pub use build_info::{build_info, BuildInfo, LONG_VERSION, VERSION_LINE};
 pub use data_dir::DataDirLock;

@@ -36,5 +36,6 @@ mod sorting;
 mod sql;
 mod templates;
 mod time_travel;
+mod ui;
 mod update_safety;
 mod version;
