@@ -18,6 +18,7 @@ mod elastic_more;
 mod elastic_read;
 mod field_types;
 mod full_disk;
+mod grafana_dashboard;
 mod index_update;
 mod limits;
 mod locality;
