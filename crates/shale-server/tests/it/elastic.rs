@@ -175,16 +175,7 @@ async fn bulk_answers_as_elasticsearch_does() {
 /// (8.x; installed by `.ci/run`, skipped elsewhere when missing).
 #[tokio::test]
 async fn the_official_python_client_bulk_helpers_work() {
-    let installed = std::process::Command::new("python3")
-        .args(["-c", "import elasticsearch"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install the elasticsearch Python client (.ci/run does)"
-        );
-        eprintln!("skipped: the elasticsearch Python client is not installed");
+    if !crate::common::python_module_installed("elasticsearch") {
         return;
     }
     let node = TestNode::start().await;

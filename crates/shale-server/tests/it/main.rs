@@ -31,6 +31,7 @@ mod otlp_grpc;
 mod postgres_s3;
 mod promql_diff;
 mod query_errors;
+mod readme_examples;
 mod request_forms;
 mod s3_faults;
 mod sorting;

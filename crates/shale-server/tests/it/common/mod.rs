@@ -290,3 +290,21 @@ pub async fn stage_orphan(
         .unwrap();
     (orphan, storage)
 }
+
+/// Whether `python3` can import `module` (a client the test drives). When it cannot, the
+/// test is skipped outside CI; in CI (`CI` set) that is a failure, since `.ci/run` installs
+/// it.
+pub fn python_module_installed(module: &str) -> bool {
+    let installed = std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install the Python module `{module}` (.ci/run does)"
+        );
+        eprintln!("skipped: the Python module `{module}` is not installed");
+    }
+    installed
+}
