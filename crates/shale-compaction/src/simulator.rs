@@ -288,11 +288,21 @@ pub fn simulate(
     config: &SimulationConfig,
     policy: &dyn MergePolicy,
 ) -> Result<SimulationReport, SimulationError> {
+    simulate_with_progress(config, policy, &mut |_| {})
+}
+
+/// [`simulate`], calling `progress` with the number of ticks done after each tick.
+pub fn simulate_with_progress(
+    config: &SimulationConfig,
+    policy: &dyn MergePolicy,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SimulationReport, SimulationError> {
     config.validate()?;
     let mut engine = Engine::new(config, policy);
     let mut series = Vec::with_capacity(config.ticks as usize);
     for tick in 0..config.ticks {
         series.push(engine.tick(tick));
+        progress(tick + 1);
     }
     Ok(engine.report(series))
 }

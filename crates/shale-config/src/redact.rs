@@ -4,8 +4,16 @@
 /// What a secret is replaced with.
 pub const REDACTED: &str = "***";
 
-/// Query parameters whose values are secrets (matched case-insensitively, by substring).
-const SECRET_PARAMS: &[&str] = &["password", "secret", "token", "credential", "signature"];
+/// Query parameters whose values are secrets (matched case-insensitively, by substring):
+/// `key` covers credentials such as `access_key_id` / `secret_access_key` given in a URI.
+const SECRET_PARAMS: &[&str] = &[
+    "password",
+    "secret",
+    "token",
+    "credential",
+    "signature",
+    "key",
+];
 
 /// The URI with its password (`scheme://user:PASSWORD@host`) and the values of secret query
 /// parameters (`password=…`, `…token=…`, …) replaced by `***`. Anything else — and strings
@@ -128,6 +136,14 @@ mod tests {
                 "postgres://db/shale?user=a&PassWord=***#frag",
             ),
             ("s3://bucket/prefix", "s3://bucket/prefix"),
+            (
+                "s3://bucket/prefix?region=eu-west-1&access_key_id=AKIDX&secret_access_key=SKX",
+                "s3://bucket/prefix?region=eu-west-1&access_key_id=***&secret_access_key=***",
+            ),
+            (
+                "s3://user:SKX@bucket/prefix?X-Amz-Credential=AKIDX&apikey=K",
+                "s3://user:***@bucket/prefix?X-Amz-Credential=***&apikey=***",
+            ),
             (
                 "https://h/p?X-Amz-Security-Token=abc&a=1",
                 "https://h/p?X-Amz-Security-Token=***&a=1",

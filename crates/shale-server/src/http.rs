@@ -498,7 +498,9 @@ async fn cluster_state(State(state): State<AppState>) -> ApiResult<Json<Value>> 
             "roles": record.roles,
             "is_leader": leader.as_deref() == Some(record.node_id.as_str()),
             "last_heartbeat_ms": record.last_heartbeat_ms,
-            "heartbeat_age_ms": view.observed_at_ms - record.last_heartbeat_ms,
+            // A node that left records its last heartbeat at the epoch: no age to show.
+            "heartbeat_age_ms": (record.last_heartbeat_ms > 0)
+                .then(|| view.observed_at_ms - record.last_heartbeat_ms),
             "shards": node_shards,
             "running_merges": merges,
         })

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use serde_json::Value;
 use shale_types::sort_key::{decode_values, SortFieldType, SortKey};
 
@@ -91,6 +91,10 @@ pub struct IngestArgs {
     /// Bytes per request.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     batch_bytes: usize,
+    /// Exit 0 even if the node rejected documents (by default, any rejection fails the
+    /// command after the summary).
+    #[arg(long)]
+    allow_rejected: bool,
 }
 
 #[derive(clap::Args)]
@@ -223,9 +227,9 @@ pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
         "LEADER",
         "ADDRESS",
         "ROLES",
-        "SHARDS",
-        "MERGES",
-        "HEARTBEAT",
+        "OPEN SHARDS",
+        "RUNNING MERGES",
+        "LAST HEARTBEAT",
     ]
     .map(String::from)
     .to_vec()];
@@ -255,12 +259,22 @@ pub async fn cluster(cmd: ClusterCommand) -> anyhow::Result<()> {
                 roles.join(","),
                 open_shards.to_string(),
                 number(&node["running_merges"]),
-                format!("{} ms ago", number(&node["heartbeat_age_ms"])),
+                heartbeat_age(&node),
             ]);
         }
     }
     print!("{}", table(&rows, &[1, 6, 7, 8]));
     Ok(())
+}
+
+/// How long ago a node's last heartbeat was, or `unknown` when the node recorded none (a node
+/// that left records its last heartbeat at the epoch, and older nodes answer an age from it).
+fn heartbeat_age(node: &Value) -> String {
+    let recorded = node["last_heartbeat_ms"].as_i64().is_none_or(|ms| ms > 0);
+    match node["heartbeat_age_ms"].as_i64() {
+        Some(age) if recorded => format!("{} ms ago", age.max(0)),
+        _ => "unknown".to_string(),
+    }
 }
 
 /// Renders `rows` as columns two spaces apart, the columns in `right` aligned right.
@@ -338,14 +352,7 @@ pub async fn index(cmd: IndexCommand) -> anyhow::Result<()> {
         }
         IndexCommand::List { endpoint } => {
             let indexes = call(client.get(endpoint.url("/api/v1/indexes"))).await?;
-            println!("{:<40} {:<50}", "INDEX ID", "INDEX URI / UID");
-            for index in indexes.as_array().into_iter().flatten() {
-                println!(
-                    "{:<40} {:<50}",
-                    index["index_config"]["index_id"].as_str().unwrap_or("?"),
-                    index["index_uid"].as_str().unwrap_or("?")
-                );
-            }
+            print!("{}", index_table(&indexes));
         }
         IndexCommand::Describe { endpoint, index } => {
             let meta = call(client.get(endpoint.url(&format!("/api/v1/indexes/{index}")))).await?;
@@ -373,6 +380,21 @@ pub async fn index(cmd: IndexCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The indexes of `GET /api/v1/indexes` as a table: id and uid.
+fn index_table(indexes: &Value) -> String {
+    let mut rows = vec![vec!["INDEX ID".to_string(), "INDEX UID".to_string()]];
+    for index in indexes.as_array().into_iter().flatten() {
+        rows.push(vec![
+            index["index_config"]["index_id"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
+            index["index_uid"].as_str().unwrap_or("?").to_string(),
+        ]);
+    }
+    table(&rows, &[])
+}
+
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     let client = args.endpoint.client()?;
     let (reader, total_bytes): (Box<dyn Read>, Option<u64>) = match &args.input {
@@ -384,14 +406,18 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         }
         None => (Box::new(std::io::stdin()), None),
     };
+    // Drawn on stderr (a terminal only) and cleared before anything else is printed, also
+    // when the command fails midway; an empty file gets no bar at all.
     let bar = match total_bytes {
+        Some(0) => ProgressBar::hidden(),
         Some(total) => ProgressBar::new(total).with_style(ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
         )?),
         None => ProgressBar::new_spinner().with_style(ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {bytes} {msg}",
         )?),
-    };
+    }
+    .with_finish(ProgressFinish::AndClear);
     let started = Instant::now();
     let mut reader = BufReader::new(reader);
     let mut batch = Vec::with_capacity(args.batch_bytes + 4096);
@@ -428,24 +454,14 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             break;
         }
     }
-    bar.finish();
-    let secs = started.elapsed().as_secs_f64().max(1e-3);
-    println!(
-        "ingested {} documents in {:.1}s ({:.0} docs/s), {} rejected",
-        stats.ingested,
-        secs,
-        stats.ingested as f64 / secs,
-        stats.rejected
-    );
-    if !stats.reasons.is_empty() {
-        println!("rejections by reason:");
-        for (reason, count) in &stats.reasons {
-            println!("  {count:>8}  {reason}");
-        }
-        println!("first rejections:");
-        for example in &stats.examples {
-            println!("  {example}");
-        }
+    bar.finish_and_clear();
+    print!("{}", stats.summary(started.elapsed()));
+    if stats.rejected > 0 && !args.allow_rejected {
+        bail!(
+            "the node rejected {} document(s) (see above); pass --allow-rejected to exit 0 \
+             when rejections are expected",
+            stats.rejected
+        );
     }
     Ok(())
 }
@@ -459,6 +475,30 @@ struct IngestStats {
 }
 
 impl IngestStats {
+    /// What `shale ingest` prints at the end: the counts, then the rejections by reason and
+    /// the first few, each on its own line.
+    fn summary(&self, elapsed: Duration) -> String {
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        let mut out = format!(
+            "ingested {} documents in {:.1}s ({:.0} docs/s), {} rejected\n",
+            self.ingested,
+            secs,
+            self.ingested as f64 / secs,
+            self.rejected
+        );
+        if !self.reasons.is_empty() {
+            out.push_str("rejections by reason:\n");
+            for (reason, count) in &self.reasons {
+                out.push_str(&format!("  {count:>8}  {reason}\n"));
+            }
+            out.push_str("first rejections:\n");
+            for example in &self.examples {
+                out.push_str(&format!("  {example}\n"));
+            }
+        }
+        out
+    }
+
     fn add(&mut self, response: &Value) {
         self.ingested += response["num_ingested_docs"].as_u64().unwrap_or(0);
         self.rejected += response["num_rejected_docs"].as_u64().unwrap_or(0);
@@ -545,14 +585,27 @@ pub async fn compact(args: CompactArgs) -> anyhow::Result<()> {
         "/api/v1/indexes/{}/compactions/{compaction_id}",
         args.index
     ));
-    let bar = ProgressBar::new(0).with_style(ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} merges {msg}",
-    )?);
+    // A spinner until the plan has merges (none: no bar), then a bar of the merges done;
+    // cleared before the result is printed, also when the command fails midway.
+    let bar = ProgressBar::new_spinner()
+        .with_style(ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {msg}",
+        )?)
+        .with_finish(ProgressFinish::AndClear);
     bar.enable_steady_tick(Duration::from_millis(200));
+    let bar_style = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} merges {msg}",
+    )?;
     let status = loop {
         let status = call(client.get(&url)).await?;
         let plan = &status["plan"];
-        bar.set_length(plan["total"].as_u64().unwrap_or(0));
+        let total = plan["total"].as_u64().unwrap_or(0);
+        if total > 0 && bar.length().is_none() {
+            bar.set_style(bar_style.clone());
+        }
+        if total > 0 {
+            bar.set_length(total);
+        }
         bar.set_position(
             plan["completed"].as_u64().unwrap_or(0) + plan["failed"].as_u64().unwrap_or(0),
         );
@@ -563,7 +616,7 @@ pub async fn compact(args: CompactArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    bar.finish();
+    bar.finish_and_clear();
     print_json(&status)?;
     if status["state"] == "failed" {
         bail!(
@@ -600,78 +653,98 @@ pub async fn splits(cmd: SplitsCommand) -> anyhow::Result<()> {
     } else {
         None
     };
-    print!(
-        "{:<28} {:<18} {:>10} {:>10} {:>9} {:>6} {:<10} {:<21} {:<21}",
-        "SPLIT ID", "STATE", "DOCS", "SIZE(MB)", "PARTITION", "LEVEL", "MATURITY", "START", "END"
-    );
-    // Metrics splits (Parquet): DOCS counts samples; their series are counted too.
+    print!("{}", splits_table(&splits, keyed, kinds.as_deref()));
+    Ok(())
+}
+
+/// Splits (as the splits API returns them) as a table; `keyed`: with the bucket, key level and
+/// key range columns, keys decoded with `kinds` when given.
+fn splits_table(splits: &[&Value], keyed: bool, kinds: Option<&[SortFieldType]>) -> String {
+    // Metrics splits (Parquet): their documents are samples; their series are counted too.
     let metrics = splits.iter().any(|split| split["num_series"].is_u64());
+    let mut header = vec![
+        "SPLIT ID",
+        "STATE",
+        if metrics { "SAMPLES" } else { "DOCS" },
+        "SIZE (MB)",
+        "PARTITION",
+        "MERGE OPS",
+        "MATURITY",
+        "START",
+        "END",
+    ];
+    // Right-aligned: the numbers.
+    let mut right = vec![2, 3, 4, 5];
     if metrics {
-        print!(" {:>9}", "SERIES");
+        right.push(header.len());
+        header.push("SERIES");
     }
     if keyed {
-        print!(" {:<21} {:>9}  KEY RANGE", "BUCKET", "KEY LEVEL");
+        right.push(header.len() + 1);
+        header.extend(["BUCKET", "KEY LEVEL", "KEY RANGE"]);
     }
-    println!();
-    for split in response["splits"].as_array().into_iter().flatten() {
-        let ts = |v: &Value| {
-            v.as_i64()
-                .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
-                .map(|t| {
-                    t.format(&time::format_description::well_known::Rfc3339)
-                        .unwrap_or_default()
-                })
-                .unwrap_or_else(|| "-".to_string())
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+    let ts = |v: &Value| {
+        v.as_i64()
+            .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+            .map(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default()
+            })
+            .unwrap_or_else(|| "-".to_string())
+    };
+    let key = |value: &Value| -> String {
+        let Some(hex) = value.as_str() else {
+            return "-".to_string();
         };
+        let decoded = serde_json::from_value::<SortKey>(Value::String(hex.to_string()))
+            .ok()
+            .zip(kinds)
+            .and_then(|(key, kinds)| decode_values(kinds, &key.0).ok());
+        match decoded {
+            Some(values) => values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("/"),
+            None => hex.to_string(),
+        }
+    };
+    for split in splits {
         let maturity = match split["maturity"]["type"].as_str() {
-            Some("mature") => "mature".to_string(),
-            Some("immature") => "immature".to_string(),
-            _ => "-".to_string(),
+            Some("mature") => "mature",
+            Some("immature") => "immature",
+            _ => "-",
         };
-        print!(
-            "{:<28} {:<18} {:>10} {:>10.2} {:>9} {:>6} {:<10} {:<21} {:<21}",
-            split["split_id"].as_str().unwrap_or("?"),
-            split["split_state"].as_str().unwrap_or("?"),
-            split["num_docs"].as_u64().unwrap_or(0),
-            split["size_bytes"].as_u64().unwrap_or(0) as f64 / 1e6,
-            split["partition_id"].as_u64().unwrap_or(0),
-            split["num_merge_ops"].as_u64().unwrap_or(0),
-            maturity,
+        let mut row = vec![
+            split["split_id"].as_str().unwrap_or("?").to_string(),
+            split["split_state"].as_str().unwrap_or("?").to_string(),
+            split["num_docs"].as_u64().unwrap_or(0).to_string(),
+            format!(
+                "{:.2}",
+                split["size_bytes"].as_u64().unwrap_or(0) as f64 / 1e6
+            ),
+            split["partition_id"].as_u64().unwrap_or(0).to_string(),
+            split["num_merge_ops"].as_u64().unwrap_or(0).to_string(),
+            maturity.to_string(),
             ts(&split["time_range"]["start"]),
             ts(&split["time_range"]["end"]),
-        );
+        ];
         if metrics {
-            print!(" {:>9}", split["num_series"].as_u64().unwrap_or(0));
+            row.push(split["num_series"].as_u64().unwrap_or(0).to_string());
         }
         if keyed {
-            let key = |value: &Value| -> String {
-                let Some(hex) = value.as_str() else {
-                    return "-".to_string();
-                };
-                let decoded = serde_json::from_value::<SortKey>(Value::String(hex.to_string()))
-                    .ok()
-                    .zip(kinds.as_ref())
-                    .and_then(|(key, kinds)| decode_values(kinds, &key.0).ok());
-                match decoded {
-                    Some(values) => values
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("/"),
-                    None => hex.to_string(),
-                }
-            };
-            print!(
-                " {:<21} {:>9}  {} .. {}",
-                ts(&split["time_bucket_start"]),
-                split["key_level"].as_u64().unwrap_or(0),
+            row.push(ts(&split["time_bucket_start"]));
+            row.push(split["key_level"].as_u64().unwrap_or(0).to_string());
+            row.push(format!(
+                "{} .. {}",
                 key(&split["sort_key_min"]),
-                key(&split["sort_key_max"]),
-            );
+                key(&split["sort_key_max"])
+            ));
         }
-        println!();
+        rows.push(row);
     }
-    Ok(())
+    table(&rows, &right)
 }
 
 /// The sort field types of a locality or metrics index's config (as the API returns it).
@@ -738,7 +811,158 @@ pub async fn compaction(cmd: CompactionCommand) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::table;
+    use super::*;
+    use serde_json::json;
+
+    /// The cells of a table line: text separated by two spaces or more, with its span.
+    fn spans(line: &str) -> Vec<(usize, usize, &str)> {
+        let mut out = Vec::new();
+        let mut start = None;
+        let bytes = line.as_bytes();
+        for i in 0..=bytes.len() {
+            let gap = i == bytes.len() || (bytes[i] == b' ' && bytes.get(i + 1) == Some(&b' '));
+            match (start, gap) {
+                (None, false) if bytes[i] != b' ' => start = Some(i),
+                (Some(s), true) => {
+                    out.push((s, i, &line[s..i]));
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The cells of `line`, each checked to stand under its header (their spans overlap).
+    fn cells<'a>(header: &str, line: &'a str) -> Vec<&'a str> {
+        let (header, row) = (spans(header), spans(line));
+        assert_eq!(header.len(), row.len(), "{header:?} / {row:?}");
+        for ((hs, he, h), (rs, re, r)) in header.iter().zip(&row) {
+            assert!(hs < re && rs < he, "`{r}` is not under `{h}`");
+        }
+        row.into_iter().map(|(_, _, text)| text).collect()
+    }
+
+    #[test]
+    fn a_node_without_a_recorded_heartbeat_shows_unknown() {
+        let live = json!({"last_heartbeat_ms": 1_796_402_140_000_i64, "heartbeat_age_ms": 850});
+        assert_eq!(heartbeat_age(&live), "850 ms ago");
+        // A node that left: its last heartbeat is at the epoch, and the node says null…
+        let left = json!({"last_heartbeat_ms": 0, "heartbeat_age_ms": null});
+        assert_eq!(heartbeat_age(&left), "unknown");
+        // …or, from an older node, the time since 1970.
+        let old = json!({"last_heartbeat_ms": 0, "heartbeat_age_ms": 1_796_402_142_933_i64});
+        assert_eq!(heartbeat_age(&old), "unknown");
+        assert_eq!(heartbeat_age(&json!({})), "unknown");
+    }
+
+    #[test]
+    fn the_index_list_header_names_its_columns() {
+        let indexes = json!([
+            {"index_uid": "logs:01KA3Y3R5W0D4Y8M3ZJ8Q1X2V6", "index_config": {"index_id": "logs"}},
+            {"index_uid": "a-much-longer-index-name:01KA3Y3R5W0D4Y8M3ZJ8Q1X2V7",
+             "index_config": {"index_id": "a-much-longer-index-name"}},
+        ]);
+        let out = index_table(&indexes);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(cells(lines[0], lines[0]), ["INDEX ID", "INDEX UID"]);
+        assert_eq!(
+            cells(lines[0], lines[1]),
+            ["logs", "logs:01KA3Y3R5W0D4Y8M3ZJ8Q1X2V6"]
+        );
+        assert_eq!(
+            cells(lines[0], lines[2]),
+            [
+                "a-much-longer-index-name",
+                "a-much-longer-index-name:01KA3Y3R5W0D4Y8M3ZJ8Q1X2V7"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_splits_table_puts_each_value_under_its_header() {
+        let split = json!({
+            "split_id": "01KA3Y3R5W0D4Y8M3ZJ8Q1X2V6",
+            "split_state": "MarkedForDeletion",
+            "num_docs": 123456,
+            "size_bytes": 2_500_000,
+            "partition_id": 7,
+            "num_merge_ops": 2,
+            "maturity": {"type": "immature"},
+            "time_range": {"start": 1_700_000_000, "end": 1_700_000_059},
+        });
+        let out = splits_table(&[&split], false, None);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            cells(lines[0], lines[0]),
+            [
+                "SPLIT ID",
+                "STATE",
+                "DOCS",
+                "SIZE (MB)",
+                "PARTITION",
+                "MERGE OPS",
+                "MATURITY",
+                "START",
+                "END"
+            ]
+        );
+        assert_eq!(
+            cells(lines[0], lines[1]),
+            [
+                "01KA3Y3R5W0D4Y8M3ZJ8Q1X2V6",
+                "MarkedForDeletion",
+                "123456",
+                "2.50",
+                "7",
+                "2",
+                "immature",
+                "2023-11-14T22:13:20Z",
+                "2023-11-14T22:14:19Z"
+            ]
+        );
+        // Metrics splits: samples and series; locality splits: bucket, key level, key range.
+        let mut metrics = split.clone();
+        metrics["num_series"] = json!(42);
+        metrics["time_bucket_start"] = json!(1_699_999_200);
+        metrics["key_level"] = json!(1);
+        metrics["sort_key_min"] = json!("00");
+        metrics["sort_key_max"] = json!("ff");
+        let out = splits_table(&[&metrics], true, None);
+        let lines: Vec<&str> = out.lines().collect();
+        let header = cells(lines[0], lines[0]);
+        let row = cells(lines[0], lines[1]);
+        let cell = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(cell("SAMPLES"), "123456");
+        assert_eq!(cell("SERIES"), "42");
+        assert_eq!(cell("BUCKET"), "2023-11-14T22:00:00Z");
+        assert_eq!(cell("KEY LEVEL"), "1");
+        assert_eq!(cell("KEY RANGE"), "00 .. ff");
+        assert!(!header.contains(&"DOCS"));
+    }
+
+    #[test]
+    fn the_ingest_summary_is_one_line_per_fact() {
+        let mut stats = IngestStats::default();
+        stats.add(&json!({"num_ingested_docs": 50000, "num_rejected_docs": 0}));
+        assert_eq!(
+            stats.summary(Duration::from_secs(2)),
+            "ingested 50000 documents in 2.0s (25000 docs/s), 0 rejected\n"
+        );
+        stats.add(&json!({
+            "num_ingested_docs": 0,
+            "num_rejected_docs": 1,
+            "parse_failures": [{"reason": "invalid_json", "message": "line 3: expected value"}],
+        }));
+        assert_eq!(
+            stats.summary(Duration::from_secs(2)),
+            "ingested 50000 documents in 2.0s (25000 docs/s), 1 rejected\n\
+             rejections by reason:\n\
+             \x20        1  invalid_json\n\
+             first rejections:\n\
+             \x20 line 3: expected value\n"
+        );
+    }
 
     #[test]
     fn table_columns_line_up_whatever_the_cell_widths() {

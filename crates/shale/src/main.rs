@@ -6,6 +6,7 @@ mod client;
 mod plan;
 mod simulate;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -187,14 +188,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    // `NodeConfig`'s Debug redacts secrets.
-    tracing::info!(?config, "starting node");
+    log_startup_summary(&config);
     let node = shale_server::Node::start_locked(config, lock).await?;
-    eprintln!("shale node listening on http://{listen}");
+    tracing::info!("shale node listening on http://{listen}");
     // OTLP/gRPC, stopped when the REST API stops.
     let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some((address, grpc_listener)) = grpc_listener {
-        eprintln!("OTLP/gRPC listening on {address}");
+        tracing::info!("OTLP/gRPC listening on {address}");
         let node = node.clone();
         tokio::spawn(async move {
             let stopped = async {
@@ -249,15 +249,79 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
+/// One line with what an operator checks first: addresses, data dir, metastore and storage
+/// (secrets redacted), node, cluster and roles.
+fn log_startup_summary(config: &NodeConfig) {
+    let roles: Vec<&str> = config.roles.iter().map(|role| role.as_str()).collect();
+    tracing::info!(
+        listen = %config.listen_address,
+        grpc = %config.grpc_listen_address.as_deref().unwrap_or("off"),
+        data_dir = %config.data_dir.display(),
+        metastore = %shale_config::redact_uri(&config.metastore_uri),
+        storage = %shale_config::redact_uri(&config.default_index_root_uri),
+        node_id = %config.node_id,
+        cluster_id = %config.cluster_id,
+        roles = %roles.join(","),
+        "starting node"
+    );
+}
+
+/// How logs are written to stderr (`SHALE_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable lines, coloured only on a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// The format named by `SHALE_LOG_FORMAT`'s value (unset or empty: text).
+    fn parse(value: Option<&str>) -> anyhow::Result<Self> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(LogFormat::Text),
+            Some(value) if value.eq_ignore_ascii_case("text") => Ok(LogFormat::Text),
+            Some(value) if value.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
+            Some(other) => {
+                anyhow::bail!("SHALE_LOG_FORMAT: unknown log format `{other}` (text or json)")
+            }
+        }
+    }
+}
+
+/// Sets up logging to stderr: `SHALE_LOG` filters, `SHALE_LOG_FORMAT` picks the format.
+fn init_logging() -> anyhow::Result<LogFormat> {
+    let value = match std::env::var("SHALE_LOG_FORMAT") {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("SHALE_LOG_FORMAT: not valid UTF-8 (text or json)")
+        }
+    };
+    let format = LogFormat::parse(value.as_deref())?;
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHALE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        // Colour codes only for a terminal: a file or a log collector gets plain text.
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.with_ansi(false).json().init(),
+    }
+    Ok(format)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let log_format = match init_logging() {
+        Ok(format) => format,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {
@@ -282,9 +346,34 @@ fn main() -> std::process::ExitCode {
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // As a JSON log line when logs are JSON, so that stderr stays one JSON object a line.
+        Err(err) if log_format == LogFormat::Json => {
+            tracing::error!("{err:#}");
+            std::process::ExitCode::FAILURE
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogFormat;
+
+    #[test]
+    fn log_formats_are_text_by_default_json_on_request_and_nothing_else() {
+        assert_eq!(LogFormat::parse(None).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::parse(Some("")).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::parse(Some("text")).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::parse(Some("JSON")).unwrap(), LogFormat::Json);
+        let err = LogFormat::parse(Some("xml")).unwrap_err().to_string();
+        assert!(
+            err.contains("SHALE_LOG_FORMAT")
+                && err.contains("`xml`")
+                && err.contains("text or json"),
+            "{err}"
+        );
     }
 }

@@ -26,11 +26,12 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use plotters::prelude::*;
 use serde_json::Value;
 use shale_compaction::policy::{build_policy, MergePolicyConfig};
 use shale_compaction::simulator::locality::{
-    simulate_locality as simulate_locality_run, LocalitySimulationConfig,
+    simulate_locality_with_progress, LocalitySimulationConfig,
 };
 use shale_compaction::simulator::{self, SimulationConfig, SimulationReport, TickStats};
 
@@ -174,8 +175,14 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     };
     config.validate().map_err(flag_error)?;
     let started = Instant::now();
-    let report = simulator::simulate(&config, loaded.policy.as_ref())
-        .map_err(|err| InputError(err.to_string()))?;
+    let bar = tick_bar(config.ticks, config.tick_secs, "")?;
+    let report = simulator::simulate_with_progress(
+        &config,
+        loaded.policy.as_ref(),
+        &mut tick_progress(&bar),
+    )
+    .map_err(|err| InputError(err.to_string()))?;
+    bar.finish_and_clear();
     let elapsed = started.elapsed();
 
     std::fs::create_dir_all(&args.out)
@@ -203,6 +210,50 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
         plot_path.display()
     );
     Ok(())
+}
+
+/// A progress bar of the simulated ticks on stderr (drawn on a terminal only, as indicatif
+/// does), with the simulated time reached; cleared when dropped; `prefix` names the run.
+fn tick_bar(ticks: u64, tick_secs: u64, prefix: &str) -> anyhow::Result<ProgressBar> {
+    if ticks == 0 {
+        return Ok(ProgressBar::hidden());
+    }
+    let total_secs = ticks.saturating_mul(tick_secs);
+    let style = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {prefix}{wide_bar} {pos}/{len} ticks, {simulated}",
+    )?
+    .with_key(
+        "simulated",
+        move |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+            let reached = state.pos().saturating_mul(tick_secs);
+            let _ = out.write_str(&simulated_time(reached, total_secs));
+        },
+    );
+    let bar = ProgressBar::new(ticks)
+        .with_style(style)
+        .with_finish(ProgressFinish::AndClear);
+    if !prefix.is_empty() {
+        bar.set_prefix(format!("{prefix} "));
+    }
+    Ok(bar)
+}
+
+/// The callback the simulation loop calls after each tick: moves `bar` to the ticks done.
+fn tick_progress(bar: &ProgressBar) -> impl FnMut(u64) + '_ {
+    move |done| bar.set_position(done)
+}
+
+/// `simulated 1d 02:30 of 7d 00:00`: the simulated time reached, in days, hours and minutes.
+fn simulated_time(reached_secs: u64, total_secs: u64) -> String {
+    let dhm = |secs: u64| {
+        format!(
+            "{}d {:02}:{:02}",
+            secs / 86_400,
+            secs % 86_400 / 3600,
+            secs % 3600 / 60
+        )
+    };
+    format!("simulated {} of {}", dhm(reached_secs), dhm(total_secs))
 }
 
 /// An invalid simulation setting, named by its command-line flag.
@@ -261,7 +312,10 @@ fn simulate_locality(
         churn_per_hour: 0.0,
     };
     let started = Instant::now();
-    let report = simulate_locality_run(&config, policy).map_err(flag_error)?;
+    let bar = tick_bar(config.ticks, config.tick_secs, "")?;
+    let report = simulate_locality_with_progress(&config, policy, &mut tick_progress(&bar))
+        .map_err(flag_error)?;
+    bar.finish_and_clear();
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
@@ -349,7 +403,11 @@ fn simulate_metrics(args: &SimulateArgs, ticks: u64) -> anyhow::Result<()> {
             churn_per_hour: args.churn_per_hour,
         };
         let started = Instant::now();
-        let report = simulate_locality_run(&config, &policy).map_err(flag_error)?;
+        let scope = if node_local { "node_local" } else { "cluster" };
+        let bar = tick_bar(ticks, args.tick_secs, scope)?;
+        let report = simulate_locality_with_progress(&config, &policy, &mut tick_progress(&bar))
+            .map_err(flag_error)?;
+        bar.finish_and_clear();
         eprintln!(
             "simulated {} scope: {} ticks of {} nodes, {} series, in {:.2} s",
             report.summary.scope,
@@ -544,5 +602,31 @@ impl Curve {
             color,
             value,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_message_shows_the_simulated_time_reached() {
+        assert_eq!(
+            simulated_time(0, 7 * 86_400),
+            "simulated 0d 00:00 of 7d 00:00"
+        );
+        assert_eq!(
+            simulated_time(86_400 + 2 * 3600 + 30 * 60 + 59, 7 * 86_400),
+            "simulated 1d 02:30 of 7d 00:00"
+        );
+    }
+
+    #[test]
+    fn the_bar_follows_the_ticks_the_simulation_reports() {
+        let bar = tick_bar(10, 60, "cluster").unwrap();
+        let mut progress = tick_progress(&bar);
+        progress(4);
+        assert_eq!(bar.position(), 4);
+        assert_eq!(bar.length(), Some(10));
     }
 }

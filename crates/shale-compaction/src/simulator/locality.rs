@@ -239,6 +239,15 @@ pub fn simulate_locality(
     config: &LocalitySimulationConfig,
     policy_config: &LocalityConfig,
 ) -> Result<LocalityReport, SimulationError> {
+    simulate_locality_with_progress(config, policy_config, &mut |_| {})
+}
+
+/// [`simulate_locality`], calling `progress` with the number of ticks done after each tick.
+pub fn simulate_locality_with_progress(
+    config: &LocalitySimulationConfig,
+    policy_config: &LocalityConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<LocalityReport, SimulationError> {
     config.validate()?;
     let policy = LocalityMergePolicy::new(policy_config.clone(), config.tick_secs);
     let mut rng = SplitMix64::new(config.seed);
@@ -407,6 +416,7 @@ pub fn simulate_locality(
             merges: tick_merges,
             write_amplification: wa(ingested_bytes, merge_bytes),
         });
+        progress(tick + 1);
     }
     // Closed buckets at the end: how many splits a single-key query opens in each.
     let mut buckets: BTreeMap<i64, Vec<&SimSplit>> = BTreeMap::new();

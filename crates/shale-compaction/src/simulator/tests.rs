@@ -481,3 +481,29 @@ fn searchers_get_balanced_placements_and_keep_their_caches_under_churn() {
     let none = simulate(&config(3, 10), policy.as_ref()).unwrap();
     assert_eq!(none.summary.queries, 0);
 }
+
+#[test]
+fn progress_is_reported_after_every_tick_and_changes_nothing() {
+    let mut done = Vec::new();
+    let report =
+        simulate_with_progress(&config(2, 5), &NoMergePolicy, &mut |ticks| done.push(ticks))
+            .unwrap();
+    assert_eq!(done, [1, 2, 3, 4, 5]);
+    assert_eq!(report, simulate(&config(2, 5), &NoMergePolicy).unwrap());
+
+    let policy = shale_config::MetricsSettings::default().locality_config();
+    let locality = locality::LocalitySimulationConfig {
+        nodes: 1,
+        ticks: 3,
+        docs_per_split: 100,
+        keys: 10,
+        ..Default::default()
+    };
+    let mut done = Vec::new();
+    let report = locality::simulate_locality_with_progress(&locality, &policy, &mut |ticks| {
+        done.push(ticks)
+    })
+    .unwrap();
+    assert_eq!(done, [1, 2, 3]);
+    assert_eq!(report.series.len(), 3);
+}

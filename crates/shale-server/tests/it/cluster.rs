@@ -131,6 +131,18 @@ async fn one_leader_at_a_time_and_a_takeover_when_it_leaves_or_dies() {
         node_ids(&cluster_state(&other).await, "dead_nodes") == ["a"]
     })
     .await;
+    // It left with a last heartbeat at the epoch: its heartbeat age is unknown (null), not
+    // the time since 1970; the live nodes' ages are small.
+    let state = cluster_state(&other).await;
+    assert_eq!(state["dead_nodes"][0]["last_heartbeat_ms"], 0, "{state}");
+    assert!(
+        state["dead_nodes"][0]["heartbeat_age_ms"].is_null(),
+        "{state}"
+    );
+    for live in state["live_nodes"].as_array().unwrap() {
+        let age = live["heartbeat_age_ms"].as_i64().unwrap();
+        assert!(age < 60_000, "{state}");
+    }
 
     // The leader dies without a word (its heartbeats and renewals stop): the other node takes
     // over once the lease lapses, with a higher fencing token.

@@ -157,5 +157,12 @@ async fn secrets_never_appear_in_logs_dumps_errors_or_metrics() {
     let logs = std::fs::read_to_string(&log_path).unwrap();
     assert!(logs.contains("starting node"), "{logs}");
     assert!(logs.contains(":***@"), "the redacted URI is logged: {logs}");
+    // In the startup summary line.
+    assert!(
+        logs.lines().any(|line| line.contains("starting node")
+            && line.contains("metastore=postgres://")
+            && line.contains(":***@")),
+        "{logs}"
+    );
     assert_no_secret("the node's logs", &logs);
 }
