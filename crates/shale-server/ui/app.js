@@ -876,8 +876,7 @@ function timeChart(container, title, series, data, options = {}) {
         width,
         height: options.height || 220,
         scales: {
-          // One point alone gets a minute either side (uPlot would span years).
-          x: { time: true, range: (u, min, max) => (min === max ? [min - 60, max + 60] : [min, max]) },
+          x: { time: true },
           // Counts start at zero.
           y: { range: (u, min, max) => (options.fromZero ? [0, Math.max(1, max * 1.1)] : uPlot.rangeNum(min, max, 0.1, true)) },
         },
@@ -972,9 +971,14 @@ PAGES.compaction = async (arg) => {
       entry[m.state === "Succeeded" ? 0 : 1]++;
       perMinute.set(minute, entry);
     }
-    const minutes = [...perMinute.keys()].sort((a, b) => a - b);
+    // Every minute from the oldest finished merge (at most a day back) to now, empty ones 0.
+    const nowMinute = Math.floor(Date.now() / 60000) * 60;
+    const oldest = Math.min(...perMinute.keys(), nowMinute - 1800);
+    const minutes = [];
+    for (let m = Math.max(oldest, nowMinute - 86400); m <= nowMinute; m += 60) minutes.push(m);
+    for (const m of minutes) if (!perMinute.has(m)) perMinute.set(m, [0, 0]);
     for (const c of charts.splice(0)) c.destroy();
-    if (minutes.length) {
+    if (status.recent_merges.length) {
       setChildren(finishedChart);
       timeChart(finishedChart, "Merges finished per minute", [{ label: "succeeded", bars: true }, { label: "failed", bars: true, stroke: "#dc2626" }], [minutes, minutes.map((m) => perMinute.get(m)[0]), minutes.map((m) => perMinute.get(m)[1])], { fromZero: true });
     } else setChildren(finishedChart, el("p", { class: "muted" }, "No merge finished yet."));
@@ -983,7 +987,9 @@ PAGES.compaction = async (arg) => {
     if (samples.length > 900) samples.shift();
     mergeSamples.set(indexId, samples);
     setChildren(liveChart);
-    timeChart(liveChart, "Pending and running merges (sampled every 2 s while this page is open)", [{ label: "pending" }, { label: "running" }], [samples.map((s) => s[0]), samples.map((s) => s[1]), samples.map((s) => s[2])], { height: 180, fromZero: true });
+    // One sample alone is drawn from 2 s before it.
+    const drawn = samples.length > 1 ? samples : [[samples[0][0] - 2, samples[0][1], samples[0][2]], samples[0]];
+    timeChart(liveChart, "Pending and running merges (sampled every 2 s while this page is open)", [{ label: "pending" }, { label: "running" }], [drawn.map((s) => s[0]), drawn.map((s) => s[1]), drawn.map((s) => s[2])], { height: 180, fromZero: true });
     const now = Date.now() / 1000;
     const mergeRow = (m) =>
       el(

@@ -69,13 +69,13 @@ const BATCH_DOCS: usize = 300;
 /// One test document: `i` decides everything, so the test counts independently.
 fn doc(i: usize) -> Value {
     let service = SERVICES[i % SERVICES.len()];
-    let word = if i % 7 == 0 { "timeout" } else { "ok" };
+    let word = if i.is_multiple_of(7) { "timeout" } else { "ok" };
     json!({
         // Two buckets, every batch in both.
         "ts": BUCKET0 + (i * 7 % 1800) as i64,
         "service": service,
         "host": format!("{service}-{}", i % 3),
-        "status": if i % 11 == 0 { 500 } else { 200 },
+        "status": if i.is_multiple_of(11) { 500 } else { 200 },
         "message": format!("{word} request {i}"),
     })
 }
@@ -153,7 +153,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -200,8 +200,8 @@ async fn orphan_the_split_of(node: &TestNode, index: &str) {
         .metastore
         .publish_splits(
             &uid,
-            &[moved.split_id.clone()],
-            &[old.split_id.clone()],
+            std::slice::from_ref(&moved.split_id),
+            std::slice::from_ref(&old.split_id),
             None,
         )
         .await
@@ -472,7 +472,7 @@ async fn every_page_shows_the_nodes_data_in_a_real_browser() {
 
     // Search, typed into the page: the right number of hits, each expandable.
     let expected_hits = (0..total)
-        .filter(|i| i % 7 == 0 && SERVICES[i % SERVICES.len()] != "billing")
+        .filter(|i| i.is_multiple_of(7) && SERVICES[i % SERVICES.len()] != "billing")
         .count();
     assert!(deleted > 0 && expected_hits > 50);
     open(
@@ -580,6 +580,26 @@ async fn every_page_shows_the_nodes_data_in_a_real_browser() {
     assert_eq!(text_of(&browser, "[data-test=num-series]").await, "2");
     assert_no_console_errors(&browser, "metrics").await;
     keep_screenshot(&browser, "metrics").await;
+
+    // A metrics index's split map: one mark per split, per bucket.
+    let metric_splits = published_splits(&node, "otel-metrics-v0_9").await;
+    assert!(!metric_splits.is_empty());
+    open(
+        &browser,
+        &node,
+        "splits/otel-metrics-v0_9",
+        &format!(
+            "document.querySelectorAll('svg.splitmap rect.split').length == {}",
+            metric_splits.len()
+        ),
+    )
+    .await;
+    assert_eq!(
+        card(&browser, "map-splits").await,
+        metric_splits.len().to_string()
+    );
+    assert_no_console_errors(&browser, "metrics split map").await;
+    keep_screenshot(&browser, "split-map-metrics").await;
 
     // One index: its documents (the delete applied), config and source.
     open(
