@@ -79,11 +79,12 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
 fn watch_git_head(dir: &Path) {
     let absolute = |path: String| {
         let path = PathBuf::from(path);
-        if path.is_absolute() {
+        let path = if path.is_absolute() {
             path
         } else {
             dir.join(path)
-        }
+        };
+        path.canonicalize().unwrap_or(path)
     };
     let Some(git_dir) = git(dir, &["rev-parse", "--git-dir"]).map(absolute) else {
         return;
