@@ -17,6 +17,8 @@
 //! split_cache_max_bytes: 10GiB         # default 10 GiB
 //! range_cache_max_bytes: 512MiB        # memory for byte ranges of splits on S3; 0: download
 //!                                      # whole splits into the split cache instead
+//! partial_result_cache_max_bytes: 64MiB # what each split answered, per request shape;
+//!                                      # 0: off
 //! max_in_flight_ingest_bytes: 256MiB   # ingest bodies handled at once; more: 429
 //! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
 //! max_concurrent_searches: 100         # searches at once; more: 429
@@ -71,6 +73,8 @@ pub const DEFAULT_MAX_INGEST_BODY_BYTES: u64 = 10 << 20;
 pub const DEFAULT_SPLIT_CACHE_MAX_BYTES: u64 = 10 << 30;
 /// Default `range_cache_max_bytes`: 512 MiB.
 pub const DEFAULT_RANGE_CACHE_MAX_BYTES: u64 = 512 << 20;
+/// Default `partial_result_cache_max_bytes`: 64 MiB (Quickwit's partial request cache).
+pub const DEFAULT_PARTIAL_RESULT_CACHE_MAX_BYTES: u64 = 64 << 20;
 /// Default `max_in_flight_ingest_bytes`: 256 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 /// Default `max_wal_memory_bytes`: 2 GiB, Quickwit's `max_queue_memory_usage`.
@@ -272,6 +276,9 @@ pub struct NodeConfig {
     /// there are opened from their hot cache and read by ranges); 0 downloads them whole
     /// into the split cache instead.
     pub range_cache_max_bytes: u64,
+    /// Memory for what each split answered to each request shape (splits are immutable, so
+    /// a repeated or paged search reuses it); 0 turns the cache off.
+    pub partial_result_cache_max_bytes: u64,
     /// Bytes of ingest requests handled at once; beyond, requests get a 429.
     pub max_in_flight_ingest_bytes: u64,
     /// Bytes of WAL records not yet in published splits; beyond, ingest gets a 429.
@@ -324,6 +331,10 @@ impl fmt::Debug for NodeConfig {
             .field("max_ingest_body_bytes", &self.max_ingest_body_bytes)
             .field("split_cache_max_bytes", &self.split_cache_max_bytes)
             .field("range_cache_max_bytes", &self.range_cache_max_bytes)
+            .field(
+                "partial_result_cache_max_bytes",
+                &self.partial_result_cache_max_bytes,
+            )
             .field(
                 "max_in_flight_ingest_bytes",
                 &self.max_in_flight_ingest_bytes,
@@ -455,6 +466,8 @@ struct NodeConfigFile {
     #[serde(default)]
     range_cache_max_bytes: Option<ByteSize>,
     #[serde(default)]
+    partial_result_cache_max_bytes: Option<ByteSize>,
+    #[serde(default)]
     max_in_flight_ingest_bytes: Option<ByteSize>,
     #[serde(default)]
     max_wal_memory_bytes: Option<ByteSize>,
@@ -564,6 +577,9 @@ impl NodeConfig {
             range_cache_max_bytes: file
                 .range_cache_max_bytes
                 .map_or(DEFAULT_RANGE_CACHE_MAX_BYTES, |size| size.0),
+            partial_result_cache_max_bytes: file
+                .partial_result_cache_max_bytes
+                .map_or(DEFAULT_PARTIAL_RESULT_CACHE_MAX_BYTES, |size| size.0),
             max_in_flight_ingest_bytes: file
                 .max_in_flight_ingest_bytes
                 .map_or(DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES, |size| size.0),
@@ -776,6 +792,7 @@ impl Default for NodeConfig {
             max_ingest_body_bytes: DEFAULT_MAX_INGEST_BODY_BYTES,
             split_cache_max_bytes: DEFAULT_SPLIT_CACHE_MAX_BYTES,
             range_cache_max_bytes: DEFAULT_RANGE_CACHE_MAX_BYTES,
+            partial_result_cache_max_bytes: DEFAULT_PARTIAL_RESULT_CACHE_MAX_BYTES,
             max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,

@@ -2182,7 +2182,9 @@ pub async fn split_stats_count_splits_by_state_scope_and_maturity(metastore: Arc
     metastore.stage_splits(&uid, splits).await.expect("stage");
     publish(&metastore, &uid, &["a", "b", "c", "e"]).await;
     let stats = metastore.split_stats(T0).await.expect("stats");
-    let summary: Vec<(SplitState, Option<String>, bool, u32, u64, u64, u64)> = stats
+    /// (state, node, mature, merge ops, splits, bytes, docs) of one group.
+    type Group = (SplitState, Option<String>, bool, u32, u64, u64, u64);
+    let summary: Vec<Group> = stats
         .iter()
         .map(|s| {
             assert_eq!(s.scope.index_uid, uid);

@@ -254,6 +254,8 @@ pub struct Leaf {
     split_fields: Mutex<HashMap<String, Arc<Vec<SplitField>>>>,
     /// When set, splits on remote storage are read by ranges through it, not downloaded.
     ranges: Mutex<Option<Arc<RangeCache>>>,
+    /// What each split answered to each request shape.
+    partial_results: Mutex<Arc<crate::partial_cache::PartialResultCache>>,
 }
 
 /// A field found in a split — a schema field or a path inside a json field (undeclared fields
@@ -299,7 +301,26 @@ impl Leaf {
             )),
             split_fields: Mutex::new(HashMap::new()),
             ranges: Mutex::new(None),
+            partial_results: Mutex::new(Arc::new(crate::partial_cache::PartialResultCache::new(0))),
         }
+    }
+
+    /// Keeps what each split answered to each request shape, in at most `max_bytes` (0: off;
+    /// the default). Replaces the cache, and drops what it held.
+    pub fn set_partial_result_cache(&self, max_bytes: u64) {
+        *self
+            .partial_results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(crate::partial_cache::PartialResultCache::new(max_bytes));
+    }
+
+    /// The partial-result cache.
+    pub fn partial_results(&self) -> Arc<crate::partial_cache::PartialResultCache> {
+        self.partial_results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Reads splits on remote storage by byte ranges through `ranges` (`None`: downloads them
@@ -479,6 +500,7 @@ impl Leaf {
             .as_ref()
             .and_then(crate::aggs::term_error_plan)
             .map(Arc::new);
+        let partial_results = self.partial_results();
         let mut futures = FuturesUnordered::new();
         for split in &request.splits {
             let tasks: Vec<DeleteTask> = request
@@ -514,6 +536,8 @@ impl Leaf {
             let error_plan = error_plan.clone();
             // A split written under an older doc mapping has its own field ids: its query
             // is built against its schema once it is open.
+            let cache_key =
+                crate::partial_cache::key(&request.index, &request.request, split, &tasks);
             let older = (split.doc_mapping_uid
                 != request.index.index_config.doc_mapping.doc_mapping_uid)
                 .then(|| OlderMapping {
@@ -521,7 +545,11 @@ impl Leaf {
                     request: request.request.clone(),
                     tasks: tasks.clone(),
                 });
+            let partial_results = partial_results.clone();
             futures.push(async move {
+                if let Some(cached) = partial_results.get(&cache_key, k) {
+                    return (split, Ok(cached));
+                }
                 let result = self
                     .search_split(
                         &storage,
@@ -536,6 +564,9 @@ impl Leaf {
                         error_plan,
                     )
                     .await;
+                if let Ok(result) = &result {
+                    partial_results.put(cache_key, k, result);
+                }
                 (split, result)
             });
         }
@@ -1010,12 +1041,41 @@ fn empty_searcher(doc_mapper: &DocMapper) -> tantivy::Result<Searcher> {
 }
 
 /// What one split gave: its count, its best hits, its aggregations.
-struct LeafSplitResult {
-    count: u64,
-    hits: Vec<(SortKey, DocAddress)>,
-    aggs: Option<IntermediateAggregationResults>,
+#[derive(Clone)]
+pub(crate) struct LeafSplitResult {
+    pub(crate) count: u64,
+    pub(crate) hits: Vec<(SortKey, DocAddress)>,
+    pub(crate) aggs: Option<IntermediateAggregationResults>,
     /// Elasticsearch's count error bounds of its `terms` aggregations.
-    term_errors: crate::aggs::TermCountErrors,
+    pub(crate) term_errors: crate::aggs::TermCountErrors,
+}
+
+impl LeafSplitResult {
+    /// About the memory it takes (the partial-result cache's measure).
+    pub(crate) fn estimated_bytes(&self) -> u64 {
+        let hits: usize = self
+            .hits
+            .iter()
+            .map(|(key, _)| {
+                std::mem::size_of::<(SortKey, DocAddress)>()
+                    + key.0.len() * std::mem::size_of::<SortValue>()
+                    + key
+                        .0
+                        .iter()
+                        .map(|value| match value {
+                            SortValue::Str(text) => text.len(),
+                            SortValue::Bytes(bytes) => bytes.len(),
+                            _ => 0,
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        // Aggregations: their encoded size, a fair proxy for their memory.
+        let aggs = self.aggs.as_ref().map_or(0, |aggs| {
+            postcard::to_allocvec(aggs).map_or(1 << 20, |v| v.len() * 2)
+        });
+        (std::mem::size_of::<Self>() + hits + aggs + self.term_errors.len() * 64) as u64
+    }
 }
 
 fn run_leaf(

@@ -8,6 +8,7 @@
 pub mod aggs;
 pub mod elastic;
 pub mod leaf;
+pub mod partial_cache;
 mod remote;
 mod request;
 mod service;

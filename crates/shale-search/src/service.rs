@@ -242,6 +242,12 @@ impl SearchService {
         self.leaf.set_range_cache(ranges);
     }
 
+    /// Keeps what each split answered to each request shape in at most `max_bytes` (see
+    /// [`Leaf::set_partial_result_cache`]).
+    pub fn set_partial_result_cache(&self, max_bytes: u64) {
+        self.leaf.set_partial_result_cache(max_bytes);
+    }
+
     /// Number of splits kept open between searches.
     pub fn num_open_splits(&self) -> usize {
         self.leaf.num_open_splits()

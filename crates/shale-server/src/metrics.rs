@@ -89,6 +89,15 @@ static RANGE_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+static PARTIAL_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "shale_search_partial_cache",
+        "The leaf's partial-result cache (what each split answered to each request shape): `bytes` and `entries` held.",
+        &["stat"]
+    )
+    .expect("metric registered once")
+});
+
 /// Metric samples accepted, by protocol (`remote_write`, `otlp`).
 pub(crate) static METRIC_SAMPLES_INGESTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -164,6 +173,7 @@ const SPLIT_STATES: [SplitState; 3] = [
 pub fn register_all() {
     LazyLock::force(&SPLIT_CACHE);
     LazyLock::force(&RANGE_CACHE);
+    LazyLock::force(&PARTIAL_CACHE);
     LazyLock::force(&SPLITS_BY_STATE);
     LazyLock::force(&SPLITS_BY_SCOPE);
     LazyLock::force(&SPLIT_BYTES_BY_STATE);
@@ -186,6 +196,9 @@ pub fn register_all() {
     }
     for stat in ["fetched_bytes", "fetches", "hit_bytes", "bytes"] {
         RANGE_CACHE.with_label_values(&[stat]);
+    }
+    for stat in ["bytes", "entries"] {
+        PARTIAL_CACHE.with_label_values(&[stat]);
     }
     shale_ingest::metrics::register();
     shale_compaction::service::metrics::register();
@@ -248,6 +261,15 @@ pub async fn refresh(node: &Node) {
                 .with_label_values(&[stat])
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
+    }
+    let partial = node.search.leaf().partial_results();
+    for (stat, value) in [
+        ("bytes", partial.bytes()),
+        ("entries", partial.len() as u64),
+    ] {
+        PARTIAL_CACHE
+            .with_label_values(&[stat])
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
     }
     let ingest_bytes = shale_ingest::metrics::SPLIT_BYTES_WRITTEN.get();
     let merge_bytes = shale_compaction::service::metrics::MERGE_BYTES_WRITTEN.get();

@@ -356,6 +356,7 @@ impl Node {
             std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
             config.max_concurrent_searches,
         ));
+        search.set_partial_result_cache(config.partial_result_cache_max_bytes);
         if config.range_cache_max_bytes > 0 {
             search.set_range_cache(Some(Arc::new(RangeCache::new(
                 config.range_cache_max_bytes,

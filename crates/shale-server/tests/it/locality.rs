@@ -350,8 +350,12 @@ async fn locality_compaction_converges_prunes_and_keeps_every_document() {
     expected_ids.sort();
     assert_eq!(ids, expected_ids);
 
-    // Queries: the independent count, with and without pruning; pruning skips splits.
+    // Queries: the independent count, with and without pruning; pruning skips splits. The
+    // partial-result cache is on for the first two runs (the second finds what the first
+    // searched in it) and off for a third.
     let mut pruned_total = 0;
+    let cache_bytes = node.node.config.partial_result_cache_max_bytes;
+    assert!(cache_bytes > 0, "the cache is on by default");
     for _ in 0..60 {
         let query = Query::random(&mut rng);
         let start = BUCKET0 + rng.random_range(0..NUM_BUCKETS * BUCKET);
@@ -361,9 +365,13 @@ async fn locality_compaction_converges_prunes_and_keeps_every_document() {
         let (with, pruned, _) = run_query(&node, &query.text(), start, end).await;
         node.node.search.set_key_pruning(false);
         let (without, _, _) = run_query(&node, &query.text(), start, end).await;
+        node.node.search.set_partial_result_cache(0);
+        let (uncached, _, _) = run_query(&node, &query.text(), start, end).await;
+        node.node.search.set_partial_result_cache(cache_bytes);
         node.node.search.set_key_pruning(true);
         assert_eq!(with, want, "`{}` over [{start}, {end})", query.text());
         assert_eq!(without, want, "`{}` without pruning", query.text());
+        assert_eq!(uncached, want, "`{}` without the cache", query.text());
         pruned_total += pruned;
     }
     assert!(pruned_total > 0, "no split was ever pruned by key");

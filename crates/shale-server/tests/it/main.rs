@@ -28,6 +28,7 @@ mod metrics_ingest;
 mod otel_sdk;
 mod otlp;
 mod otlp_grpc;
+mod partial_cache;
 mod postgres_s3;
 mod promql_diff;
 mod query_errors;
