@@ -61,6 +61,7 @@ macro_rules! metastore_conformance_tests {
             create_index_assigns_uids,
             create_index_fails_if_index_id_exists,
             index_metadata_of_unknown_index_is_not_found,
+            index_version_rises_with_every_write_to_the_index,
             index_templates_are_created_listed_updated_and_deleted,
             list_indexes_orders_by_index_id,
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
@@ -324,6 +325,55 @@ pub async fn index_metadata_of_unknown_index_is_not_found(metastore: Arc<dyn Met
     assert_not_found(metastore.index_metadata("nope").await);
     assert_not_found(metastore.index_metadata_without_checkpoints("nope").await);
     assert!(metastore.list_indexes().await.expect("list").is_empty());
+}
+
+/// `index_version`: the same while nothing is written to the index (reads, writes to other
+/// indexes), higher after each write to it (stage, publish, mark, delete task, config
+/// update); `NotFound` for an unknown index; a new uid for an index created again.
+pub async fn index_version_rises_with_every_write_to_the_index(metastore: Arc<dyn Metastore>) {
+    assert_not_found(metastore.index_version("nope").await);
+    let index = create(&metastore, "versioned").await;
+    let other = create(&metastore, "other").await;
+    let version = || async { metastore.index_version("versioned").await.expect("version") };
+    let mut last = version().await;
+    assert_eq!(last.index_uid, index.index_uid);
+    fn rose(last: &mut crate::IndexVersion, now: crate::IndexVersion, what: &str) {
+        assert!(now.version > last.version, "{what}: {now:?} after {last:?}");
+        *last = now;
+    }
+    stage(&metastore, &index.index_uid, &["a", "b"]).await;
+    rose(&mut last, version().await, "stage");
+    publish(&metastore, &index.index_uid, &["a", "b"]).await;
+    rose(&mut last, version().await, "publish");
+    // Reads and another index's writes leave it.
+    splits_of(&metastore, &index.index_uid).await;
+    metastore.index_metadata("versioned").await.expect("read");
+    stage(&metastore, &other.index_uid, &["c"]).await;
+    assert_eq!(version().await, last);
+    metastore
+        .mark_splits_for_deletion(&index.index_uid, &ids(&["a"]))
+        .await
+        .expect("mark");
+    rose(&mut last, version().await, "mark");
+    let delete: shale_types::DeleteQuery =
+        serde_json::from_value(serde_json::json!({"query": "body:x"})).expect("delete query");
+    metastore
+        .create_delete_task(&index.index_uid, delete, T0)
+        .await
+        .expect("delete task");
+    rose(&mut last, version().await, "delete task");
+    metastore
+        .update_index_config(&index.index_uid, index_config("versioned"))
+        .await
+        .expect("update");
+    rose(&mut last, version().await, "config update");
+    metastore
+        .delete_index(&index.index_uid)
+        .await
+        .expect("delete index");
+    assert_not_found(metastore.index_version("versioned").await);
+    let again = create(&metastore, "versioned").await;
+    assert_eq!(version().await.index_uid, again.index_uid);
 }
 
 /// Index templates: create (`AlreadyExists` twice), get, list by id, update (`NotFound` for

@@ -220,6 +220,16 @@ pub struct SplitStats {
 
 /// The metastore. Every method is atomic. Methods taking an `index_uid` fail with `NotFound`
 /// when that index (incarnation) does not exist.
+/// Where an index stands: its uid and the version its last write raised it to (see
+/// [`Metastore::index_version`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexVersion {
+    /// The index's uid.
+    pub index_uid: IndexUid,
+    /// Raised by every write that touches the index.
+    pub version: u64,
+}
+
 #[async_trait]
 pub trait Metastore: Send + Sync + 'static {
     /// Creates an index: assigns its uid and doc mapping uid. Fails with `AlreadyExists`.
@@ -227,6 +237,14 @@ pub trait Metastore: Send + Sync + 'static {
 
     /// The index with this id (`NotFound` otherwise).
     async fn index_metadata(&self, index_id: &str) -> MetastoreResult<IndexMetadata>;
+
+    /// A number that every write touching the index raises (splits staged, published or
+    /// marked, delete tasks, config updates, shards, merge tasks): a reader that sees the
+    /// same number twice saw the same splits, delete tasks and config in between. One read
+    /// of one row: searchers check it to keep their view of an index current.
+    /// `NotFound` if there is no such index. Comes with the index's uid: an index deleted
+    /// and created again under the same id starts its versions again.
+    async fn index_version(&self, index_id: &str) -> MetastoreResult<IndexVersion>;
 
     /// The index with this id without its checkpoints (`checkpoints` is empty): what a
     /// search needs, in one read.

@@ -60,6 +60,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "metric metadata",
         include_str!("../migrations/sqlite/0010_metric_metadata.sql"),
     ),
+    (
+        11,
+        "index versions",
+        include_str!("../migrations/sqlite/0011_index_versions.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -113,6 +118,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         10,
         "metric metadata",
         include_str!("../migrations/postgres/0010_metric_metadata.sql"),
+    ),
+    (
+        11,
+        "index versions",
+        include_str!("../migrations/postgres/0011_index_versions.sql"),
     ),
 ];
 

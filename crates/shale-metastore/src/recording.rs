@@ -60,6 +60,9 @@ impl Metastore for RecordingMetastore {
             .index_metadata_without_checkpoints(index_id)
             .await
     }
+    async fn index_version(&self, index_id: &str) -> MetastoreResult<crate::IndexVersion> {
+        self.inner.index_version(index_id).await
+    }
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
         self.inner.list_indexes().await
     }

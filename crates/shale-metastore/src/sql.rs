@@ -269,19 +269,19 @@ where
         query
     }
 
-    /// Checks the index exists and, on PostgreSQL, locks its row until commit.
+    /// Checks the index exists, locks its row until commit (PostgreSQL; SQLite's write
+    /// transactions are exclusive) and raises its version: every write that touches an index
+    /// goes through here, so a reader that sees the same version twice saw the same index
+    /// ([`Metastore::index_version`]).
     async fn lock_index(conn: &mut DB::Connection, index_uid: &IndexUid) -> MetastoreResult<()> {
-        let sql = format!(
-            "SELECT index_uid FROM indexes WHERE index_uid = $1{}",
-            DB::FOR_UPDATE
-        );
-        let row = sqlx::query::<DB>(AssertSqlSafe(sql))
-            .bind(index_uid.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-        match row {
-            Some(_) => Ok(()),
-            None => Err(index_not_found(index_uid)),
+        let result =
+            sqlx::query::<DB>("UPDATE indexes SET version = version + 1 WHERE index_uid = $1")
+                .bind(index_uid.to_string())
+                .execute(&mut *conn)
+                .await?;
+        match DB::rows_affected(&result) {
+            0 => Err(index_not_found(index_uid)),
+            _ => Ok(()),
         }
     }
 
@@ -756,6 +756,26 @@ where
         .await?;
         match row {
             Some(row) => Self::decode_index(&row),
+            None => Err(MetastoreError::NotFound {
+                kind: "index",
+                id: index_id.to_string(),
+            }),
+        }
+    }
+
+    async fn index_version(&self, index_id: &str) -> MetastoreResult<crate::IndexVersion> {
+        let row = sqlx::query::<DB>("SELECT index_uid, version FROM indexes WHERE index_id = $1")
+            .bind(index_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => Ok(crate::IndexVersion {
+                index_uid: row
+                    .try_get::<String, _>("index_uid")?
+                    .parse()
+                    .map_err(serde_err)?,
+                version: from_db(row.try_get::<i64, _>("version")?),
+            }),
             None => Err(MetastoreError::NotFound {
                 kind: "index",
                 id: index_id.to_string(),

@@ -248,6 +248,8 @@ pub struct Leaf {
     agg_validation: Mutex<HashMap<String, Searcher>>,
     open_splits: Arc<OpenSplits>,
     permits: Arc<Semaphore>,
+    /// Split searches at once (`permits`' size).
+    max_concurrent: usize,
     /// Bounds the searches of splits read by ranges ([`REMOTE_PERMITS_FACTOR`] × `permits`).
     remote_permits: Arc<Semaphore>,
     /// The fields found in each split (immutable, so cached by split id).
@@ -296,6 +298,7 @@ impl Leaf {
             agg_validation: Mutex::new(HashMap::new()),
             open_splits,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            max_concurrent: max_concurrent.max(1),
             remote_permits: Arc::new(Semaphore::new(
                 max_concurrent.max(1) * REMOTE_PERMITS_FACTOR,
             )),
@@ -501,79 +504,152 @@ impl Leaf {
             .and_then(crate::aggs::term_error_plan)
             .map(Arc::new);
         let partial_results = self.partial_results();
-        let mut futures = FuturesUnordered::new();
-        for split in &request.splits {
-            let tasks: Vec<DeleteTask> = request
-                .delete_tasks
-                .iter()
-                .filter(|task| task.may_touch(split))
-                .cloned()
-                .collect();
-            let query: Arc<dyn Query> = if tasks.is_empty() {
-                prepared.query.clone()
-            } else {
-                match prepared
-                    .doc_mapper
-                    .without_deleted(prepared.query.box_clone(), &tasks)
-                {
-                    Ok(query) => Arc::from(query),
-                    Err(err) => {
-                        return Err(LeafError::Internal(format!(
-                            "a delete task of index `{}` no longer parses: {err}",
-                            request.index.index_id()
-                        )))
-                    }
-                }
+        // Top k by the timestamp field, without aggregations: the splits are visited in the
+        // order of their time ranges (newest first for a descending sort) and a split whose
+        // range cannot hold a hit better than the current k-th is only counted — from its
+        // metadata when the query matches everything in it, else without collecting hits.
+        let time_order = time_ordered(&prepared, &request);
+        let mut order: Vec<&SplitMetadata> = request.splits.iter().collect();
+        if let Some(sort_order) = time_order {
+            let range = |split: &SplitMetadata| {
+                split
+                    .time_range
+                    .map_or((i64::MIN, i64::MAX), |r| (r.start, r.end))
             };
-            let sort_by = prepared.sort_by.clone();
-            let after = request.request.search_after.clone();
-            let timestamp_field = prepared
-                .doc_mapper
-                .timestamp_field_name()
-                .map(str::to_string);
-            let storage = storage.clone();
-            let aggs = prepared.aggs.clone();
-            let error_plan = error_plan.clone();
-            // A split written under an older doc mapping has its own field ids: its query
-            // is built against its schema once it is open.
-            let cache_key =
-                crate::partial_cache::key(&request.index, &request.request, split, &tasks);
-            let older = (split.doc_mapping_uid
-                != request.index.index_config.doc_mapping.doc_mapping_uid)
-                .then(|| OlderMapping {
-                    current: prepared.doc_mapper.clone(),
-                    request: request.request.clone(),
-                    tasks: tasks.clone(),
-                });
-            let partial_results = partial_results.clone();
-            futures.push(async move {
-                if let Some(cached) = partial_results.get(&cache_key, k) {
-                    return (split, Ok(cached));
-                }
-                let result = self
-                    .search_split(
-                        &storage,
-                        split,
-                        query,
-                        older,
-                        sort_by,
-                        after,
-                        timestamp_field,
-                        k,
-                        aggs,
-                        error_plan,
-                    )
-                    .await;
-                if let Ok(result) = &result {
-                    partial_results.put(cache_key, k, result);
-                }
-                (split, result)
+            order.sort_by(|a, b| match sort_order {
+                SortOrder::Desc => range(b).1.cmp(&range(a).1),
+                SortOrder::Asc => range(a).0.cmp(&range(b).0),
             });
         }
+        // Without hits to find nor aggregations, every split is only counted.
+        let count_all = k == 0 && prepared.aggs.is_none();
+        // Splits in flight: as many as may run at once (the permits bound them anyway), so a
+        // split is launched, and decided, only once one before it has finished.
+        let window = match (time_order, self.ranges_for(&storage)) {
+            (None, _) => usize::MAX,
+            (Some(_), Some(_)) => self.max_concurrent * REMOTE_PERMITS_FACTOR,
+            (Some(_), None) => self.max_concurrent,
+        };
+        let match_all = matches!(request.request.query.trim(), "" | "*");
+        let mut pending = order.into_iter();
+        let mut futures = FuturesUnordered::new();
         let mut response = LeafResponse::default();
         let mut merged_aggs: Option<IntermediateAggregationResults> = None;
         crate::service::LEAF_SPLITS.inc_by(request.splits.len() as u64);
-        while let Some((split, result)) = futures.next().await {
+        loop {
+            // Launch splits while the window has room; each decides at launch whether it can
+            // still enter the top k.
+            while futures.len() < window {
+                let Some(split) = pending.next() else { break };
+                let tasks: Vec<DeleteTask> = request
+                    .delete_tasks
+                    .iter()
+                    .filter(|task| task.may_touch(split))
+                    .cloned()
+                    .collect();
+                let query: Arc<dyn Query> = if tasks.is_empty() {
+                    prepared.query.clone()
+                } else {
+                    match prepared
+                        .doc_mapper
+                        .without_deleted(prepared.query.box_clone(), &tasks)
+                    {
+                        Ok(query) => Arc::from(query),
+                        Err(err) => {
+                            return Err(LeafError::Internal(format!(
+                                "a delete task of index `{}` no longer parses: {err}",
+                                request.index.index_id()
+                            )))
+                        }
+                    }
+                };
+                let count_only = count_all
+                    || time_order.is_some_and(|sort_order| {
+                        cannot_improve(split, sort_order, &response.hits, k)
+                    });
+                let cache_key =
+                    crate::partial_cache::key(&request.index, &request.request, split, &tasks);
+                // A split written under an older doc mapping has its own field ids: its query
+                // is built against its schema once it is open.
+                let older = (split.doc_mapping_uid
+                    != request.index.index_config.doc_mapping.doc_mapping_uid)
+                    .then(|| OlderMapping {
+                        current: prepared.doc_mapper.clone(),
+                        request: request.request.clone(),
+                        tasks: tasks.clone(),
+                    });
+                let partial_results = partial_results.clone();
+                let storage = storage.clone();
+                if count_only {
+                    let timestamp_field = prepared
+                        .doc_mapper
+                        .timestamp_field_name()
+                        .map(str::to_string);
+                    let whole = match_all
+                        && tasks.is_empty()
+                        && older.is_none()
+                        && !cuts(&request.request, split);
+                    futures.push(Box::pin(async move {
+                        if whole {
+                            crate::service::ONLY_COUNTED
+                                .with_label_values(&["metadata"])
+                                .inc();
+                            return (split, Ok(LeafSplitResult::count(split.num_docs)));
+                        }
+                        crate::service::ONLY_COUNTED
+                            .with_label_values(&["query"])
+                            .inc();
+                        if let Some(cached) = partial_results.get(&cache_key, 0) {
+                            return (split, Ok(cached));
+                        }
+                        let result = self
+                            .count_split(&storage, split, query, older, timestamp_field)
+                            .await;
+                        if let Ok(result) = &result {
+                            partial_results.put(cache_key, 0, result);
+                        }
+                        (split, result)
+                    })
+                        as std::pin::Pin<
+                            Box<dyn std::future::Future<Output = _> + Send + '_>,
+                        >);
+                    continue;
+                }
+                let sort_by = prepared.sort_by.clone();
+                let after = request.request.search_after.clone();
+                let timestamp_field = prepared
+                    .doc_mapper
+                    .timestamp_field_name()
+                    .map(str::to_string);
+                let aggs = prepared.aggs.clone();
+                let error_plan = error_plan.clone();
+                futures.push(Box::pin(async move {
+                    if let Some(cached) = partial_results.get(&cache_key, k) {
+                        return (split, Ok(cached));
+                    }
+                    let result = self
+                        .search_split(
+                            &storage,
+                            split,
+                            query,
+                            older,
+                            sort_by,
+                            after,
+                            timestamp_field,
+                            k,
+                            aggs,
+                            error_plan,
+                        )
+                        .await;
+                    if let Ok(result) = &result {
+                        partial_results.put(cache_key, k, result);
+                    }
+                    (split, result)
+                }));
+            }
+            let Some((split, result)) = futures.next().await else {
+                break;
+            };
             match result {
                 Ok(LeafSplitResult {
                     count,
@@ -873,6 +949,50 @@ impl Leaf {
         .map_err(|err| (err, false))
     }
 
+    /// Counts the matches of `query` in `split`, collecting no hit (Tantivy's per-segment
+    /// count: a term's document frequency when nothing is deleted).
+    async fn count_split(
+        &self,
+        storage: &StorageRef,
+        split: &SplitMetadata,
+        query: Arc<dyn Query>,
+        older: Option<OlderMapping>,
+        timestamp_field: Option<String>,
+    ) -> Result<LeafSplitResult, (String, bool)> {
+        let permits = if self.ranges_for(storage).is_some() {
+            &self.remote_permits
+        } else {
+            &self.permits
+        };
+        let _permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|err| (err.to_string(), false))?;
+        let open = self.open_split(storage, split).await?;
+        let query = match older {
+            Some(older) => older.query_for(&open.searcher),
+            None => query,
+        };
+        tokio::task::spawn_blocking(move || {
+            if open.by_ranges {
+                let fields = crate::remote::fast_fields_read(
+                    &SortBy::score(),
+                    timestamp_field.as_deref(),
+                    None,
+                );
+                crate::remote::warm(&open.searcher, query.as_ref(), &fields, &open.warmed);
+            }
+            query
+                .count(&open.searcher)
+                .map(|count| LeafSplitResult::count(count as u64))
+                .map_err(|err| format!("counting in split: {err}"))
+        })
+        .await
+        .map_err(|err| (err.to_string(), false))?
+        .map_err(|err| (err, false))
+    }
+
     /// The fields of `splits` of `index` (json paths included), merged: one entry per name and
     /// type, searchable or aggregatable if it is in any split. Internal fields are left out.
     pub async fn list_fields(
@@ -1051,6 +1171,16 @@ pub(crate) struct LeafSplitResult {
 }
 
 impl LeafSplitResult {
+    /// A split only counted.
+    pub(crate) fn count(count: u64) -> Self {
+        LeafSplitResult {
+            count,
+            hits: Vec::new(),
+            aggs: None,
+            term_errors: Default::default(),
+        }
+    }
+
     /// About the memory it takes (the partial-result cache's measure).
     pub(crate) fn estimated_bytes(&self) -> u64 {
         let hits: usize = self
@@ -1493,6 +1623,50 @@ impl<S: SegmentCollector> SegmentCollector for AfterKeySegment<S> {
 
 /// Sorts hits best first; ties broken by split id, segment and doc, so that pages are the
 /// same whichever nodes served them.
+/// The direction of a top-k search by the index's timestamp field alone — the searches whose
+/// splits can be visited in time order and skipped — or `None`.
+fn time_ordered(prepared: &Prepared, request: &LeafRequest) -> Option<SortOrder> {
+    if prepared.aggs.is_some() || request.k == 0 {
+        return None;
+    }
+    let timestamp = prepared.doc_mapper.timestamp_field_name()?;
+    match prepared.sort_by.fields.first()? {
+        SortField::Field { field, order } if field == timestamp => Some(*order),
+        _ => None,
+    }
+}
+
+/// Whether no document of `split` can sort before the k-th of `hits` (the best hits so far,
+/// best first) by the timestamp, in `order`: its time range lies strictly behind it.
+fn cannot_improve(split: &SplitMetadata, order: SortOrder, hits: &[PartialHit], k: usize) -> bool {
+    let (Some(range), Some(kth)) = (split.time_range, k.checked_sub(1).and_then(|i| hits.get(i)))
+    else {
+        return false;
+    };
+    // Datetimes sort in microseconds; a split's range is in whole seconds, its end included.
+    let Some(SortValue::I64(kth_micros)) = kth.key.0.first() else {
+        return false;
+    };
+    let kth_micros = i128::from(*kth_micros);
+    match order {
+        SortOrder::Desc => (i128::from(range.end) + 1) * 1_000_000 <= kth_micros,
+        SortOrder::Asc => i128::from(range.start) * 1_000_000 > kth_micros,
+    }
+}
+
+/// Whether the request's time bounds leave out part of `split` (or may: it has no range).
+fn cuts(request: &SearchRequest, split: &SplitMetadata) -> bool {
+    match split.time_range {
+        Some(range) => {
+            request
+                .start_timestamp
+                .is_some_and(|start| start > range.start)
+                || request.end_timestamp.is_some_and(|end| end <= range.end)
+        }
+        None => request.start_timestamp.is_some() || request.end_timestamp.is_some(),
+    }
+}
+
 pub(crate) fn sort_hits(hits: &mut [PartialHit], sort_by: &SortBy) {
     hits.sort_by(|a, b| compare_hits(a, b, sort_by));
 }

@@ -10,7 +10,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
-use prometheus::{register_histogram, register_int_counter, Histogram, IntCounter};
+use prometheus::{
+    register_histogram, register_int_counter, register_int_counter_vec, Histogram, IntCounter,
+    IntCounterVec,
+};
 use shale_cluster::placement::{place, Job};
 use shale_index::DocMapper;
 use shale_metastore::{IndexMetadata, ListSplitsQuery, Metastore, MetastoreError};
@@ -58,12 +61,56 @@ pub static LEAF_SPLITS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+/// Splits a leaf only counted (no hit of theirs could enter the top k), by how: from the
+/// split's metadata (a query matching all of it) or by running the query without collecting.
+pub(crate) static ONLY_COUNTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "shale_search_leaf_splits_only_counted_total",
+        "Splits a leaf only counted because none of their hits could enter the top k, by how (`metadata`, `query`).",
+        &["how"]
+    )
+    .expect("metric registered once")
+});
+
 /// Registers the search metrics (so they are exported before the first search).
 pub fn register_metrics() {
+    for how in ["metadata", "query"] {
+        ONLY_COUNTED.with_label_values(&[how]);
+    }
+    for outcome in ["reused", "loaded"] {
+        VIEWS.with_label_values(&[outcome]);
+    }
+    LazyLock::force(&crate::partial_cache::LOOKUPS);
+    for outcome in ["hit", "miss"] {
+        crate::partial_cache::LOOKUPS.with_label_values(&[outcome]);
+    }
     LazyLock::force(&LEAF_SPLITS);
     LazyLock::force(&SEARCH_LATENCY);
     LazyLock::force(&SPLITS_SEARCHED);
     LazyLock::force(&SPLITS_PRUNED);
+}
+
+/// Whether `split` may hold documents of `[start, end)` (the metastore's time filter: a split
+/// without a time range always may).
+fn overlaps(split: &SplitMetadata, start: Option<i64>, end: Option<i64>) -> bool {
+    split.time_range.is_none_or(|range| {
+        start.is_none_or(|start| range.end >= start) && end.is_none_or(|end| range.start < end)
+    })
+}
+
+/// The delete tasks among `tasks` that some of `splits` are not clean of (those that existed
+/// at `as_of` for time travel): their documents are left out until a merge purges them.
+fn pending(tasks: &[DeleteTask], splits: &[SplitMetadata], as_of: Option<i64>) -> Vec<DeleteTask> {
+    let Some(min_clean) = splits.iter().map(|s| s.delete_opstamp).min() else {
+        return Vec::new();
+    };
+    tasks
+        .iter()
+        .filter(|task| task.opstamp > min_clean)
+        .filter(|task| as_of.is_none_or(|at| task.create_timestamp <= at))
+        .filter(|task| splits.iter().any(|split| task.may_touch(split)))
+        .cloned()
+        .collect()
 }
 
 /// Search failures that fail the whole request (per-split failures go to `errors`).
@@ -95,6 +142,9 @@ pub enum SearchError {
 
 /// Largest `max_hits` (Quickwit's limit).
 pub const MAX_HITS_LIMIT: usize = 10_000;
+
+/// Index views a root keeps (all dropped when one more is needed).
+const MAX_INDEX_VIEWS: usize = 1024;
 /// Largest `start_offset` (Quickwit's limit).
 pub const MAX_START_OFFSET: usize = 10_000;
 
@@ -191,7 +241,29 @@ pub struct SearchService {
     /// Whether splits are pruned by sort-key range (locality indexes); on unless turned off
     /// to compare (results never depend on it, only the splits opened).
     key_pruning: std::sync::atomic::AtomicBool,
+    /// What this root knows of each index it searched, valid while its version holds.
+    views: std::sync::Mutex<HashMap<String, Arc<IndexView>>>,
 }
+
+/// An index as a root saw it at one version: its metadata (no checkpoints), its Published
+/// splits and its delete tasks. A search checks the index's version (one read of one row)
+/// and, while it holds, lists, prunes and applies deletes from here.
+struct IndexView {
+    version: shale_metastore::IndexVersion,
+    index: IndexMetadata,
+    splits: Vec<SplitMetadata>,
+    delete_tasks: Vec<DeleteTask>,
+}
+
+/// Index views used as they were or loaded again, by outcome.
+static VIEWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "shale_search_index_views_total",
+        "Searches whose index view (metadata, Published splits, delete tasks) was current (`reused`) or read again from the metastore (`loaded`).",
+        &["outcome"]
+    )
+    .expect("metric registered once")
+});
 
 impl SearchService {
     /// A search service fetching splits through `cache`, running at most
@@ -214,6 +286,7 @@ impl SearchService {
             search_permits: Arc::new(Semaphore::new(max_concurrent_searches)),
             max_concurrent_searches,
             key_pruning: std::sync::atomic::AtomicBool::new(true),
+            views: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -274,45 +347,86 @@ impl SearchService {
 
     /// The index and its doc mapper; the request is checked (page bounds, query, sort) before
     /// anything is searched.
+    /// The current view of `index_id`: the one kept if the index's version still holds,
+    /// else read again (metadata, Published splits, delete tasks). The version is read
+    /// first, so a write that lands while the view is read makes the next search read again.
+    async fn view(&self, index_id: &str) -> Result<Arc<IndexView>, SearchError> {
+        let not_found = |err: MetastoreError| match err {
+            MetastoreError::NotFound { .. } => SearchError::IndexNotFound(index_id.to_string()),
+            err => SearchError::Metastore(err),
+        };
+        let version = self
+            .metastore
+            .index_version(index_id)
+            .await
+            .map_err(not_found)?;
+        let kept = self
+            .views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(index_id)
+            .filter(|view| view.version == version)
+            .cloned();
+        if let Some(view) = kept {
+            VIEWS.with_label_values(&["reused"]).inc();
+            return Ok(view);
+        }
+        VIEWS.with_label_values(&["loaded"]).inc();
+        let index = self
+            .metastore
+            .index_metadata_without_checkpoints(index_id)
+            .await
+            .map_err(not_found)?;
+        let (splits, delete_tasks) = tokio::try_join!(
+            self.metastore.list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published])
+            ),
+            self.metastore.list_delete_tasks(&index.index_uid, 0),
+        )
+        .map_err(SearchError::Metastore)?;
+        let view = Arc::new(IndexView {
+            version,
+            index,
+            splits: splits.into_iter().map(|s| s.split_metadata).collect(),
+            delete_tasks,
+        });
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: an index searched once does not stay forever (it is read again if needed).
+        if views.len() >= MAX_INDEX_VIEWS && !views.contains_key(index_id) {
+            views.clear();
+        }
+        views.insert(index_id.to_string(), view.clone());
+        Ok(view)
+    }
+
     async fn prepare(
         &self,
         index_id: &str,
         request: &SearchRequest,
-    ) -> Result<(IndexMetadata, Arc<DocMapper>, SortBy, Option<Aggregations>), SearchError> {
+    ) -> Result<(Arc<IndexView>, Arc<DocMapper>, SortBy, Option<Aggregations>), SearchError> {
         validate_page(request)?;
-        let index = match self
-            .metastore
-            .index_metadata_without_checkpoints(index_id)
-            .await
-        {
-            Ok(index) => index,
-            Err(MetastoreError::NotFound { .. }) => {
-                return Err(SearchError::IndexNotFound(index_id.to_string()))
-            }
-            Err(err) => return Err(SearchError::Metastore(err)),
-        };
+        let view = self.view(index_id).await?;
+        let index = &view.index;
         if index.index_config.metrics.is_some() {
             return Err(SearchError::InvalidRequest(format!(
                 "`{index_id}` is a metrics index: query it with PromQL at \
                  /prometheus/{index_id}/api/v1/query"
             )));
         }
-        let prepared = self
-            .leaf
-            .prepare(&index, request)
-            .map_err(|err| match err {
-                LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
-                LeafError::Internal(message) => SearchError::Internal(message),
-            })?;
+        let prepared = self.leaf.prepare(index, request).map_err(|err| match err {
+            LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
+            LeafError::Internal(message) => SearchError::Internal(message),
+        })?;
         if let Some(aggs) = &prepared.aggs {
             self.leaf
-                .validate_aggs(&index, &prepared.doc_mapper, aggs)
+                .validate_aggs(index, &prepared.doc_mapper, aggs)
                 .map_err(|err| match err {
                     LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
                     LeafError::Internal(message) => SearchError::Internal(message),
                 })?;
         }
-        Ok((index, prepared.doc_mapper, prepared.sort_by, prepared.aggs))
+        Ok((view, prepared.doc_mapper, prepared.sort_by, prepared.aggs))
     }
 
     /// Runs `request` on `index_id`.
@@ -410,14 +524,41 @@ impl SearchService {
         finalize_aggs: bool,
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
-        let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
+        let (view, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
+        let index = &view.index;
 
         let as_of = match request.as_of {
-            Some(as_of) => Some(check_as_of(&index, as_of, shale_types::now_unix_secs())?),
+            Some(as_of) => Some(check_as_of(index, as_of, shale_types::now_unix_secs())?),
             None => None,
         };
-        // List (only the splits overlapping the time range) and prune before opening
-        // anything. Time travel lists the splits published then, replaced since or not.
+        if as_of.is_none() {
+            // The view's splits overlapping the time range (those left out count as pruned),
+            // pruned before anything is opened; its delete tasks.
+            let candidates: Vec<SplitMetadata> = view
+                .splits
+                .iter()
+                .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
+                .cloned()
+                .collect();
+            let pruned_by_time = view.splits.len() - candidates.len();
+            let (splits, pruned) = prune(candidates, &request, &doc_mapper, self.key_pruning());
+            let delete_tasks = pending(&view.delete_tasks, &splits, None);
+            return self
+                .execute(
+                    index,
+                    &request,
+                    &sort_by,
+                    aggs,
+                    finalize_aggs,
+                    splits,
+                    delete_tasks,
+                    pruned + pruned_by_time,
+                    started,
+                )
+                .await;
+        }
+        // Time travel lists (only the splits overlapping the time range) the splits
+        // published then, replaced since or not, and prunes them before opening anything.
         let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
             .with_states(&[SplitState::Published]);
         query.visible_at = as_of;
@@ -444,9 +585,9 @@ impl SearchService {
             .map(|s: Split| s.split_metadata)
             .collect();
         let (splits, pruned) = prune(candidates, &request, &doc_mapper, self.key_pruning());
-        let delete_tasks = self.pending_delete_tasks(&index, &splits, as_of).await?;
+        let delete_tasks = self.pending_delete_tasks(index, &splits, as_of).await?;
         self.execute(
-            &index,
+            index,
             &request,
             &sort_by,
             aggs,
@@ -476,11 +617,7 @@ impl SearchService {
             .list_delete_tasks(&index.index_uid, min_clean)
             .await
             .map_err(SearchError::Metastore)?;
-        Ok(tasks
-            .into_iter()
-            .filter(|task| as_of.is_none_or(|at| task.create_timestamp <= at))
-            .filter(|task| splits.iter().any(|split| task.may_touch(split)))
-            .collect())
+        Ok(pending(&tasks, splits, as_of))
     }
 
     /// Turns pruning by sort-key range on or off (it is on by default). Off, a search of a
@@ -502,22 +639,16 @@ impl SearchService {
         index_id: &str,
         request: &SearchRequest,
     ) -> Result<Vec<crate::leaf::SplitField>, SearchError> {
-        let (index, doc_mapper, _, _) = self.prepare(index_id, request).await?;
-        let mut query = ListSplitsQuery::for_index(index.index_uid.clone())
-            .with_states(&[SplitState::Published]);
-        query.time_range_start = request.start_timestamp;
-        query.time_range_end = request.end_timestamp;
-        let candidates: Vec<SplitMetadata> = self
-            .metastore
-            .list_splits(query)
-            .await
-            .map_err(SearchError::Metastore)?
-            .into_iter()
-            .map(|s: Split| s.split_metadata)
+        let (view, doc_mapper, _, _) = self.prepare(index_id, request).await?;
+        let candidates: Vec<SplitMetadata> = view
+            .splits
+            .iter()
+            .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
+            .cloned()
             .collect();
         let (splits, _) = prune(candidates, request, &doc_mapper, self.key_pruning());
         self.leaf
-            .list_fields(&index, &splits)
+            .list_fields(&view.index, &splits)
             .await
             .map_err(|err| match err {
                 LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
@@ -535,11 +666,11 @@ impl SearchService {
     ) -> Result<SearchResponse, SearchError> {
         let started = Instant::now();
         let _permit = self.admit()?;
-        let (index, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
+        let (view, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
         let (splits, num_splits_pruned) = prune(splits, &request, &doc_mapper, self.key_pruning());
-        let delete_tasks = self.pending_delete_tasks(&index, &splits, None).await?;
+        let delete_tasks = pending(&view.delete_tasks, &splits, None);
         self.execute(
-            &index,
+            &view.index,
             &request,
             &sort_by,
             aggs,

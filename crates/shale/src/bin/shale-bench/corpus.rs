@@ -62,7 +62,8 @@ pub const SERVICES: [&str; 12] = [
     "ads",
     "inventory",
 ];
-const WORDS: [&str; 64] = [
+/// The words messages are made of (a few of them per message).
+pub const WORDS: [&str; 64] = [
     "request",
     "response",
     "user",

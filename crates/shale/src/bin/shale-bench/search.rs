@@ -9,8 +9,11 @@
 //! 2. Shale in process: `SearchService::search` (root + leaf, no HTTP);
 //! 3. Shale over HTTP: `POST /api/v1/bench-logs/search`, the response parsed.
 //!
-//! It prints p50/p99 of each and the ratios, then where a search's time goes at the root
-//! (metastore reads) so that the gap can be read off.
+//! It prints p50/p99 of each and the ratios (every query computed: the partial-result cache
+//! is off for this table); then workloads over HTTP against raw Tantivy on the same
+//! sequence — a search repeated and ten pages in turn (the cache on), a different term or
+//! phrase each time (the cache off); then 100 concurrent searches; then where a search's
+//! time goes at the root (metastore reads) so that the gap can be read off.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,13 +52,14 @@ fn summary(samples: &mut [f64]) -> (f64, f64) {
     (percentile(samples, 0.5), percentile(samples, 0.99))
 }
 
-/// Raw Tantivy over `searchers`, one thread per split: the count and the top 20 by
-/// timestamp of each split (or the aggregation), merged; then the page's 20 documents are
+/// Raw Tantivy over `searchers`, one thread per split: the count and the top `offset + 20`
+/// by timestamp of each split (or the aggregation), merged; then the page's 20 documents are
 /// fetched, as a search returns them.
 fn raw_search(
     searchers: &[Searcher],
     query: &dyn tantivy::query::Query,
     aggs: Option<&Aggregations>,
+    offset: usize,
 ) -> u64 {
     type Hits = Vec<(Option<tantivy::DateTime>, tantivy::DocAddress)>;
     let per_split: Vec<(u64, Hits)> = std::thread::scope(|scope| {
@@ -75,7 +79,7 @@ fn raw_search(
                             (count as u64, Vec::new())
                         }
                         None => {
-                            let top = TopDocs::with_limit(20)
+                            let top = TopDocs::with_limit(offset + 20)
                                 .order_by_fast_field::<tantivy::DateTime>("timestamp", Order::Desc);
                             let (count, hits) =
                                 searcher.search(query, &(Count, top)).unwrap_or_default();
@@ -96,10 +100,79 @@ fn raw_search(
         .flat_map(|(split, (_, hits))| hits.iter().map(move |(ts, doc)| (*ts, split, *doc)))
         .collect();
     page.sort_by_key(|b| std::cmp::Reverse(b.0));
-    for (_, split, doc) in page.into_iter().take(20) {
+    for (_, split, doc) in page.into_iter().skip(offset).take(20) {
         let _ = searchers[split].doc::<tantivy::TantivyDocument>(doc);
     }
     per_split.iter().map(|(count, _)| count).sum()
+}
+
+/// The query the node builds for `request` (its parser, the time range), for raw Tantivy.
+fn raw_query(
+    mapper: &shale_index::DocMapper,
+    request: &SearchRequest,
+) -> anyhow::Result<Arc<dyn tantivy::query::Query>> {
+    let user = mapper.parse_query(&request.query, None)?;
+    let query: Box<dyn tantivy::query::Query> =
+        match mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
+            Some(range) => Box::new(tantivy::query::BooleanQuery::new(vec![
+                (tantivy::query::Occur::Must, user),
+                (tantivy::query::Occur::Must, range),
+            ])),
+            None => user,
+        };
+    Ok(Arc::from(query))
+}
+
+/// p50 of raw Tantivy running `queries` (query, page offset) in turn, `iterations` times.
+async fn raw_p50(
+    searchers: &Arc<Vec<Searcher>>,
+    queries: Vec<(Arc<dyn tantivy::query::Query>, usize)>,
+    iterations: usize,
+) -> anyhow::Result<f64> {
+    let searchers = searchers.clone();
+    let mut samples = tokio::task::spawn_blocking(move || {
+        for (query, offset) in &queries {
+            raw_search(&searchers, query.as_ref(), None, *offset);
+        }
+        (0..iterations)
+            .map(|i| {
+                let (query, offset) = &queries[i % queries.len()];
+                let started = Instant::now();
+                raw_search(&searchers, query.as_ref(), None, *offset);
+                started.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect::<Vec<f64>>()
+    })
+    .await?;
+    Ok(summary(&mut samples).0)
+}
+
+/// p50 of Shale over HTTP answering `requests` in turn, `iterations` times (after each was
+/// sent once, so every split is open and in the split cache).
+async fn http_p50(
+    client: &reqwest::Client,
+    url: &str,
+    requests: &[SearchRequest],
+    iterations: usize,
+) -> anyhow::Result<f64> {
+    let send = |request: &SearchRequest| {
+        let body = serde_json::to_value(request);
+        let client = client.clone();
+        let url = url.to_string();
+        async move {
+            let resp = client.post(&url).json(&body?).send().await?;
+            anyhow::ensure!(resp.status().is_success(), "{}", resp.text().await?);
+            resp.bytes().await?;
+            anyhow::Ok(())
+        }
+    };
+    let mut samples = Vec::with_capacity(iterations);
+    for i in 0..iterations {
+        let started = Instant::now();
+        send(&requests[i % requests.len()]).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(summary(&mut samples).0)
 }
 
 /// Runs the search benchmark.
@@ -200,7 +273,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ),
     ];
 
+    // Every query of this table is computed: the partial-result cache is off (the variants
+    // below show what it saves).
+    let cache_bytes = NodeConfig::default().partial_result_cache_max_bytes;
+    node.search.set_partial_result_cache(0);
     println!();
+    println!("each query computed (partial-result cache off):");
     println!(
         "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "query (ms)",
@@ -214,18 +292,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "http/raw"
     );
     for (name, request) in &cases {
-        // Raw: the same query the node builds (its parser), with the time range.
-        let query: Box<dyn tantivy::query::Query> = {
-            let user = mapper.parse_query(&request.query, None)?;
-            match mapper.time_range_query(request.start_timestamp, request.end_timestamp) {
-                Some(range) => Box::new(tantivy::query::BooleanQuery::new(vec![
-                    (tantivy::query::Occur::Must, user),
-                    (tantivy::query::Occur::Must, range),
-                ])),
-                None => user,
-            }
-        };
-        let query: Arc<dyn tantivy::query::Query> = Arc::from(query);
+        let query = raw_query(&mapper, request)?;
         let aggs: Option<Aggregations> = match &request.aggs {
             Some(aggs) => {
                 Some(shale_search::aggs::parse_aggs(&mapper, aggs).map_err(anyhow::Error::msg)?)
@@ -240,11 +307,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 args.iterations,
             );
             tokio::task::spawn_blocking(move || {
-                let warm = raw_search(&searchers, query.as_ref(), aggs.as_ref());
+                let warm = raw_search(&searchers, query.as_ref(), aggs.as_ref(), 0);
                 let mut samples = Vec::with_capacity(iterations);
                 for _ in 0..iterations {
                     let started = Instant::now();
-                    raw_search(&searchers, query.as_ref(), aggs.as_ref());
+                    raw_search(&searchers, query.as_ref(), aggs.as_ref(), 0);
                     samples.push(started.elapsed().as_secs_f64() * 1000.0);
                 }
                 (warm, samples)
@@ -294,6 +361,79 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             warm.num_splits_searched
         );
     }
+
+    // Variants of a workload, top 20 by timestamp over HTTP against raw Tantivy on the same
+    // sequence: a search repeated (a refreshing dashboard: the partial-result cache answers
+    // it), a different term or phrase each time (nothing to reuse: the cache is off), ten
+    // pages of one search in turn.
+    let url = format!("{base}/api/v1/bench-logs/search");
+    let request = |query: String, offset: usize| SearchRequest {
+        query,
+        max_hits: 20,
+        start_offset: offset,
+        ..Default::default()
+    };
+    let words = corpus::WORDS;
+    let variants: Vec<(&str, bool, Vec<SearchRequest>)> = vec![
+        (
+            "term, repeated",
+            true,
+            vec![request("message:timeout".into(), 0)],
+        ),
+        (
+            "phrase, repeated",
+            true,
+            vec![request("message:\"connection refused\"".into(), 0)],
+        ),
+        (
+            "term, varied",
+            false,
+            words
+                .iter()
+                .map(|w| request(format!("message:{w}"), 0))
+                .collect(),
+        ),
+        (
+            "phrase, varied",
+            false,
+            words
+                .windows(2)
+                .map(|pair| request(format!("message:\"{} {}\"", pair[0], pair[1]), 0))
+                .collect(),
+        ),
+        (
+            "term, 10 pages in turn",
+            true,
+            (0..10)
+                .map(|page| request("message:timeout".into(), page * 20))
+                .collect(),
+        ),
+    ];
+    println!();
+    println!(
+        "{:<28} {:>9} {:>9} {:>8}  (top 20 by timestamp; cache on for repeated and paged, off for varied)",
+        "workload (ms)", "raw p50", "http p50", "http/raw"
+    );
+    for (name, cached, requests) in &variants {
+        node.search
+            .set_partial_result_cache(if *cached { cache_bytes } else { 0 });
+        let queries = requests
+            .iter()
+            .map(|r| Ok((raw_query(&mapper, r)?, r.start_offset)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let raw = raw_p50(&searchers, queries, args.iterations).await?;
+        // Each request once first: splits open, and (repeated, paged) the cache filled.
+        http_p50(&client, &url, requests, requests.len()).await?;
+        let http = http_p50(&client, &url, requests, args.iterations).await?;
+        println!(
+            "{:<28} {:>9.2} {:>9.2} {:>7.2}x",
+            name,
+            raw,
+            http,
+            http / raw
+        );
+    }
+    node.search.set_partial_result_cache(cache_bytes);
 
     // 100 searches at once through HTTP (the default max_concurrent_searches): latency under
     // load, throughput, and the memory they take.
