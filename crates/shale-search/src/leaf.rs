@@ -22,7 +22,7 @@ use tantivy::collector::{
 };
 use tantivy::query::{BooleanQuery, Occur, Query};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::request::{SearchRequest, SortBy, SortField, SortOrder};
 
@@ -523,12 +523,16 @@ impl Leaf {
         }
         // Without hits to find nor aggregations, every split is only counted.
         let count_all = k == 0 && prepared.aggs.is_none();
-        // Splits in flight: as many as may run at once (the permits bound them anyway), so a
-        // split is launched, and decided, only once one before it has finished.
+        // Splits in flight: local splits one per core (searching them is CPU work: more at
+        // once only delays the newest, whose hits decide what the others need), remote ones
+        // as many as may wait on the object store at once; a split is launched, and decided,
+        // only once one before it has finished.
         let window = match (time_order, self.ranges_for(&storage)) {
             (None, _) => usize::MAX,
             (Some(_), Some(_)) => self.max_concurrent * REMOTE_PERMITS_FACTOR,
-            (Some(_), None) => self.max_concurrent,
+            (Some(_), None) => std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(self.max_concurrent),
         };
         let match_all = matches!(request.request.query.trim(), "" | "*");
         let mut pending = order.into_iter();
@@ -901,23 +905,7 @@ impl Leaf {
         aggs: Option<Aggregations>,
         error_plan: Option<Arc<crate::aggs::TermErrorPlan>>,
     ) -> Result<LeafSplitResult, (String, bool)> {
-        // The permit bounds downloads as well as searches. Splits read by ranges mostly wait
-        // on the object store when cold: more of them run at once.
-        let permits = if self.ranges_for(storage).is_some() {
-            &self.remote_permits
-        } else {
-            &self.permits
-        };
-        let _permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|err| (err.to_string(), false))?;
-        let open = self.open_split(storage, split).await?;
-        let query = match older {
-            Some(older) => older.query_for(&open.searcher),
-            None => query,
-        };
+        let (_permit, open, query) = self.open_with_query(storage, split, query, older).await?;
         tokio::task::spawn_blocking(move || {
             if open.by_ranges {
                 let fields = crate::remote::fast_fields_read(
@@ -949,6 +937,35 @@ impl Leaf {
         .map_err(|err| (err, false))
     }
 
+    /// Waits for a permit, opens `split` and gives the query to run on it (against its own
+    /// schema if it was written under an older doc mapping). The permit bounds downloads as
+    /// well as searches; splits read by ranges mostly wait on the object store when cold, so
+    /// more of them run at once.
+    async fn open_with_query(
+        &self,
+        storage: &StorageRef,
+        split: &SplitMetadata,
+        query: Arc<dyn Query>,
+        older: Option<OlderMapping>,
+    ) -> Result<(OwnedSemaphorePermit, Arc<OpenSplit>, Arc<dyn Query>), (String, bool)> {
+        let permits = if self.ranges_for(storage).is_some() {
+            &self.remote_permits
+        } else {
+            &self.permits
+        };
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|err| (err.to_string(), false))?;
+        let open = self.open_split(storage, split).await?;
+        let query = match older {
+            Some(older) => older.query_for(&open.searcher),
+            None => query,
+        };
+        Ok((permit, open, query))
+    }
+
     /// Counts the matches of `query` in `split`, collecting no hit (Tantivy's per-segment
     /// count: a term's document frequency when nothing is deleted).
     async fn count_split(
@@ -959,21 +976,7 @@ impl Leaf {
         older: Option<OlderMapping>,
         timestamp_field: Option<String>,
     ) -> Result<LeafSplitResult, (String, bool)> {
-        let permits = if self.ranges_for(storage).is_some() {
-            &self.remote_permits
-        } else {
-            &self.permits
-        };
-        let _permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|err| (err.to_string(), false))?;
-        let open = self.open_split(storage, split).await?;
-        let query = match older {
-            Some(older) => older.query_for(&open.searcher),
-            None => query,
-        };
+        let (_permit, open, query) = self.open_with_query(storage, split, query, older).await?;
         tokio::task::spawn_blocking(move || {
             if open.by_ranges {
                 let fields = crate::remote::fast_fields_read(

@@ -255,6 +255,18 @@ struct IndexView {
     delete_tasks: Vec<DeleteTask>,
 }
 
+impl IndexView {
+    /// Its splits that may hold documents of the request's time range (the metastore's time
+    /// filter: a split without a time range always may).
+    fn splits_of(&self, request: &SearchRequest) -> Vec<SplitMetadata> {
+        self.splits
+            .iter()
+            .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
+            .cloned()
+            .collect()
+    }
+}
+
 /// Index views used as they were or loaded again, by outcome.
 static VIEWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -534,12 +546,7 @@ impl SearchService {
         if as_of.is_none() {
             // The view's splits overlapping the time range (those left out count as pruned),
             // pruned before anything is opened; its delete tasks.
-            let candidates: Vec<SplitMetadata> = view
-                .splits
-                .iter()
-                .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
-                .cloned()
-                .collect();
+            let candidates = view.splits_of(&request);
             let pruned_by_time = view.splits.len() - candidates.len();
             let (splits, pruned) = prune(candidates, &request, &doc_mapper, self.key_pruning());
             let delete_tasks = pending(&view.delete_tasks, &splits, None);
@@ -640,12 +647,7 @@ impl SearchService {
         request: &SearchRequest,
     ) -> Result<Vec<crate::leaf::SplitField>, SearchError> {
         let (view, doc_mapper, _, _) = self.prepare(index_id, request).await?;
-        let candidates: Vec<SplitMetadata> = view
-            .splits
-            .iter()
-            .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
-            .cloned()
-            .collect();
+        let candidates = view.splits_of(request);
         let (splits, _) = prune(candidates, request, &doc_mapper, self.key_pruning());
         self.leaf
             .list_fields(&view.index, &splits)

@@ -277,6 +277,28 @@ function pickIndex(indexes, arg, filter) {
   return (user || choices[0] || { index_config: {} }).index_config.index_id || null;
 }
 
+/**
+ * The indexes and the one a per-index page shows (`filter` picks those it can show), with
+ * the route's generation; `null` once the page said why there is none (an error, none).
+ */
+async function pageIndex(title, arg, filter, none) {
+  const generation = routeGeneration;
+  let indexes;
+  try {
+    indexes = await loadIndexes();
+  } catch (err) {
+    main.append(errorBox(err));
+    return null;
+  }
+  if (!isCurrent(generation)) return null;
+  const indexId = pickIndex(indexes, arg, filter);
+  if (!indexId) {
+    main.append(el("h1", null, title), el("p", null, none));
+    return null;
+  }
+  return { generation, indexes, indexId, index: indexes.find((i) => i.index_config.index_id === indexId) };
+}
+
 // ---------------------------------------------------------------------------------------
 // Cluster
 
@@ -776,21 +798,9 @@ function drawSplitMap(container, { index, splits, merging, liveNodes, deleteTask
 }
 
 PAGES.splits = async (arg, params) => {
-  const generation = routeGeneration;
-  let indexes;
-  try {
-    indexes = await loadIndexes();
-  } catch (err) {
-    main.append(errorBox(err));
-    return;
-  }
-  if (!isCurrent(generation)) return;
-  const indexId = pickIndex(indexes, arg);
-  if (!indexId) {
-    main.append(el("h1", null, "Split map"), el("p", null, "No index yet."));
-    return;
-  }
-  const index = indexes.find((i) => i.index_config.index_id === indexId);
+  const chosen = await pageIndex("Split map", arg, null, "No index yet.");
+  if (!chosen) return;
+  const { generation, indexes, indexId, index } = chosen;
   const locality = index.index_config.indexing_settings.merge_policy.type === "locality";
   let colorBy = params.get("color") === "node" ? "node" : "level";
   const colorPicker = el(
@@ -898,21 +908,9 @@ function timeChart(container, title, series, data, options = {}) {
 }
 
 PAGES.compaction = async (arg) => {
-  const generation = routeGeneration;
-  let indexes;
-  try {
-    indexes = await loadIndexes();
-  } catch (err) {
-    main.append(errorBox(err));
-    return;
-  }
-  if (!isCurrent(generation)) return;
-  const indexId = pickIndex(indexes, arg);
-  if (!indexId) {
-    main.append(el("h1", null, "Compaction"), el("p", null, "No index yet."));
-    return;
-  }
-  const index = indexes.find((i) => i.index_config.index_id === indexId);
+  const chosen = await pageIndex("Compaction", arg, null, "No index yet.");
+  if (!chosen) return;
+  const { generation, indexes, indexId, index } = chosen;
   const errors = el("div");
   const cards = el("div", { class: "cards" });
   const finishedChart = el("div", { class: "panel chart" });
@@ -1076,22 +1074,10 @@ function hitSeconds(value) {
 }
 
 PAGES.search = async (arg, params) => {
-  const generation = routeGeneration;
-  let indexes;
-  try {
-    indexes = await loadIndexes();
-  } catch (err) {
-    main.append(errorBox(err));
-    return;
-  }
-  if (!isCurrent(generation)) return;
   const logIndexes = (i) => !isMetricsIndex(i);
-  const indexId = pickIndex(indexes, arg, logIndexes);
-  if (!indexId) {
-    main.append(el("h1", null, "Search"), el("p", null, "No log index yet."));
-    return;
-  }
-  const index = indexes.find((i) => i.index_config.index_id === indexId);
+  const chosen = await pageIndex("Search", arg, logIndexes, "No log index yet.");
+  if (!chosen) return;
+  const { generation, indexes, indexId, index } = chosen;
   const tsField = index.index_config.doc_mapping.timestamp_field;
   const query = el("input", { class: "query", "data-test": "query", placeholder: "query, e.g. level:ERROR AND service:api (empty: everything)", value: params.get("q") || "" });
   const range = el("select", { "data-test": "time-range" }, RANGES.map(([value, label]) => el("option", { value, selected: (params.get("range") || "all") === value }, label)));
@@ -1228,21 +1214,9 @@ function seriesName(metric) {
 }
 
 PAGES.metrics = async (arg, params) => {
-  const generation = routeGeneration;
-  let indexes;
-  try {
-    indexes = await loadIndexes();
-  } catch (err) {
-    main.append(errorBox(err));
-    return;
-  }
-  if (!isCurrent(generation)) return;
-  const metricIndexes = indexes.filter(isMetricsIndex);
-  if (!metricIndexes.length) {
-    main.append(el("h1", null, "Metrics"), el("p", null, "No metrics index."));
-    return;
-  }
-  const indexId = metricIndexes.some((i) => i.index_config.index_id === arg) ? arg : metricIndexes[0].index_config.index_id;
+  const chosen = await pageIndex("Metrics", arg, isMetricsIndex, "No metrics index.");
+  if (!chosen) return;
+  const { generation, indexes, indexId } = chosen;
   const query = el("input", { class: "query", "data-test": "promql", placeholder: "PromQL, e.g. sum by (job) (rate(http_requests_total[5m]))", value: params.get("q") || "" });
   const range = el("select", { "data-test": "prom-range" }, PROM_RANGES.map(([value, label]) => el("option", { value, selected: (params.get("range") || "1h") === value }, label)));
   const submit = () => {

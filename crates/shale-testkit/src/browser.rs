@@ -1,6 +1,7 @@
 //! Headless Chromium driven through chromedriver (Debian's `chromium` and `chromium-driver`)
 //! over the W3C WebDriver protocol, for the web UI's browser test: chromedriver on a free
-//! loopback port, stopped by its PID when dropped.
+//! loopback port in a process group of its own, stopped with every browser it started (the
+//! group) when dropped.
 //!
 //! The client is the dozen WebDriver calls the test makes, as JSON over `reqwest`: the
 //! WebDriver crates (fantoccini, thirtyfour) bring a TLS stack (aws-lc, built from C) that a
@@ -75,13 +76,19 @@ impl Browser {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = crate::free_port();
         let log = std::fs::File::create(dir.path().join("chromedriver.log")).expect("log");
-        let child = Command::new(&driver)
-            .arg(format!("--port={port}"))
-            .arg("--allowed-ips=127.0.0.1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start chromedriver");
+        // Its own process group, which the browsers it starts join: dropping the driver
+        // stops them all, whatever state the session is in.
+        let child = {
+            use std::os::unix::process::CommandExt;
+            Command::new(&driver)
+                .arg(format!("--port={port}"))
+                .arg("--allowed-ips=127.0.0.1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .process_group(0)
+                .spawn()
+                .expect("start chromedriver")
+        };
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(120))
             .build()
@@ -334,6 +341,14 @@ impl Drop for Browser {
             );
             let mut answer = Vec::new();
             let _ = stream.read_to_end(&mut answer);
+        }
+        // Then the driver and every browser process of its group.
+        if let Ok(pgid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory is
+            // involved.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

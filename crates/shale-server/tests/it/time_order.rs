@@ -30,12 +30,10 @@ const SPLITS: u64 = 12;
 const PER_SPLIT: u64 = 50;
 
 async fn only_counted(node: &TestNode, how: &str) -> u64 {
-    let text = node.metrics().await;
-    let prefix = format!("shale_search_leaf_splits_only_counted_total{{how=\"{how}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    node.metric_value(&format!(
+        "shale_search_leaf_splits_only_counted_total{{how=\"{how}\"}}"
+    ))
+    .await
 }
 
 fn numbers(response: &Value) -> Vec<u64> {

@@ -124,6 +124,24 @@ async fn open(browser: &Browser, node: &TestNode, route: &str, ready: &str) -> V
         .unwrap_or_else(|err| panic!("page {route}: {err}"))
 }
 
+/// Types `text` into the input `[data-test=input]`, clicks `[data-test=button]` and waits
+/// until `done` (a JS expression) holds.
+async fn type_and_run(browser: &Browser, (input, text): (&str, &str), button: &str, done: &str) {
+    let field = browser.find(&format!("[data-test={input}]")).await.unwrap();
+    field.send_keys(text).await.unwrap();
+    browser
+        .find(&format!("[data-test={button}]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_for(&format!("return {done};"), WAIT)
+        .await
+        .unwrap_or_else(|err| panic!("after `{text}`: {err}"));
+}
+
 async fn text_of(browser: &Browser, selector: &str) -> String {
     browser
         .find(selector)
@@ -482,23 +500,14 @@ async fn every_page_shows_the_nodes_data_in_a_real_browser() {
         "document.querySelector('[data-test=query]')",
     )
     .await;
-    let query = browser.find("[data-test=query]").await.unwrap();
-    query.send_keys("timeout").await.unwrap();
-    browser
-        .find("[data-test=search-button]")
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait_for(
-            "return document.querySelector('[data-test=num-hits]') && \
-             document.querySelector('[data-test=histogram] canvas');",
-            WAIT,
-        )
-        .await
-        .expect("search results");
+    type_and_run(
+        &browser,
+        ("query", "timeout"),
+        "search-button",
+        "document.querySelector('[data-test=num-hits]') && \
+         document.querySelector('[data-test=histogram] canvas')",
+    )
+    .await;
     assert_eq!(
         text_of(&browser, "[data-test=num-hits]").await,
         thousands(expected_hits as u64)
@@ -560,23 +569,14 @@ async fn every_page_shows_the_nodes_data_in_a_real_browser() {
         "document.querySelector('[data-test=promql]')",
     )
     .await;
-    let promql = browser.find("[data-test=promql]").await.unwrap();
-    promql.send_keys("ui_test_inflight").await.unwrap();
-    browser
-        .find("[data-test=prom-button]")
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait_for(
-            "return document.querySelector('[data-test=num-series]') && \
-             document.querySelector('[data-test=prom-chart] canvas');",
-            WAIT,
-        )
-        .await
-        .expect("a chart");
+    type_and_run(
+        &browser,
+        ("promql", "ui_test_inflight"),
+        "prom-button",
+        "document.querySelector('[data-test=num-series]') && \
+         document.querySelector('[data-test=prom-chart] canvas')",
+    )
+    .await;
     assert_eq!(text_of(&browser, "[data-test=num-series]").await, "2");
     assert_no_console_errors(&browser, "metrics").await;
     keep_screenshot(&browser, "metrics").await;

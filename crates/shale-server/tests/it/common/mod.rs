@@ -124,6 +124,17 @@ impl TestNode {
             .unwrap()
     }
 
+    /// The value of one series of `/metrics` (`name{label="value"}` as printed), 0 if absent.
+    pub async fn metric_value(&self, series: &str) -> u64 {
+        let prefix = format!("{series} ");
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
