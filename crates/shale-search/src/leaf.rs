@@ -535,6 +535,11 @@ impl Leaf {
                 .min(self.max_concurrent),
         };
         let match_all = matches!(request.request.query.trim(), "" | "*");
+        let request_key = crate::partial_cache::request_key(&request.index, &request.request);
+        let timestamp_field = prepared
+            .doc_mapper
+            .timestamp_field_name()
+            .map(str::to_string);
         let mut pending = order.into_iter();
         let mut futures = FuturesUnordered::new();
         let mut response = LeafResponse::default();
@@ -572,7 +577,7 @@ impl Leaf {
                         cannot_improve(split, sort_order, &response.hits, k)
                     });
                 let cache_key =
-                    crate::partial_cache::key(&request.index, &request.request, split, &tasks);
+                    crate::partial_cache::key(&request_key, &request.request, split, &tasks);
                 // A split written under an older doc mapping has its own field ids: its query
                 // is built against its schema once it is open.
                 let older = (split.doc_mapping_uid
@@ -584,11 +589,8 @@ impl Leaf {
                     });
                 let partial_results = partial_results.clone();
                 let storage = storage.clone();
+                let timestamp_field = timestamp_field.clone();
                 if count_only {
-                    let timestamp_field = prepared
-                        .doc_mapper
-                        .timestamp_field_name()
-                        .map(str::to_string);
                     let whole = match_all
                         && tasks.is_empty()
                         && older.is_none()
@@ -621,10 +623,6 @@ impl Leaf {
                 }
                 let sort_by = prepared.sort_by.clone();
                 let after = request.request.search_after.clone();
-                let timestamp_field = prepared
-                    .doc_mapper
-                    .timestamp_field_name()
-                    .map(str::to_string);
                 let aggs = prepared.aggs.clone();
                 let error_plan = error_plan.clone();
                 futures.push(Box::pin(async move {

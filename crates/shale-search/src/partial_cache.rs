@@ -30,10 +30,9 @@ pub(crate) static LOOKUPS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
-/// What shapes a split's answer, serialized as the cache key.
+/// What shapes every split's answer to a request (serialized once per leaf request).
 #[derive(Serialize)]
-struct KeyParts<'a> {
-    split_id: &'a str,
+struct RequestParts<'a> {
     index_uid: String,
     doc_mapping_uid: String,
     search_settings: serde_json::Value,
@@ -42,14 +41,38 @@ struct KeyParts<'a> {
     sort_by: &'a Option<String>,
     aggs: &'a Option<serde_json::Value>,
     search_after: &'a Option<SortKey>,
+}
+
+/// What shapes one split's answer besides the request's parts.
+#[derive(Serialize)]
+struct SplitParts<'a> {
+    split_id: &'a str,
     start: Option<i64>,
     end: Option<i64>,
     delete_opstamps: Vec<u64>,
 }
 
-/// The cache key of `split` for `request` with `tasks` (the delete tasks applied to it).
+/// The part of the cache keys that `request` on `index` gives every split: computed once per
+/// leaf request, then completed by [`key`] for each split.
+pub(crate) fn request_key(index: &IndexMetadata, request: &SearchRequest) -> String {
+    let parts = RequestParts {
+        index_uid: index.index_uid.to_string(),
+        doc_mapping_uid: index.index_config.doc_mapping.doc_mapping_uid.to_string(),
+        search_settings: serde_json::to_value(&index.index_config.search_settings)
+            .unwrap_or_default(),
+        query: &request.query,
+        search_field: &request.search_field,
+        sort_by: &request.sort_by,
+        aggs: &request.aggs,
+        search_after: &request.search_after,
+    };
+    serde_json::to_string(&parts).unwrap_or_default()
+}
+
+/// The cache key of `split` for `request` (whose [`request_key`] is `request_key`) with
+/// `tasks` (the delete tasks applied to it).
 pub(crate) fn key(
-    index: &IndexMetadata,
+    request_key: &str,
     request: &SearchRequest,
     split: &SplitMetadata,
     tasks: &[DeleteTask],
@@ -62,22 +85,16 @@ pub(crate) fn key(
         ),
         None => (request.start_timestamp, request.end_timestamp),
     };
-    let parts = KeyParts {
+    let parts = SplitParts {
         split_id: &split.split_id,
-        index_uid: index.index_uid.to_string(),
-        doc_mapping_uid: index.index_config.doc_mapping.doc_mapping_uid.to_string(),
-        search_settings: serde_json::to_value(&index.index_config.search_settings)
-            .unwrap_or_default(),
-        query: &request.query,
-        search_field: &request.search_field,
-        sort_by: &request.sort_by,
-        aggs: &request.aggs,
-        search_after: &request.search_after,
         start,
         end,
         delete_opstamps: tasks.iter().map(|task| task.opstamp).collect(),
     };
-    serde_json::to_string(&parts).unwrap_or_default()
+    // Two whole JSON objects: the split's ends where the request's begins.
+    let mut key = serde_json::to_string(&parts).unwrap_or_default();
+    key.push_str(request_key);
+    key
 }
 
 struct Entry {
