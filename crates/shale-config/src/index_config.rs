@@ -92,18 +92,6 @@ impl IndexConfig {
     pub fn inert_keys(&self) -> Vec<(&'static str, &'static str)> {
         let settings = &self.indexing_settings;
         let mut keys = Vec::new();
-        if settings.docstore_compression_level.is_some() {
-            keys.push((
-                "indexing_settings.docstore_compression_level",
-                "splits use Tantivy's default doc store compression",
-            ));
-        }
-        if settings.docstore_blocksize.is_some() {
-            keys.push((
-                "indexing_settings.docstore_blocksize",
-                "splits use Tantivy's default doc store block size",
-            ));
-        }
         if settings.parquet_merge_policy.is_some() {
             keys.push((
                 "indexing_settings.parquet_merge_policy",
@@ -1060,12 +1048,12 @@ pub struct IndexingSettings {
     /// Quickwit's `resources`: the indexing memory of each split being built.
     #[serde(default, skip_serializing_if = "IndexingResources::is_default")]
     pub resources: IndexingResources,
-    /// Quickwit's zstd level of the doc store. Accepted and kept; Shale's splits use
-    /// Tantivy's default doc store compression (see [`IndexConfig::inert_keys`]).
+    /// The zstd level of the splits' document stores (Quickwit's key); unset: Shale's
+    /// default, chosen by measurement (README, split format).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docstore_compression_level: Option<i32>,
-    /// Quickwit's doc store block size in bytes. Accepted and kept, not used (see
-    /// [`IndexConfig::inert_keys`]).
+    /// Bytes of documents per compressed block of the document store (Quickwit's key);
+    /// bigger blocks compress better and make fetching one document slower.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docstore_blocksize: Option<u64>,
     /// Quickwit's merge policy of Parquet (metrics) splits. Accepted and kept; Shale has no

@@ -170,6 +170,40 @@ fn gharchive_json_parses() {
 }
 
 #[test]
+fn docstore_settings_are_zstd_levels_and_block_sizes() {
+    let with = |settings: &str| {
+        format!(
+            "index_id: my-index\ndoc_mapping:\n  field_mappings: []\nindexing_settings:\n{settings}"
+        )
+    };
+    let config = parse(&with(
+        "  docstore_compression_level: 8\n  docstore_blocksize: 1000000\n",
+    ))
+    .unwrap();
+    assert_eq!(config.indexing_settings.docstore_compression_level, Some(8));
+    assert_eq!(config.indexing_settings.docstore_blocksize, Some(1_000_000));
+    // They shape the splits: no longer listed as keys without effect.
+    assert!(config.inert_keys().is_empty());
+    parse(&with("  docstore_compression_level: -7\n")).unwrap();
+    parse(&with("  docstore_compression_level: 22\n")).unwrap();
+    assert_invalid(
+        &with("  docstore_compression_level: 23\n"),
+        "indexing_settings.docstore_compression_level",
+        "-7 to 22",
+    );
+    assert_invalid(
+        &with("  docstore_blocksize: 100\n"),
+        "indexing_settings.docstore_blocksize",
+        "1024 to 67108864 bytes",
+    );
+    assert_invalid(
+        &with("  docstore_blocksize: 100000000\n"),
+        "indexing_settings.docstore_blocksize",
+        "1024 to 67108864 bytes",
+    );
+}
+
+#[test]
 fn heap_size_is_a_byte_size_above_tantivys_floor() {
     let with_heap = |heap: &str| {
         format!(
@@ -834,8 +868,6 @@ retention:
     assert_eq!(
         inert,
         [
-            "indexing_settings.docstore_compression_level",
-            "indexing_settings.docstore_blocksize",
             "indexing_settings.parquet_merge_policy",
             "indexing_settings.parquet_indexing",
             "indexing_settings.resources.max_merge_write_throughput",

@@ -194,6 +194,13 @@ impl IndexConfig {
     }
 }
 
+/// The zstd levels `docstore_compression_level` accepts (zstd's fast levels up to its
+/// highest).
+const DOCSTORE_ZSTD_LEVELS: std::ops::RangeInclusive<i32> = -7..=22;
+/// The block sizes `docstore_blocksize` accepts: from 1 KiB to 64 MiB (a fetched document
+/// costs the decompression of its whole block).
+const DOCSTORE_BLOCKSIZES: std::ops::RangeInclusive<u64> = 1024..=64 * 1024 * 1024;
+
 impl IndexConfig {
     /// The checks of `indexing_settings` every index shares.
     fn validate_indexing_settings(&self) -> Result<(), ConfigError> {
@@ -211,6 +218,31 @@ impl IndexConfig {
             ));
         }
         settings.heap_size_bytes()?;
+        if let Some(level) = settings.docstore_compression_level {
+            if !DOCSTORE_ZSTD_LEVELS.contains(&level) {
+                return Err(invalid(
+                    "indexing_settings.docstore_compression_level",
+                    format!(
+                        "{level} is not a zstd level: expected {} to {} (higher compresses \
+                         more and indexes slower)",
+                        DOCSTORE_ZSTD_LEVELS.start(),
+                        DOCSTORE_ZSTD_LEVELS.end()
+                    ),
+                ));
+            }
+        }
+        if let Some(blocksize) = settings.docstore_blocksize {
+            if !DOCSTORE_BLOCKSIZES.contains(&blocksize) {
+                return Err(invalid(
+                    "indexing_settings.docstore_blocksize",
+                    format!(
+                        "{blocksize} bytes: expected {} to {} bytes",
+                        DOCSTORE_BLOCKSIZES.start(),
+                        DOCSTORE_BLOCKSIZES.end()
+                    ),
+                ));
+            }
+        }
         settings
             .merge_policy
             .validate()

@@ -145,7 +145,62 @@ pub struct DocMapper {
     /// The `parent.child` paths of `object` fields: documents' nested objects under them
     /// are walked into their leaf fields, and hits are nested back.
     object_paths: std::collections::HashSet<String>,
+    /// How the splits' document stores are written (compression, block size).
+    docstore: DocStoreSettings,
 }
+
+/// How a split's document store is written: its blocks of documents and their compression
+/// (the index's `docstore_compression_level` and `docstore_blocksize`, else the defaults
+/// below). A split records its compression, so splits written with other settings stay
+/// readable and merge with any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DocStoreSettings {
+    /// The zstd level of the blocks; `None`: LZ4.
+    pub zstd_level: Option<i32>,
+    /// Bytes of documents per compressed block.
+    pub blocksize: usize,
+}
+
+impl DocStoreSettings {
+    /// The zstd level when an index sets none (see the README's split format figures).
+    pub const DEFAULT_ZSTD_LEVEL: Option<i32> = DEFAULT_DOCSTORE_ZSTD_LEVEL;
+    /// The block size when an index sets none.
+    pub const DEFAULT_BLOCKSIZE: usize = DEFAULT_DOCSTORE_BLOCKSIZE;
+
+    /// The settings of an index config.
+    pub fn of(settings: &shale_config::IndexingSettings) -> Self {
+        DocStoreSettings {
+            zstd_level: settings
+                .docstore_compression_level
+                .or(Self::DEFAULT_ZSTD_LEVEL),
+            blocksize: settings
+                .docstore_blocksize
+                .map_or(Self::DEFAULT_BLOCKSIZE, |b| b as usize),
+        }
+    }
+
+    fn compressor(&self) -> tantivy::store::Compressor {
+        match self.zstd_level {
+            Some(level) => tantivy::store::Compressor::Zstd(tantivy::store::ZstdCompressor {
+                compression_level: Some(level),
+            }),
+            None => tantivy::store::Compressor::Lz4,
+        }
+    }
+}
+
+impl Default for DocStoreSettings {
+    fn default() -> Self {
+        DocStoreSettings {
+            zstd_level: Self::DEFAULT_ZSTD_LEVEL,
+            blocksize: Self::DEFAULT_BLOCKSIZE,
+        }
+    }
+}
+
+/// Chosen by measurement (`shale-bench split-format`, README): zstd level 3 on 64 KB blocks.
+const DEFAULT_DOCSTORE_ZSTD_LEVEL: Option<i32> = Some(3);
+const DEFAULT_DOCSTORE_BLOCKSIZE: usize = 65_536;
 
 impl fmt::Debug for DocMapper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -342,7 +397,9 @@ impl DocMapper {
             MergePolicyConfig::Locality(locality) => Some(locality),
             _ => None,
         };
-        Self::build(&config.doc_mapping, &config.search_settings, locality)
+        let mut mapper = Self::build(&config.doc_mapping, &config.search_settings, locality)?;
+        mapper.docstore = DocStoreSettings::of(&config.indexing_settings);
+        Ok(mapper)
     }
 
     /// The doc mapper of an older doc mapping version of an index (`config` as it was when
@@ -555,6 +612,7 @@ impl DocMapper {
             default_search_fields,
             sort_key,
             opstamp_field,
+            docstore: DocStoreSettings::default(),
         })
     }
 
@@ -622,6 +680,7 @@ impl DocMapper {
             tokenizers: self.tokenizers.clone(),
             older_schema: true,
             object_paths: self.object_paths.clone(),
+            docstore: self.docstore,
             schema,
         }
     }
@@ -638,15 +697,28 @@ impl DocMapper {
     }
 
     /// The settings of a split's Tantivy index: sorted by [`SORT_KEY_FIELD_NAME`] for a
-    /// locality index, Tantivy's defaults otherwise.
+    /// locality index, its document store as [`DocStoreSettings`] say.
     pub fn index_settings(&self) -> IndexSettings {
         IndexSettings {
             sort_by_field: self.sort_key.as_ref().map(|_| IndexSortByField {
                 field: SORT_KEY_FIELD_NAME.to_string(),
                 order: Order::Asc,
             }),
+            docstore_compression: self.docstore.compressor(),
+            docstore_blocksize: self.docstore.blocksize,
             ..IndexSettings::default()
         }
+    }
+
+    /// How this mapper's splits' document stores are written.
+    pub fn docstore_settings(&self) -> DocStoreSettings {
+        self.docstore
+    }
+
+    /// This mapper, writing document stores as `docstore` says.
+    pub fn with_docstore_settings(mut self, docstore: DocStoreSettings) -> Self {
+        self.docstore = docstore;
+        self
     }
 
     /// The sort fields of a locality index (names and types), most significant first.

@@ -940,6 +940,118 @@ fn merging_splits() {
     assert!(err.contains("different schema"), "{err}");
 }
 
+/// Every document of a split, rendered as JSON, in doc id order.
+fn stored_docs(mapper: &DocMapper, index: &Index) -> Vec<Value> {
+    let searcher = index.reader().unwrap().searcher();
+    let mut docs = Vec::new();
+    for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+        for doc_id in 0..segment.max_doc() {
+            let doc: TantivyDocument = searcher
+                .doc(tantivy::DocAddress::new(ord as u32, doc_id))
+                .unwrap();
+            docs.push(mapper.doc_to_json(&doc));
+        }
+    }
+    docs.sort_by_key(|doc| doc.to_string());
+    docs
+}
+
+/// Bytes of a split's document stores.
+fn store_bytes(index: &Index) -> u64 {
+    let searcher = index.reader().unwrap().searcher();
+    searcher
+        .segment_readers()
+        .iter()
+        .map(|segment| {
+            segment
+                .get_store_reader(1)
+                .unwrap()
+                .space_usage()
+                .total()
+                .get_bytes()
+        })
+        .sum()
+}
+
+#[test]
+fn docstore_settings_shape_the_split_and_splits_of_any_settings_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config_with(Mode::Dynamic, false);
+    config.indexing_settings.docstore_compression_level = None;
+    config.indexing_settings.docstore_blocksize = None;
+    let default_mapper = Arc::new(DocMapper::for_index(&config).unwrap());
+    assert_eq!(
+        default_mapper.docstore_settings(),
+        DocStoreSettings::default()
+    );
+    let lz4 = Arc::new(
+        DocMapper::for_index(&config)
+            .unwrap()
+            .with_docstore_settings(DocStoreSettings {
+                zstd_level: None,
+                blocksize: 16_384,
+            }),
+    );
+    config.indexing_settings.docstore_compression_level = Some(8);
+    config.indexing_settings.docstore_blocksize = Some(1_000_000);
+    let zstd = Arc::new(DocMapper::for_index(&config).unwrap());
+    assert_eq!(
+        zstd.docstore_settings(),
+        DocStoreSettings {
+            zstd_level: Some(8),
+            blocksize: 1_000_000
+        }
+    );
+
+    let a = build_split(&lz4, &dir.path().join("a"), (0..3_000).map(test_doc));
+    let b = build_split(&zstd, &dir.path().join("b"), (0..3_000).map(test_doc));
+    let (a_index, b_index) = (open_split(&a.path).unwrap(), open_split(&b.path).unwrap());
+    assert_eq!(
+        a_index.settings().docstore_compression,
+        tantivy::store::Compressor::Lz4
+    );
+    assert_eq!(
+        b_index.settings().docstore_compression,
+        tantivy::store::Compressor::Zstd(tantivy::store::ZstdCompressor {
+            compression_level: Some(8)
+        })
+    );
+    assert_eq!(b_index.settings().docstore_blocksize, 1_000_000);
+    // The same documents, stored smaller, and read back the same.
+    let (a_store, b_store) = (store_bytes(&a_index), store_bytes(&b_index));
+    assert!(
+        b_store * 2 < a_store,
+        "zstd {b_store} vs lz4 {a_store} bytes"
+    );
+    let expected = stored_docs(&zstd, &a_index);
+    assert_eq!(expected.len(), 3_000);
+    assert_eq!(stored_docs(&zstd, &b_index), expected);
+
+    // Splits written with either settings merge into one written with the mapper's.
+    for (mapper, name) in [(&zstd, "mz"), (&lz4, "ml")] {
+        let merged = merge_split_files(
+            mapper,
+            &[a.path.clone(), b.path.clone()],
+            &dir.path().join(name),
+        )
+        .unwrap();
+        let index = open_split(&merged.path).unwrap();
+        assert_eq!(
+            index.settings().docstore_compression,
+            mapper.index_settings().docstore_compression
+        );
+        let docs = stored_docs(mapper, &index);
+        assert_eq!(docs.len(), 6_000);
+        let mut twice: Vec<Value> = expected
+            .iter()
+            .flat_map(|d| [d.clone(), d.clone()])
+            .collect();
+        twice.sort_by_key(|doc| doc.to_string());
+        assert_eq!(docs, twice);
+        assert_eq!(count_query(mapper, &index, "body:\"quick brown\""), 600);
+    }
+}
+
 #[test]
 fn bad_bundles_are_rejected() {
     let dir = tempfile::tempdir().unwrap();

@@ -20,6 +20,8 @@
 //! - `shale-bench metadata`: the metastore cost of a search and of a planning round with
 //!   10 000 published splits and 1 000 delete tasks, with the delete history bounded as Shale
 //!   keeps it vs unbounded, on SQLite and PostgreSQL.
+//! - `shale-bench split-format`: one split of the same corpus per document store option
+//!   (zstd level, block size): build time, split bytes by part, document fetch latency.
 //! - `shale-bench metrics`: Prometheus remote write of 10 000 series every 10 s for 2 h into
 //!   Shale, Prometheus 2.42 and VictoriaMetrics 1.79 (started by the bench when on `PATH`):
 //!   samples/s, bytes per sample (Shale before and after compaction), `query_range` p50/p99
@@ -36,6 +38,7 @@ mod metadata;
 mod metrics;
 mod remote;
 mod search;
+mod split_format;
 
 use clap::{Parser, Subcommand};
 
@@ -66,6 +69,8 @@ enum Command {
     /// Metastore cost of a search and a planning round with 10 000 splits and 1 000 delete
     /// tasks, bounded vs unbounded delete history, SQLite and PostgreSQL.
     Metadata(metadata::Args),
+    /// Document store options: build time, split bytes, document fetch latency per option.
+    SplitFormat(split_format::Args),
     /// Remote write and PromQL: Shale vs Prometheus and VictoriaMetrics on the same samples
     /// (ingest, bytes per sample, query latency), before and after compaction.
     Metrics(metrics::Args),
@@ -91,5 +96,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Remote(args) => remote::run(args).await,
         Command::Metadata(args) => metadata::run(args).await,
         Command::Metrics(args) => metrics::run(args).await,
+        Command::SplitFormat(args) => split_format::run(args).await,
     }
 }
