@@ -509,6 +509,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let rss_before = crate::ingest::peak_rss_mb();
         crate::ingest::reset_peak_rss();
         let per_client = (args.iterations / 10).max(1);
+        // Each request once first, as in the workloads above: splits open, the cache filled.
+        http_p50(&client, &url, requests, requests.len()).await?;
         let started = Instant::now();
         let mut samples =
             concurrent_searches(&client, &url, requests, concurrency, per_client).await?;
