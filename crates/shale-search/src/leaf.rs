@@ -20,7 +20,7 @@ use tantivy::aggregation::DistributedAggregationCollector;
 use tantivy::collector::{
     Collector, Count, SegmentCollector, SegmentSortKeyComputer, SortKeyComputer, TopDocs,
 };
-use tantivy::query::{BooleanQuery, Occur, Query};
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -523,18 +523,26 @@ impl Leaf {
         }
         // Without hits to find nor aggregations, every split is only counted.
         let count_all = k == 0 && prepared.aggs.is_none();
-        // Splits in flight: local splits one per core (searching them is CPU work: more at
-        // once only delays the newest, whose hits decide what the others need), remote ones
-        // as many as may wait on the object store at once; a split is launched, and decided,
-        // only once one before it has finished.
+        let match_all = matches!(request.request.query.trim(), "" | "*");
+        // Counting a split without its hits is cheap for a lone term (its document frequency)
+        // or for everything (the split's metadata); any other query counts by visiting every
+        // match, as its search does, so holding splits back only to count them later saves
+        // no work and loses the cores' parallelism (measured: a boolean query 1.6-2x slower).
+        let cheap_count = match_all
+            || (request.delete_tasks.is_empty()
+                && prepared.query.downcast_ref::<TermQuery>().is_some());
+        // Splits in flight: local splits one per core when counting is cheap (searching them
+        // is CPU work: more at once only delays the newest, whose hits decide what the others
+        // need), remote ones as many as may wait on the object store at once; a split is
+        // launched, and decided, only once one before it has finished.
         let window = match (time_order, self.ranges_for(&storage)) {
             (None, _) => usize::MAX,
             (Some(_), Some(_)) => self.max_concurrent * REMOTE_PERMITS_FACTOR,
-            (Some(_), None) => std::thread::available_parallelism()
+            (Some(_), None) if cheap_count => std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(self.max_concurrent),
+            (Some(_), None) => usize::MAX,
         };
-        let match_all = matches!(request.request.query.trim(), "" | "*");
         let request_key = crate::partial_cache::request_key(&request.index, &request.request);
         let timestamp_field = prepared
             .doc_mapper
