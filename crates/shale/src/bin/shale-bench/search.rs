@@ -350,6 +350,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let (http50, http99) = summary(&mut http_samples);
         if *name == RANGE_TAG {
             targets.push(Target::at_most(
+                "range + tag, computed: in process p50 / raw p50",
+                svc50 / raw50,
+                1.2,
+            ));
+            targets.push(Target::at_most(
                 "range + tag, computed: HTTP p50 / raw p50",
                 http50 / raw50,
                 1.2,
