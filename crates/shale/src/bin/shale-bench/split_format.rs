@@ -15,7 +15,7 @@ use shale_index::{DocMapper, DocStoreSettings, SplitBuilder};
 use tantivy::collector::TopDocs;
 use tantivy::query::TermQuery;
 use tantivy::schema::IndexRecordOption;
-use tantivy::{DocAddress, Order, Term};
+use tantivy::{Order, Term};
 
 use crate::corpus;
 use crate::ingest::percentile;
@@ -182,8 +182,7 @@ fn measure(
         let hits = fresh.search(&query, &collector)?;
         let started = Instant::now();
         for (_, address) in &hits {
-            let address: &DocAddress = address;
-            let doc: tantivy::TantivyDocument = fresh.doc(*address)?;
+            let doc: tantivy::TantivyDocument = fresh.doc::<tantivy::TantivyDocument>(*address)?;
             std::hint::black_box(doc);
         }
         top20.push(started.elapsed().as_secs_f64() * 1e3);
