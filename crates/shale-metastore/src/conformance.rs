@@ -62,6 +62,7 @@ macro_rules! metastore_conformance_tests {
             create_index_fails_if_index_id_exists,
             index_metadata_of_unknown_index_is_not_found,
             index_version_rises_with_every_write_to_the_index,
+            index_changes_bring_a_view_to_the_listed_splits,
             index_templates_are_created_listed_updated_and_deleted,
             list_indexes_orders_by_index_id,
             update_index_config_renews_doc_mapping_uid_iff_doc_mapping_changed,
@@ -374,6 +375,206 @@ pub async fn index_version_rises_with_every_write_to_the_index(metastore: Arc<dy
     assert_not_found(metastore.index_version("versioned").await);
     let again = create(&metastore, "versioned").await;
     assert_eq!(version().await.index_uid, again.index_uid);
+}
+
+/// A reader's view of an index: Published splits by id and delete tasks, at a version.
+#[derive(Clone, Debug, Default)]
+struct View {
+    version: Option<crate::IndexVersion>,
+    splits: std::collections::BTreeMap<SplitId, SplitMetadata>,
+    delete_tasks: Vec<u64>,
+}
+
+impl View {
+    /// Applies the changes since this view's version; returns whether they were the whole
+    /// index and how many split rows they held.
+    async fn refresh(&mut self, metastore: &Arc<dyn Metastore>, index_id: &str) -> (bool, usize) {
+        let last_opstamp = self.delete_tasks.last().copied().unwrap_or(0);
+        let changes = metastore
+            .index_changes(index_id, self.version.as_ref(), last_opstamp)
+            .await
+            .expect("index_changes");
+        let outcome = match changes.splits {
+            crate::SplitChanges::All(splits) => {
+                let n = splits.len();
+                self.splits = splits
+                    .into_iter()
+                    .map(|split| (split.split_id.clone(), split))
+                    .collect();
+                self.delete_tasks.clear();
+                (true, n)
+            }
+            crate::SplitChanges::Since(rows) => {
+                let n = rows.len();
+                for row in rows {
+                    if row.split_state == SplitState::Published {
+                        let split = row.split_metadata;
+                        self.splits.insert(split.split_id.clone(), split);
+                    } else {
+                        self.splits.remove(&row.split_metadata.split_id);
+                    }
+                }
+                (false, n)
+            }
+        };
+        assert_eq!(changes.index.index_config.index_id, index_id);
+        assert!(changes.index.checkpoints.is_empty());
+        self.delete_tasks
+            .extend(changes.delete_tasks.iter().map(|task| task.opstamp));
+        self.version = Some(changes.version);
+        outcome
+    }
+
+    /// Asserts the view holds exactly what the metastore lists now.
+    async fn assert_current(&self, metastore: &Arc<dyn Metastore>, index_uid: &IndexUid) {
+        let published: Vec<SplitMetadata> = metastore
+            .list_splits(
+                ListSplitsQuery::for_index(index_uid.clone()).with_states(&[SplitState::Published]),
+            )
+            .await
+            .expect("list_splits")
+            .into_iter()
+            .map(|split| split.split_metadata)
+            .collect();
+        let viewed: Vec<SplitMetadata> = self.splits.values().cloned().collect();
+        assert_eq!(viewed, published, "the view's splits");
+        let tasks: Vec<u64> = metastore
+            .list_delete_tasks(index_uid, 0)
+            .await
+            .expect("list_delete_tasks")
+            .iter()
+            .map(|task| task.opstamp)
+            .collect();
+        assert_eq!(self.delete_tasks, tasks, "the view's delete tasks");
+    }
+}
+
+/// `index_changes`: a view refreshed from the changes alone stays exactly the Published
+/// splits and delete tasks the metastore lists, through every kind of split write (stage,
+/// publish, replace, merge, maturity, delete opstamp, mark, row deletion); no change gives
+/// nothing to apply; a view older than deleted split rows, or of a deleted index, gets the
+/// index whole.
+pub async fn index_changes_bring_a_view_to_the_listed_splits(metastore: Arc<dyn Metastore>) {
+    assert_not_found(metastore.index_changes("nope", None, 0).await);
+    let index = create(&metastore, "viewed").await;
+    let uid = index.index_uid.clone();
+    let other = create(&metastore, "other").await;
+    let mut view = View::default();
+    assert_eq!(view.refresh(&metastore, "viewed").await, (true, 0));
+    view.assert_current(&metastore, &uid).await;
+
+    stage(&metastore, &uid, &["a", "b"]).await;
+    assert_eq!(
+        view.refresh(&metastore, "viewed").await,
+        (false, 2),
+        "staged rows"
+    );
+    view.assert_current(&metastore, &uid).await;
+    publish(&metastore, &uid, &["a", "b"]).await;
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 2));
+    view.assert_current(&metastore, &uid).await;
+    // Nothing written: nothing to apply; another index's writes are not this one's.
+    stage(&metastore, &other.index_uid, &["z"]).await;
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 0));
+
+    metastore
+        .create_delete_task(&uid, delete_query("body:x"), T0)
+        .await
+        .expect("delete task");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 0));
+    assert_eq!(view.delete_tasks.len(), 1);
+    view.assert_current(&metastore, &uid).await;
+
+    // A publish that replaces: only the new split and the replaced one are read.
+    stage(&metastore, &uid, &["c"]).await;
+    metastore
+        .publish_splits(&uid, &ids(&["c"]), &ids(&["a"]), None)
+        .await
+        .expect("replace");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 2));
+    view.assert_current(&metastore, &uid).await;
+    // A merge through a merge task.
+    let task = create_tasks(&metastore, &uid, &[&["b", "c"]], 3).await;
+    assert_eq!(task.len(), 1);
+    let task = claimed(claim(&metastore, "node-1", T0, Some(&uid)).await);
+    stage(&metastore, &uid, &["bc"]).await;
+    metastore
+        .publish_merge(
+            &uid,
+            &task.task_id,
+            "node-1",
+            &ids(&["bc"]),
+            &ids(&["b", "c"]),
+            T0,
+        )
+        .await
+        .expect("publish_merge");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 3));
+    view.assert_current(&metastore, &uid).await;
+    assert_eq!(view.splits.keys().collect::<Vec<_>>(), ["bc"]);
+
+    // Metadata rewritten in place: maturity, delete opstamp.
+    let mut bc = view.splits["bc"].clone();
+    bc.maturity = SplitMaturity::Mature;
+    metastore
+        .update_split_maturities(&uid, std::slice::from_ref(&bc))
+        .await
+        .expect("maturities");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 1));
+    view.assert_current(&metastore, &uid).await;
+    let expected = bc.delete_opstamp;
+    bc.delete_opstamp = view.delete_tasks[0];
+    metastore
+        .advance_split_delete_opstamps(&uid, &[(bc.clone(), expected)])
+        .await
+        .expect("advance");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 1));
+    view.assert_current(&metastore, &uid).await;
+    assert_eq!(view.splits["bc"].delete_opstamp, bc.delete_opstamp);
+
+    // Rows deleted after the view saw their last write: still only changes.
+    stage(&metastore, &uid, &["d"]).await;
+    publish(&metastore, &uid, &["d"]).await;
+    view.refresh(&metastore, "viewed").await;
+    let old_view = view.clone();
+    metastore
+        .mark_splits_for_deletion(&uid, &ids(&["d"]))
+        .await
+        .expect("mark");
+    view.refresh(&metastore, "viewed").await;
+    let marked_view = view.clone();
+    metastore
+        .delete_splits(&uid, &ids(&["a", "b", "c"]))
+        .await
+        .expect("delete a, b, c");
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 0));
+    view.assert_current(&metastore, &uid).await;
+    metastore
+        .delete_splits(&uid, &ids(&["d"]))
+        .await
+        .expect("delete d");
+    // The view saw `d` marked: the deletion has nothing to tell it.
+    let mut seen_mark = marked_view.clone();
+    assert_eq!(seen_mark.refresh(&metastore, "viewed").await, (false, 0));
+    seen_mark.assert_current(&metastore, &uid).await;
+    // A view from before `d` was marked cannot learn of it from changes: the index whole.
+    let mut stale = old_view;
+    assert!(stale.splits.contains_key("d"));
+    assert_eq!(stale.refresh(&metastore, "viewed").await, (true, 1));
+    stale.assert_current(&metastore, &uid).await;
+
+    // The index deleted and created again: a view of the old one gets the new one whole.
+    metastore.delete_index(&uid).await.expect("delete index");
+    assert_not_found(
+        metastore
+            .index_changes("viewed", view.version.as_ref(), 0)
+            .await,
+    );
+    let again = create(&metastore, "viewed").await;
+    stage(&metastore, &again.index_uid, &["n"]).await;
+    publish(&metastore, &again.index_uid, &["n"]).await;
+    assert_eq!(view.refresh(&metastore, "viewed").await, (true, 1));
+    view.assert_current(&metastore, &again.index_uid).await;
 }
 
 /// Index templates: create (`AlreadyExists` twice), get, list by id, update (`NotFound` for

@@ -218,8 +218,6 @@ pub struct SplitStats {
     pub num_docs: u64,
 }
 
-/// The metastore. Every method is atomic. Methods taking an `index_uid` fail with `NotFound`
-/// when that index (incarnation) does not exist.
 /// Where an index stands: its uid and the version its last write raised it to (see
 /// [`Metastore::index_version`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -230,6 +228,35 @@ pub struct IndexVersion {
     pub version: u64,
 }
 
+/// What a reader of an index needs to bring its view of it up to date (see
+/// [`Metastore::index_changes`]).
+#[derive(Clone, Debug)]
+pub struct IndexChanges {
+    /// Where the index stands: once applied, the view is that of this version.
+    pub version: IndexVersion,
+    /// The index's metadata, without checkpoints.
+    pub index: IndexMetadata,
+    /// The splits to apply.
+    pub splits: SplitChanges,
+    /// The delete tasks above the opstamp asked for, by opstamp (all of them when `splits`
+    /// is [`SplitChanges::All`]).
+    pub delete_tasks: Vec<DeleteTask>,
+}
+
+/// The split part of [`IndexChanges`].
+#[derive(Clone, Debug)]
+pub enum SplitChanges {
+    /// Every Published split, by split id: the view is replaced. Given when the reader has
+    /// no view, its view is of another incarnation of the index, or split rows written after
+    /// its version have since been deleted (it could not learn of them from changes).
+    All(Vec<SplitMetadata>),
+    /// The splits written after the reader's version, in any state, by split id: one that is
+    /// Published is added to the view (or replaces its older self), any other is removed.
+    Since(Vec<Split>),
+}
+
+/// The metastore. Every method is atomic. Methods taking an `index_uid` fail with `NotFound`
+/// when that index (incarnation) does not exist.
 #[async_trait]
 pub trait Metastore: Send + Sync + 'static {
     /// Creates an index: assigns its uid and doc mapping uid. Fails with `AlreadyExists`.
@@ -245,6 +272,38 @@ pub trait Metastore: Send + Sync + 'static {
     /// `NotFound` if there is no such index. Comes with the index's uid: an index deleted
     /// and created again under the same id starts its versions again.
     async fn index_version(&self, index_id: &str) -> MetastoreResult<IndexVersion>;
+
+    /// What changed in the index since `since`, a version a reader saw, as of one consistent
+    /// moment: the index's metadata, the split rows written after that version (or every
+    /// Published split, see [`SplitChanges::All`]) and the delete tasks above
+    /// `delete_opstamp_gt`. Applying them to the view of `since` gives exactly the view of
+    /// the returned version. `NotFound` if there is no such index.
+    ///
+    /// This default reads the index whole (version first, so a write that lands meanwhile
+    /// is seen again at the next version); SQL backends read only the changes.
+    async fn index_changes(
+        &self,
+        index_id: &str,
+        since: Option<&IndexVersion>,
+        delete_opstamp_gt: u64,
+    ) -> MetastoreResult<IndexChanges> {
+        let _ = (since, delete_opstamp_gt);
+        let version = self.index_version(index_id).await?;
+        let index = self.index_metadata_without_checkpoints(index_id).await?;
+        let splits = self
+            .list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Published]),
+            )
+            .await?;
+        let delete_tasks = self.list_delete_tasks(&index.index_uid, 0).await?;
+        Ok(IndexChanges {
+            version,
+            index,
+            splits: SplitChanges::All(splits.into_iter().map(|s| s.split_metadata).collect()),
+            delete_tasks,
+        })
+    }
 
     /// The index with this id without its checkpoints (`checkpoints` is empty): what a
     /// search needs, in one read.

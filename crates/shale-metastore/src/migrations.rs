@@ -65,6 +65,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "index versions",
         include_str!("../migrations/sqlite/0011_index_versions.sql"),
     ),
+    (
+        12,
+        "split versions",
+        include_str!("../migrations/sqlite/0012_split_versions.sql"),
+    ),
 ];
 
 /// `(version, description, SQL)` of the PostgreSQL migrations.
@@ -123,6 +128,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         11,
         "index versions",
         include_str!("../migrations/postgres/0011_index_versions.sql"),
+    ),
+    (
+        12,
+        "split versions",
+        include_str!("../migrations/postgres/0012_split_versions.sql"),
     ),
 ];
 

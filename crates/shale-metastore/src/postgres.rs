@@ -27,6 +27,7 @@ impl Dialect for Postgres {
     const FOR_SHARE: &'static str = " FOR SHARE";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FOR_UPDATE_SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
     const NOW_MS: &'static str = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
 
     fn rows_affected(result: &PgQueryResult) -> u64 {

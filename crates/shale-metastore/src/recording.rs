@@ -1,7 +1,7 @@
 //! A [`Metastore`] wrapper that records the split queries it is asked (`testing` feature), so
 //! tests can check what a component reads from a real backend — e.g. that the merge planner
-//! asks only for immature Published splits, or that search asks only for the splits of its
-//! time range.
+//! asks only for immature Published splits, or that a search root reads an index's splits
+//! again only when the index changed, and then only the changed ones.
 
 use std::sync::{Arc, Mutex};
 
@@ -16,10 +16,23 @@ use crate::{
     MetastoreResult, NewMergeTask, NodeIdentity, NodeRecord, Shard, ShardKey, SplitStats,
 };
 
-/// Delegates to `inner`, recording every [`Metastore::list_splits`] query.
+/// Delegates to `inner`, recording every [`Metastore::list_splits`] query and every
+/// [`Metastore::index_changes`] call.
 pub struct RecordingMetastore {
     inner: Arc<dyn Metastore>,
     queries: Mutex<Vec<ListSplitsQuery>>,
+    changes: Mutex<Vec<ChangesRead>>,
+}
+
+/// One [`Metastore::index_changes`] call, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangesRead {
+    /// The version the caller had (`None`: no view).
+    pub since: Option<u64>,
+    /// Whether every Published split was returned ([`crate::SplitChanges::All`]).
+    pub whole: bool,
+    /// How many split rows were returned.
+    pub num_splits: usize,
 }
 
 impl RecordingMetastore {
@@ -28,6 +41,7 @@ impl RecordingMetastore {
         RecordingMetastore {
             inner,
             queries: Mutex::new(Vec::new()),
+            changes: Mutex::new(Vec::new()),
         }
     }
 
@@ -41,6 +55,11 @@ impl RecordingMetastore {
     /// The `list_splits` queries asked so far, and forgets them.
     pub fn take_queries(&self) -> Vec<ListSplitsQuery> {
         std::mem::take(&mut *self.queries.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The `index_changes` calls made so far, and forgets them.
+    pub fn take_changes(&self) -> Vec<ChangesRead> {
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -62,6 +81,30 @@ impl Metastore for RecordingMetastore {
     }
     async fn index_version(&self, index_id: &str) -> MetastoreResult<crate::IndexVersion> {
         self.inner.index_version(index_id).await
+    }
+    async fn index_changes(
+        &self,
+        index_id: &str,
+        since: Option<&crate::IndexVersion>,
+        delete_opstamp_gt: u64,
+    ) -> MetastoreResult<crate::IndexChanges> {
+        let changes = self
+            .inner
+            .index_changes(index_id, since, delete_opstamp_gt)
+            .await?;
+        let (whole, num_splits) = match &changes.splits {
+            crate::SplitChanges::All(splits) => (true, splits.len()),
+            crate::SplitChanges::Since(splits) => (false, splits.len()),
+        };
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ChangesRead {
+                since: since.map(|since| since.version),
+                whole,
+                num_splits,
+            });
+        Ok(changes)
     }
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
         self.inner.list_indexes().await

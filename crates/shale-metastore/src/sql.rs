@@ -67,6 +67,8 @@ pub trait Dialect: Database + sealed::Sealed {
     /// Like [`Dialect::FOR_UPDATE`], but rows locked by other transactions are skipped
     /// instead of waited for (concurrent merge task claimers).
     const FOR_UPDATE_SKIP_LOCKED: &'static str;
+    /// Statement opening a read-only transaction whose reads all see one snapshot.
+    const BEGIN_SNAPSHOT: &'static str;
     /// An expression of the database's clock, in ms since the epoch (a 64-bit integer).
     const NOW_MS: &'static str;
     /// Number of rows a statement inserted, updated or deleted.
@@ -272,16 +274,19 @@ where
     /// Checks the index exists, locks its row until commit (PostgreSQL; SQLite's write
     /// transactions are exclusive) and raises its version: every write that touches an index
     /// goes through here, so a reader that sees the same version twice saw the same index
-    /// ([`Metastore::index_version`]).
-    async fn lock_index(conn: &mut DB::Connection, index_uid: &IndexUid) -> MetastoreResult<()> {
-        let result =
-            sqlx::query::<DB>("UPDATE indexes SET version = version + 1 WHERE index_uid = $1")
-                .bind(index_uid.to_string())
-                .execute(&mut *conn)
-                .await?;
-        match DB::rows_affected(&result) {
-            0 => Err(index_not_found(index_uid)),
-            _ => Ok(()),
+    /// ([`Metastore::index_version`]). Returns the new version: the transaction records it
+    /// on every split row it writes (`update_version`), so a reader can fetch only the rows
+    /// written after a version it saw ([`Metastore::index_changes`]).
+    async fn lock_index(conn: &mut DB::Connection, index_uid: &IndexUid) -> MetastoreResult<i64> {
+        let row = sqlx::query::<DB>(
+            "UPDATE indexes SET version = version + 1 WHERE index_uid = $1 RETURNING version",
+        )
+        .bind(index_uid.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+        match row {
+            Some(row) => Ok(row.try_get::<i64, _>("version")?),
+            None => Err(index_not_found(index_uid)),
         }
     }
 
@@ -320,13 +325,15 @@ where
     }
 
     /// Sets the state (and update timestamp, and publish timestamp when publishing) of the
-    /// splits of `index_uid` among `split_ids` that are in another state.
+    /// splits of `index_uid` among `split_ids` that are in another state, recording the
+    /// index `version` of the transaction on them.
     async fn set_split_states(
         conn: &mut DB::Connection,
         index_uid: &IndexUid,
         split_ids: &[SplitId],
         state: SplitState,
         now: i64,
+        version: i64,
     ) -> MetastoreResult<()> {
         let publish = if state == SplitState::Published {
             ", publish_timestamp = $3"
@@ -335,14 +342,16 @@ where
         };
         for chunk in split_ids.chunks(IDS_PER_STATEMENT) {
             let sql = format!(
-                "UPDATE splits SET split_state = $2, update_timestamp = $3{publish} \
+                "UPDATE splits SET split_state = $2, update_timestamp = $3, \
+                     update_version = $4{publish} \
                  WHERE index_uid = $1 AND split_state <> $2 AND split_id IN ({})",
-                placeholders(4, chunk.len())
+                placeholders(5, chunk.len())
             );
             let mut query = sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(index_uid.to_string())
                 .bind(state.as_str().to_string())
-                .bind(now);
+                .bind(now)
+                .bind(version);
             for split_id in chunk {
                 query = query.bind(split_id.clone());
             }
@@ -467,12 +476,14 @@ where
         })
     }
 
-    /// Inserts `split` as Staged, or updates it if it is Staged already. Returns whether a
-    /// row was written (not: the split exists in another state or index).
+    /// Inserts `split` as Staged, or updates it if it is Staged already, at index
+    /// `version`. Returns whether a row was written (not: the split exists in another state
+    /// or index).
     async fn upsert_staged_split(
         conn: &mut DB::Connection,
         split: &SplitMetadata,
         now: i64,
+        version: i64,
     ) -> MetastoreResult<bool> {
         let tags = serde_json::to_string(&split.tags).map_err(serde_err)?;
         let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
@@ -480,9 +491,10 @@ where
             "INSERT INTO splits (split_id, index_uid, source_id, node_id, partition_id, \
                  doc_mapping_uid, split_state, num_docs, size_bytes, time_range_start, \
                  time_range_end, tags, create_timestamp, update_timestamp, publish_timestamp, \
-                 maturity_timestamp, num_merge_ops, delete_opstamp, split_metadata_json) \
+                 maturity_timestamp, num_merge_ops, delete_opstamp, split_metadata_json, \
+                 update_version) \
              VALUES ($1, $2, $3, $4, $5, $6, 'Staged', $7, $8, $9, $10, $11, $12, $13, NULL, \
-                 $14, $15, $16, $17) \
+                 $14, $15, $16, $17, $18) \
              ON CONFLICT (split_id) DO UPDATE SET \
                  source_id = excluded.source_id, node_id = excluded.node_id, \
                  partition_id = excluded.partition_id, \
@@ -495,7 +507,8 @@ where
                  maturity_timestamp = excluded.maturity_timestamp, \
                  num_merge_ops = excluded.num_merge_ops, \
                  delete_opstamp = excluded.delete_opstamp, \
-                 split_metadata_json = excluded.split_metadata_json \
+                 split_metadata_json = excluded.split_metadata_json, \
+                 update_version = excluded.update_version \
              WHERE splits.split_state = 'Staged' AND splits.index_uid = excluded.index_uid",
         )
         .bind(split.split_id.clone())
@@ -515,6 +528,7 @@ where
         .bind(i64::from(split.num_merge_ops))
         .bind(to_db(split.delete_opstamp))
         .bind(metadata_json)
+        .bind(version)
         .execute(&mut *conn)
         .await?;
         Ok(DB::rows_affected(&result) > 0)
@@ -522,7 +536,8 @@ where
 
     /// The body of [`Metastore::publish_splits`], in a write transaction that locked the
     /// index row: checks (changing nothing on failure, the caller then rolls back), then
-    /// applies the checkpoint delta and the split state changes, with timestamp `now`.
+    /// applies the checkpoint delta and the split state changes, with timestamp `now`, at
+    /// index `version` (what [`Self::lock_index`] returned).
     async fn publish_locked(
         conn: &mut DB::Connection,
         index_uid: &IndexUid,
@@ -530,6 +545,7 @@ where
         replaced: &[SplitId],
         checkpoint_delta: Option<(SourceId, CheckpointDelta)>,
         now: i64,
+        version: i64,
     ) -> MetastoreResult<()> {
         let staged_set: BTreeSet<&SplitId> = staged.iter().collect();
         if let Some(split_id) = replaced.iter().find(|id| staged_set.contains(id)) {
@@ -584,13 +600,22 @@ where
                 .await?;
             }
         }
-        Self::set_split_states(&mut *conn, index_uid, staged, SplitState::Published, now).await?;
+        Self::set_split_states(
+            &mut *conn,
+            index_uid,
+            staged,
+            SplitState::Published,
+            now,
+            version,
+        )
+        .await?;
         Self::set_split_states(
             &mut *conn,
             index_uid,
             replaced,
             SplitState::MarkedForDeletion,
             now,
+            version,
         )
         .await?;
         Ok(())
@@ -783,6 +808,87 @@ where
         }
     }
 
+    async fn index_changes(
+        &self,
+        index_id: &str,
+        since: Option<&crate::IndexVersion>,
+        delete_opstamp_gt: u64,
+    ) -> MetastoreResult<crate::IndexChanges> {
+        // One snapshot: every write to the index is serialized by its row lock and numbered
+        // by the version it raised, so the rows seen are exactly those of versions up to the
+        // one read here.
+        let mut read = WriteTx::begin(&self.pool, DB::BEGIN_SNAPSHOT, None).await?;
+        let result = async {
+            let row = sqlx::query::<DB>(
+                "SELECT index_uid, index_config_json, create_timestamp, version, \
+                     splits_gone_version FROM indexes WHERE index_id = $1",
+            )
+            .bind(index_id.to_string())
+            .fetch_optional(&mut *read.tx)
+            .await?;
+            let Some(row) = row else {
+                return Err(MetastoreError::NotFound {
+                    kind: "index",
+                    id: index_id.to_string(),
+                });
+            };
+            let index = Self::decode_index(&row)?;
+            let version = crate::IndexVersion {
+                index_uid: index.index_uid.clone(),
+                version: from_db(row.try_get::<i64, _>("version")?),
+            };
+            let gone: i64 = row.try_get("splits_gone_version")?;
+            let since = since.filter(|since| {
+                since.index_uid == version.index_uid
+                    && since.version <= version.version
+                    && to_db(since.version) >= gone
+            });
+            let (splits, delete_opstamp_gt) = match since {
+                Some(since) => {
+                    let sql = format!(
+                        "SELECT {SPLIT_COLUMNS} FROM splits \
+                         WHERE index_uid = $1 AND update_version > $2 ORDER BY split_id"
+                    );
+                    let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
+                        .bind(index.index_uid.to_string())
+                        .bind(to_db(since.version))
+                        .fetch_all(&mut *read.tx)
+                        .await?;
+                    let splits = rows
+                        .iter()
+                        .map(Self::decode_split)
+                        .collect::<MetastoreResult<Vec<_>>>()?;
+                    (crate::SplitChanges::Since(splits), delete_opstamp_gt)
+                }
+                None => {
+                    let sql = format!(
+                        "SELECT {SPLIT_COLUMNS} FROM splits \
+                         WHERE index_uid = $1 AND split_state = 'Published' ORDER BY split_id"
+                    );
+                    let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
+                        .bind(index.index_uid.to_string())
+                        .fetch_all(&mut *read.tx)
+                        .await?;
+                    let splits = rows
+                        .iter()
+                        .map(|row| Self::decode_split(row).map(|split| split.split_metadata))
+                        .collect::<MetastoreResult<Vec<_>>>()?;
+                    (crate::SplitChanges::All(splits), 0)
+                }
+            };
+            let delete_tasks =
+                Self::delete_tasks_on(&mut read.tx, &index.index_uid, delete_opstamp_gt).await?;
+            Ok(crate::IndexChanges {
+                version,
+                index,
+                splits,
+                delete_tasks,
+            })
+        }
+        .await;
+        read.finish(result).await
+    }
+
     async fn list_indexes(&self) -> MetastoreResult<Vec<IndexMetadata>> {
         let mut read = WriteTx::begin(&self.pool, "BEGIN", None).await?;
         let rows = async {
@@ -882,13 +988,13 @@ where
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             let mut updated = 0;
             for split in splits {
                 let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
                 let result = sqlx::query::<DB>(
                     "UPDATE splits SET maturity_timestamp = $3, split_metadata_json = $4, \
-                         update_timestamp = $5 \
+                         update_timestamp = $5, update_version = $6 \
                      WHERE index_uid = $1 AND split_id = $2 AND split_state = 'Published'",
                 )
                 .bind(index_uid.to_string())
@@ -896,6 +1002,7 @@ where
                 .bind(split.maturity_timestamp())
                 .bind(metadata_json)
                 .bind(now)
+                .bind(version)
                 .execute(&mut *write.tx)
                 .await?;
                 updated += DB::rows_affected(&result) as usize;
@@ -958,7 +1065,7 @@ where
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             let split_ids: Vec<SplitId> = splits.iter().map(|s| s.split_id.clone()).collect();
             let states = Self::split_states(&mut write.tx, index_uid, &split_ids, true).await?;
             if let Some((split_id, state)) = states.iter().find(|(_, s)| **s != SplitState::Staged)
@@ -969,7 +1076,7 @@ where
                 )));
             }
             for split in &splits {
-                if !Self::upsert_staged_split(&mut write.tx, split, now).await? {
+                if !Self::upsert_staged_split(&mut write.tx, split, now, version).await? {
                     // The id is taken in another index, or the split changed state meanwhile.
                     return Err(MetastoreError::FailedPrecondition(format!(
                         "split `{}` exists and is not a Staged split of `{index_uid}`",
@@ -993,7 +1100,7 @@ where
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             Self::publish_locked(
                 &mut write.tx,
                 index_uid,
@@ -1001,6 +1108,7 @@ where
                 replaced,
                 checkpoint_delta,
                 now,
+                version,
             )
             .await?;
             Ok(())
@@ -1037,7 +1145,7 @@ where
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             // Lock the rows (PostgreSQL) in id order, as every writer does.
             Self::split_states(&mut write.tx, index_uid, split_ids, true).await?;
             Self::set_split_states(
@@ -1046,6 +1154,7 @@ where
                 split_ids,
                 SplitState::MarkedForDeletion,
                 now,
+                version,
             )
             .await?;
             Ok(())
@@ -1062,7 +1171,7 @@ where
         let now = shale_types::now_unix_secs();
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             let states = Self::split_states(&mut write.tx, index_uid, split_ids, true).await?;
             let staged: Vec<SplitId> = states
                 .into_iter()
@@ -1075,6 +1184,7 @@ where
                 &staged,
                 SplitState::MarkedForDeletion,
                 now,
+                version,
             )
             .await?;
             Ok(staged)
@@ -1152,6 +1262,22 @@ where
             }
             let existing: Vec<SplitId> = states.into_keys().collect();
             for chunk in existing.chunks(IDS_PER_STATEMENT) {
+                // A reader whose view predates a deleted row's last write cannot learn of it
+                // by reading changes any more: it reads the index whole.
+                let sql = format!(
+                    "UPDATE indexes SET splits_gone_version = (\
+                         SELECT CAST(COALESCE(MAX(update_version), 0) AS BIGINT) FROM splits \
+                         WHERE index_uid = $1 AND split_id IN ({})) \
+                     WHERE index_uid = $1 AND splits_gone_version < (\
+                         SELECT CAST(COALESCE(MAX(update_version), 0) AS BIGINT) FROM splits \
+                         WHERE index_uid = $1 AND split_id IN ({0}))",
+                    placeholders(2, chunk.len())
+                );
+                let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
+                for split_id in chunk {
+                    query = query.bind(split_id.clone());
+                }
+                query.execute(&mut *write.tx).await?;
                 let sql = format!(
                     "DELETE FROM splits WHERE index_uid = $1 AND split_id IN ({})",
                     placeholders(2, chunk.len())
@@ -1317,12 +1443,13 @@ where
     ) -> MetastoreResult<usize> {
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             let mut updated = 0;
             for (split, expected) in splits {
                 let metadata_json = serde_json::to_string(split).map_err(serde_err)?;
                 let result = sqlx::query::<DB>(
-                    "UPDATE splits SET delete_opstamp = $3, split_metadata_json = $4 \
+                    "UPDATE splits SET delete_opstamp = $3, split_metadata_json = $4, \
+                         update_version = $6 \
                      WHERE index_uid = $1 AND split_id = $2 AND split_state = 'Published' \
                      AND delete_opstamp = $5",
                 )
@@ -1331,6 +1458,7 @@ where
                 .bind(to_db(split.delete_opstamp))
                 .bind(metadata_json)
                 .bind(to_db(*expected))
+                .bind(version)
                 .execute(&mut *write.tx)
                 .await?;
                 updated += DB::rows_affected(&result) as usize;

@@ -33,6 +33,7 @@ impl Dialect for Sqlite {
     const FOR_SHARE: &'static str = "";
     const FOR_UPDATE: &'static str = "";
     const FOR_UPDATE_SKIP_LOCKED: &'static str = "";
+    const BEGIN_SNAPSHOT: &'static str = "BEGIN";
     const NOW_MS: &'static str =
         "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 

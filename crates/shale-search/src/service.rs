@@ -247,11 +247,13 @@ pub struct SearchService {
 
 /// An index as a root saw it at one version: its metadata (no checkpoints), its Published
 /// splits and its delete tasks. A search checks the index's version (one read of one row)
-/// and, while it holds, lists, prunes and applies deletes from here.
+/// and, while it holds, lists, prunes and applies deletes from here. When the version moved,
+/// the view is brought up to date from the changes alone ([`Metastore::index_changes`]).
 struct IndexView {
     version: shale_metastore::IndexVersion,
     index: IndexMetadata,
-    splits: Vec<SplitMetadata>,
+    /// By split id (the order searches list them in).
+    splits: BTreeMap<String, Arc<SplitMetadata>>,
     delete_tasks: Vec<DeleteTask>,
 }
 
@@ -260,10 +262,75 @@ impl IndexView {
     /// filter: a split without a time range always may).
     fn splits_of(&self, request: &SearchRequest) -> Vec<SplitMetadata> {
         self.splits
-            .iter()
+            .values()
             .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
-            .cloned()
+            .map(|split| SplitMetadata::clone(split))
             .collect()
+    }
+
+    /// The highest opstamp of its delete tasks (0 without any).
+    fn last_delete_opstamp(&self) -> u64 {
+        self.delete_tasks
+            .iter()
+            .map(|task| task.opstamp)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The view `changes` lead to from `base` (the view they were asked against, if any).
+    fn apply(base: Option<&IndexView>, changes: shale_metastore::IndexChanges) -> IndexView {
+        let shale_metastore::IndexChanges {
+            version,
+            index,
+            splits,
+            delete_tasks,
+        } = changes;
+        match (splits, base) {
+            (shale_metastore::SplitChanges::Since(rows), Some(base)) => {
+                let mut splits = base.splits.clone();
+                for row in rows {
+                    if row.split_state == SplitState::Published {
+                        let split = Arc::new(row.split_metadata);
+                        splits.insert(split.split_id.clone(), split);
+                    } else {
+                        splits.remove(&row.split_metadata.split_id);
+                    }
+                }
+                let mut tasks = base.delete_tasks.clone();
+                tasks.extend(delete_tasks);
+                IndexView {
+                    version,
+                    index,
+                    splits,
+                    delete_tasks: tasks,
+                }
+            }
+            (shale_metastore::SplitChanges::Since(rows), None) => IndexView {
+                // Not asked for (changes since no view are the whole index), but well defined.
+                version,
+                index,
+                splits: rows
+                    .into_iter()
+                    .filter(|row| row.split_state == SplitState::Published)
+                    .map(|row| {
+                        (
+                            row.split_metadata.split_id.clone(),
+                            Arc::new(row.split_metadata),
+                        )
+                    })
+                    .collect(),
+                delete_tasks,
+            },
+            (shale_metastore::SplitChanges::All(all), _) => IndexView {
+                version,
+                index,
+                splits: all
+                    .into_iter()
+                    .map(|split| (split.split_id.clone(), Arc::new(split)))
+                    .collect(),
+                delete_tasks,
+            },
+        }
     }
 }
 
@@ -271,7 +338,7 @@ impl IndexView {
 static VIEWS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "shale_search_index_views_total",
-        "Searches whose index view (metadata, Published splits, delete tasks) was current (`reused`) or read again from the metastore (`loaded`).",
+        "Searches whose index view (metadata, Published splits, delete tasks) was current (`reused`), brought up to date from the changes since its version (`refreshed`) or read whole from the metastore (`loaded`).",
         &["outcome"]
     )
     .expect("metric registered once")
@@ -357,11 +424,10 @@ impl SearchService {
             })
     }
 
-    /// The index and its doc mapper; the request is checked (page bounds, query, sort) before
-    /// anything is searched.
-    /// The current view of `index_id`: the one kept if the index's version still holds,
-    /// else read again (metadata, Published splits, delete tasks). The version is read
-    /// first, so a write that lands while the view is read makes the next search read again.
+    /// The current view of `index_id`: the one kept if the index's version still holds, else
+    /// brought up to date by the changes since its version (the whole index when there is no
+    /// view). The changes are read in one snapshot of the metastore, so the view is exactly
+    /// that of the version they come with.
     async fn view(&self, index_id: &str) -> Result<Arc<IndexView>, SearchError> {
         let not_found = |err: MetastoreError| match err {
             MetastoreError::NotFound { .. } => SearchError::IndexNotFound(index_id.to_string()),
@@ -377,38 +443,40 @@ impl SearchService {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(index_id)
-            .filter(|view| view.version == version)
             .cloned();
-        if let Some(view) = kept {
+        if let Some(view) = kept.as_ref().filter(|view| view.version == version) {
             VIEWS.with_label_values(&["reused"]).inc();
-            return Ok(view);
+            return Ok(view.clone());
         }
-        VIEWS.with_label_values(&["loaded"]).inc();
-        let index = self
+        let base = kept.filter(|view| view.version.index_uid == version.index_uid);
+        let changes = self
             .metastore
-            .index_metadata_without_checkpoints(index_id)
+            .index_changes(
+                index_id,
+                base.as_ref().map(|view| &view.version),
+                base.as_ref().map_or(0, |view| view.last_delete_opstamp()),
+            )
             .await
             .map_err(not_found)?;
-        let (splits, delete_tasks) = tokio::try_join!(
-            self.metastore.list_splits(
-                ListSplitsQuery::for_index(index.index_uid.clone())
-                    .with_states(&[SplitState::Published])
-            ),
-            self.metastore.list_delete_tasks(&index.index_uid, 0),
-        )
-        .map_err(SearchError::Metastore)?;
-        let view = Arc::new(IndexView {
-            version,
-            index,
-            splits: splits.into_iter().map(|s| s.split_metadata).collect(),
-            delete_tasks,
-        });
+        let outcome = match changes.splits {
+            shale_metastore::SplitChanges::All(_) => "loaded",
+            shale_metastore::SplitChanges::Since(_) => "refreshed",
+        };
+        VIEWS.with_label_values(&[outcome]).inc();
+        let view = Arc::new(IndexView::apply(base.as_deref(), changes));
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: an index searched once does not stay forever (it is read again if needed).
         if views.len() >= MAX_INDEX_VIEWS && !views.contains_key(index_id) {
             views.clear();
         }
-        views.insert(index_id.to_string(), view.clone());
+        // A concurrent search may have kept a newer view of the same index meanwhile.
+        let newer_kept = views.get(index_id).is_some_and(|kept| {
+            kept.version.index_uid == view.version.index_uid
+                && kept.version.version > view.version.version
+        });
+        if !newer_kept {
+            views.insert(index_id.to_string(), view.clone());
+        }
         Ok(view)
     }
 

@@ -100,6 +100,17 @@ where
         index_uid: &IndexUid,
         opstamp_gt: u64,
     ) -> MetastoreResult<Vec<DeleteTask>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::delete_tasks_on(&mut conn, index_uid, opstamp_gt).await
+    }
+
+    /// The delete tasks of `index_uid` above `opstamp_gt`, by opstamp, read on `conn` (in
+    /// its transaction, if any).
+    pub(super) async fn delete_tasks_on(
+        conn: &mut DB::Connection,
+        index_uid: &IndexUid,
+        opstamp_gt: u64,
+    ) -> MetastoreResult<Vec<DeleteTask>> {
         // One round trip (searches call this every time): the index's row, joined with its
         // tasks past `opstamp_gt` — no row means no index, one row without a task means none.
         let rows = sqlx::query::<DB>(AssertSqlSafe(
@@ -114,7 +125,7 @@ where
         ))
         .bind(index_uid.to_string())
         .bind(to_db(opstamp_gt))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         if rows.is_empty() {
             return Err(super::index_not_found(index_uid));

@@ -487,7 +487,7 @@ where
     ) -> MetastoreResult<()> {
         let mut write = self.begin_write().await?;
         let result: MetastoreResult<_> = async {
-            Self::lock_index(&mut write.tx, index_uid).await?;
+            let version = Self::lock_index(&mut write.tx, index_uid).await?;
             let task = Self::lock_task(&mut write.tx, task_id).await?;
             if task.index_uid != *index_uid {
                 return Err(MetastoreError::FailedPrecondition(format!(
@@ -503,7 +503,16 @@ where
                     task.split_ids.join(", ")
                 )));
             }
-            Self::publish_locked(&mut write.tx, index_uid, output, replaced, None, now).await?;
+            Self::publish_locked(
+                &mut write.tx,
+                index_uid,
+                output,
+                replaced,
+                None,
+                now,
+                version,
+            )
+            .await?;
             let output_split_ids = serde_json::to_string(output).map_err(serde_err)?;
             sqlx::query::<DB>(
                 "UPDATE merge_tasks SET task_state = 'Succeeded', lease_expires_at = NULL, \
