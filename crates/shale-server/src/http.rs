@@ -965,20 +965,19 @@ async fn search_get(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
     ApiQuery(request): ApiQuery<SearchRequest>,
-) -> ApiResult<Json<Value>> {
-    let response = state.node.search.search(&index_id, request).await?;
-    Ok(Json(json!(response)))
+) -> ApiResult<Json<shale_search::SearchResponse>> {
+    // Serialized as it is: no intermediate JSON tree (a copy of every hit).
+    Ok(Json(state.node.search.search(&index_id, request).await?))
 }
 
 async fn search_post(
     State(state): State<AppState>,
     Path(index_id): Path<String>,
     body: Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<shale_search::SearchResponse>> {
     let request: SearchRequest = serde_json::from_slice(&body)
         .map_err(|err| ApiError::bad_request(format!("invalid search request: {err}")))?;
-    let response = state.node.search.search(&index_id, request).await?;
-    Ok(Json(json!(response)))
+    Ok(Json(state.node.search.search(&index_id, request).await?))
 }
 
 /// A stable, machine-readable reason for a rejected document (Quickwit-like).

@@ -272,6 +272,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ),
     ];
 
+    // The floor of an HTTP round trip here: the same client, a route that does nothing.
+    let mut floor = Vec::with_capacity(args.iterations);
+    for _ in 0..args.iterations {
+        let started = Instant::now();
+        let resp = client.get(format!("{base}/health/livez")).send().await?;
+        resp.bytes().await?;
+        floor.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!();
+    println!(
+        "HTTP round trip floor (GET /health/livez, same client and process), p50: {:.3} ms",
+        summary(&mut floor).0
+    );
+
     let mut targets: Vec<Target> = Vec::new();
     // Every query of this table is computed: the partial-result cache is off (the variants
     // below show what it saves).
