@@ -1265,19 +1265,23 @@ where
                 // A reader whose view predates a deleted row's last write cannot learn of it
                 // by reading changes any more: it reads the index whole.
                 let sql = format!(
-                    "UPDATE indexes SET splits_gone_version = (\
-                         SELECT CAST(COALESCE(MAX(update_version), 0) AS BIGINT) FROM splits \
-                         WHERE index_uid = $1 AND split_id IN ({})) \
-                     WHERE index_uid = $1 AND splits_gone_version < (\
-                         SELECT CAST(COALESCE(MAX(update_version), 0) AS BIGINT) FROM splits \
-                         WHERE index_uid = $1 AND split_id IN ({0}))",
+                    "SELECT CAST(COALESCE(MAX(update_version), 0) AS BIGINT) AS newest \
+                     FROM splits WHERE index_uid = $1 AND split_id IN ({})",
                     placeholders(2, chunk.len())
                 );
                 let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(index_uid.to_string());
                 for split_id in chunk {
                     query = query.bind(split_id.clone());
                 }
-                query.execute(&mut *write.tx).await?;
+                let newest: i64 = query.fetch_one(&mut *write.tx).await?.try_get("newest")?;
+                sqlx::query::<DB>(
+                    "UPDATE indexes SET splits_gone_version = $2 \
+                     WHERE index_uid = $1 AND splits_gone_version < $2",
+                )
+                .bind(index_uid.to_string())
+                .bind(newest)
+                .execute(&mut *write.tx)
+                .await?;
                 let sql = format!(
                     "DELETE FROM splits WHERE index_uid = $1 AND split_id IN ({})",
                     placeholders(2, chunk.len())
