@@ -480,6 +480,8 @@ impl SearchService {
         Ok(view)
     }
 
+    /// The view of the index and its doc mapper; the request is checked (page bounds, query,
+    /// sort) before anything is searched.
     async fn prepare(
         &self,
         index_id: &str,
