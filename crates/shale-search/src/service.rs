@@ -285,9 +285,11 @@ impl IndexView {
             splits,
             delete_tasks,
         } = changes;
-        match (splits, base) {
-            (shale_metastore::SplitChanges::Since(rows), Some(base)) => {
-                let mut splits = base.splits.clone();
+        match splits {
+            // Changes since no view are the whole index: they are never asked for that way,
+            // but apply to an empty view all the same.
+            shale_metastore::SplitChanges::Since(rows) => {
+                let mut splits = base.map(|base| base.splits.clone()).unwrap_or_default();
                 for row in rows {
                     if row.split_state == SplitState::Published {
                         let split = Arc::new(row.split_metadata);
@@ -296,7 +298,9 @@ impl IndexView {
                         splits.remove(&row.split_metadata.split_id);
                     }
                 }
-                let mut tasks = base.delete_tasks.clone();
+                let mut tasks = base
+                    .map(|base| base.delete_tasks.clone())
+                    .unwrap_or_default();
                 tasks.extend(delete_tasks);
                 IndexView {
                     version,
@@ -305,23 +309,7 @@ impl IndexView {
                     delete_tasks: tasks,
                 }
             }
-            (shale_metastore::SplitChanges::Since(rows), None) => IndexView {
-                // Not asked for (changes since no view are the whole index), but well defined.
-                version,
-                index,
-                splits: rows
-                    .into_iter()
-                    .filter(|row| row.split_state == SplitState::Published)
-                    .map(|row| {
-                        (
-                            row.split_metadata.split_id.clone(),
-                            Arc::new(row.split_metadata),
-                        )
-                    })
-                    .collect(),
-                delete_tasks,
-            },
-            (shale_metastore::SplitChanges::All(all), _) => IndexView {
+            shale_metastore::SplitChanges::All(all) => IndexView {
                 version,
                 index,
                 splits: all
