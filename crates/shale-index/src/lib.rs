@@ -5,7 +5,8 @@
 //!   datetime `input_formats`, timestamp, tags, partition id) on the ingest hot path, renders
 //!   stored documents back as JSON hits ([`DocMapper::doc_to_json`]) and parses queries
 //!   ([`DocMapper::parse_query`], AND by default as in Quickwit), time filters
-//!   ([`DocMapper::time_range_query`]) and the tag terms a query requires
+//!   ([`DocMapper::time_range_query`], a [`TimeFilterQuery`] that skips the blocks of
+//!   documents outside the range) and the tag terms a query requires
 //!   ([`DocMapper::required_tag_terms`], checked against a split's tags with
 //!   [`split_may_match_tags`]).
 //! * [`SplitBuilder`] indexes parsed documents into a scratch directory and
@@ -49,6 +50,7 @@ mod pruning;
 mod query;
 mod remote;
 mod split;
+mod time_filter;
 mod tokenizers;
 
 pub use bundle::{
@@ -76,6 +78,7 @@ pub use split::{
     split_stats, BuiltSplit, SplitBuilder, SplitStats, MIN_HEAP_BYTES_PER_THREAD,
     SPLIT_STATS_VERSION,
 };
+pub use time_filter::TimeFilterQuery;
 pub use tokenizers::fast_field_tokenizers;
 
 #[cfg(test)]

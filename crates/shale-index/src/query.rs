@@ -1205,8 +1205,9 @@ impl DocMapper {
         }
     }
 
-    /// A filter on the timestamp field: `start_secs <= timestamp < end_secs_exclusive` (a range
-    /// query on the fast datetime column). `None` when the index has no timestamp field or both
+    /// A filter on the timestamp field: `start_secs <= timestamp < end_secs_exclusive` (on the
+    /// fast datetime column, skipping the blocks of documents outside the range: see
+    /// [`TimeFilterQuery`](crate::TimeFilterQuery)). `None` when the index has no timestamp field or both
     /// bounds are open.
     pub fn time_range_query(
         &self,
@@ -1217,10 +1218,13 @@ impl DocMapper {
         if start_secs.is_none() && end_secs_exclusive.is_none() {
             return None;
         }
-        let term = |secs: i64| Term::from_field_date(field, datetime_from_secs(secs));
-        let lower = start_secs.map_or(Bound::Unbounded, |secs| Bound::Included(term(secs)));
-        let upper = end_secs_exclusive.map_or(Bound::Unbounded, |secs| Bound::Excluded(term(secs)));
-        Some(Box::new(RangeQuery::new(lower, upper)))
+        let lower = start_secs.map_or(Bound::Unbounded, |secs| {
+            Bound::Included(datetime_from_secs(secs))
+        });
+        let upper = end_secs_exclusive.map_or(Bound::Unbounded, |secs| {
+            Bound::Excluded(datetime_from_secs(secs))
+        });
+        Some(Box::new(crate::TimeFilterQuery::new(field, lower, upper)))
     }
 
     /// Resolves a field name of the schema.
