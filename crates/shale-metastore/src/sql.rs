@@ -47,6 +47,7 @@ mod delete_tasks;
 mod merge_tasks;
 mod metric_metadata;
 mod templates;
+pub(crate) mod versions;
 
 mod sealed {
     pub trait Sealed {}
@@ -83,6 +84,8 @@ pub struct SqlMetastore<DB: Dialect> {
     write_lock: Option<Arc<Mutex<()>>>,
     /// Checked by every write transaction of this handle (see [`Metastore::with_fence`]).
     fence: Option<Fence>,
+    /// Index versions kept between writes while this process writes alone (SQLite).
+    versions: Option<Arc<versions::VersionCache>>,
 }
 
 impl<DB: Dialect> Clone for SqlMetastore<DB> {
@@ -91,6 +94,7 @@ impl<DB: Dialect> Clone for SqlMetastore<DB> {
             pool: self.pool.clone(),
             write_lock: self.write_lock.clone(),
             fence: self.fence.clone(),
+            versions: self.versions.clone(),
         }
     }
 }
@@ -119,6 +123,8 @@ struct WriteTx<'a, DB: Database> {
     /// Whether the transaction ended cleanly (committed or rolled back).
     ended: bool,
     _guard: Option<MutexGuard<'a, ()>>,
+    /// Told when this write transaction ends.
+    versions: Option<&'a versions::VersionCache>,
 }
 
 impl<DB> WriteTx<'_, DB>
@@ -141,6 +147,7 @@ where
             tx: conn,
             ended: false,
             _guard: guard,
+            versions: None,
         })
     }
 
@@ -180,6 +187,9 @@ impl<DB: Database> Drop for WriteTx<'_, DB> {
     fn drop(&mut self) {
         if !self.ended {
             self.tx.close_on_drop();
+        }
+        if let Some(versions) = self.versions {
+            versions.write_ended(!self.ended);
         }
     }
 }
@@ -236,7 +246,15 @@ where
             pool,
             write_lock: serialize_writes.then(|| Arc::new(Mutex::new(()))),
             fence: None,
+            versions: None,
         }
+    }
+
+    /// Answers index versions from memory while `alone` says every write to the database
+    /// goes through this handle and its clones (see [`versions`]).
+    pub(crate) fn with_version_cache(mut self, alone: versions::Alone) -> Self {
+        self.versions = Some(Arc::new(versions::VersionCache::new(alone)));
+        self
     }
 
     /// Closes the connection pool; the metastore must not be used afterwards.
@@ -250,6 +268,7 @@ where
             None => None,
         };
         let mut write = WriteTx::begin(&self.pool, DB::BEGIN_WRITE, guard).await?;
+        write.versions = self.versions.as_deref();
         if let Some(fence) = &self.fence {
             if let Err(err) = Self::check_fence(&mut write.tx, fence).await {
                 return write.finish(Err(err)).await;
@@ -287,6 +306,27 @@ where
         match row {
             Some(row) => Ok(row.try_get::<i64, _>("version")?),
             None => Err(index_not_found(index_uid)),
+        }
+    }
+
+    /// The index's uid and version, read from the database.
+    async fn read_index_version(&self, index_id: &str) -> MetastoreResult<crate::IndexVersion> {
+        let row = sqlx::query::<DB>("SELECT index_uid, version FROM indexes WHERE index_id = $1")
+            .bind(index_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => Ok(crate::IndexVersion {
+                index_uid: row
+                    .try_get::<String, _>("index_uid")?
+                    .parse()
+                    .map_err(serde_err)?,
+                version: from_db(row.try_get::<i64, _>("version")?),
+            }),
+            None => Err(MetastoreError::NotFound {
+                kind: "index",
+                id: index_id.to_string(),
+            }),
         }
     }
 
@@ -789,23 +829,20 @@ where
     }
 
     async fn index_version(&self, index_id: &str) -> MetastoreResult<crate::IndexVersion> {
-        let row = sqlx::query::<DB>("SELECT index_uid, version FROM indexes WHERE index_id = $1")
-            .bind(index_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        match row {
-            Some(row) => Ok(crate::IndexVersion {
-                index_uid: row
-                    .try_get::<String, _>("index_uid")?
-                    .parse()
-                    .map_err(serde_err)?,
-                version: from_db(row.try_get::<i64, _>("version")?),
-            }),
-            None => Err(MetastoreError::NotFound {
-                kind: "index",
-                id: index_id.to_string(),
-            }),
+        let writes = match &self.versions {
+            Some(versions) => {
+                if let Some(version) = versions.get(index_id) {
+                    return Ok(version);
+                }
+                versions.before_read()
+            }
+            None => None,
+        };
+        let version = self.read_index_version(index_id).await?;
+        if let (Some(versions), Some(writes)) = (&self.versions, writes) {
+            versions.keep(index_id, version.clone(), writes);
         }
+        Ok(version)
     }
 
     async fn index_changes(

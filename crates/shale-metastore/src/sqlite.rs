@@ -4,7 +4,8 @@
 //! Write transactions start with `BEGIN IMMEDIATE`, which takes SQLite's single write lock up
 //! front (so two processes sharing the file serialize their writes), and are queued behind an
 //! in-process mutex (so this process's writers wait in line instead of polling the busy
-//! handler).
+//! handler). While a process is the only one using the file (see [`Users`]), it answers index
+//! versions from memory between its own writes (see [`crate::sql::versions`]).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -120,6 +121,11 @@ impl SqlMetastore<Sqlite> {
             name.push("-migrations.lock");
             std::path::PathBuf::from(name)
         });
+        let users_path = (!in_memory).then(|| {
+            let mut name = options.get_filename().as_os_str().to_owned();
+            name.push("-users");
+            std::path::PathBuf::from(name)
+        });
         // Two processes opening a fresh file at once race twice: switching it to WAL mode (the
         // loser gets "database is locked" at once, the busy handler is not consulted), and
         // sqlx's SQLite migrator, which takes no lock of its own (both apply migration 1). An
@@ -131,8 +137,71 @@ impl SqlMetastore<Sqlite> {
         };
         let pool = pool_options.connect_with(options).await?;
         migrations::sqlite().run(&pool).await?;
+        // Joined while the lock is held: no other process joins meanwhile.
+        let alone: crate::sql::versions::Alone = match users_path {
+            Some(path) => {
+                let users = join_users(path).await?;
+                Box::new(move || users.alone())
+            }
+            // An in-memory database lives and dies with this handle: no one else writes it.
+            None => Box::new(|| true),
+        };
         drop(lock);
         tracing::debug!(uri = path_or_uri, "opened SQLite metastore");
-        Ok(SqlMetastore::from_pool(pool, true))
+        Ok(SqlMetastore::from_pool(pool, true).with_version_cache(alone))
     }
+}
+
+/// This process's place among those using one SQLite file: the file `{db}-users`, which
+/// every process opening the database holds a shared lock on for as long as it runs and
+/// appends one byte to when it opens it (under the migrations lock, so one at a time).
+/// A process that found no other holder when it joined writes the database alone for as long
+/// as the file keeps the length it left it at; once another process joins, it no longer
+/// does (until it restarts).
+struct Users {
+    file: std::fs::File,
+    /// The file's length when this process joined alone.
+    alone_at: Option<u64>,
+}
+
+impl Users {
+    /// Whether no other process has joined since this one joined alone: one `fstat`, no
+    /// query.
+    fn alone(&self) -> bool {
+        self.alone_at
+            .is_some_and(|len| self.file.metadata().is_ok_and(|meta| meta.len() == len))
+    }
+}
+
+/// Joins the users of a database (see [`Users`]); must be called under the migrations lock.
+async fn join_users(path: std::path::PathBuf) -> MetastoreResult<Users> {
+    let joined = tokio::task::spawn_blocking(move || -> std::io::Result<Users> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)?;
+        // The exclusive lock is free only when no running process holds the shared one.
+        let alone = file.try_lock().is_ok();
+        if alone {
+            // Nobody else runs: the marks of those gone can go.
+            file.set_len(0)?;
+            file.unlock()?;
+        }
+        file.lock_shared()?;
+        file.write_all(b"+")?;
+        let len = file.metadata()?.len();
+        Ok(Users {
+            file,
+            alone_at: alone.then_some(len),
+        })
+    })
+    .await
+    .map_err(|err| MetastoreError::Db(format!("users file task failed: {err}")))?;
+    joined.map_err(|err| {
+        MetastoreError::Db(format!(
+            "cannot join the users of the SQLite metastore: {err}"
+        ))
+    })
 }

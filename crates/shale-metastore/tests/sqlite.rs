@@ -243,3 +243,93 @@ async fn writes_resume_once_a_full_disk_has_room_again() {
         .await
         .expect("a new index after the disk was full");
 }
+
+/// The version of `logs` written straight into the file by a connection that is not a
+/// metastore (no Shale process writes so; it shows whether a metastore reads the row again).
+async fn bump_behind_its_back(path: &str) {
+    let raw = sqlx::SqlitePool::connect(&format!("sqlite://{path}"))
+        .await
+        .expect("raw connection");
+    sqlx::query("UPDATE indexes SET version = version + 100 WHERE index_id = 'logs'")
+        .execute(&raw)
+        .await
+        .expect("raw update");
+    raw.close().await;
+}
+
+#[tokio::test]
+async fn a_process_alone_answers_versions_from_memory_and_another_sees_every_write() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    let first = SqliteMetastore::open(path).await.expect("open");
+    let index = first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    let uid = index.index_uid.clone();
+    let v0 = first.index_version("logs").await.expect("version");
+
+    // Alone, it does not read the row again between its own writes...
+    bump_behind_its_back(path).await;
+    assert_eq!(first.index_version("logs").await.expect("version"), v0);
+    // ...and reads it after each of them.
+    first
+        .stage_splits(&uid, vec![conformance::split_metadata(&uid, "a")])
+        .await
+        .expect("stage");
+    let v1 = first.index_version("logs").await.expect("version");
+    assert_eq!(v1.version, v0.version + 101);
+
+    // A second process joins the file: the first no longer answers from memory, so the
+    // second's writes are seen by the first's next read, and the other way round.
+    let second = SqliteMetastore::open(path).await.expect("open second");
+    second
+        .publish_splits(&uid, &["a".to_string()], &[], None)
+        .await
+        .expect("publish from the second");
+    let v2 = first.index_version("logs").await.expect("version");
+    assert_eq!(v2.version, v1.version + 1);
+    assert_eq!(second.index_version("logs").await.expect("version"), v2);
+    bump_behind_its_back(path).await;
+    assert_eq!(
+        first.index_version("logs").await.expect("version").version,
+        v2.version + 100
+    );
+    first
+        .mark_splits_for_deletion(&uid, &["a".to_string()])
+        .await
+        .expect("mark from the first");
+    assert_eq!(
+        second.index_version("logs").await.expect("version").version,
+        v2.version + 101
+    );
+
+    // Deleting the index is seen at once by the process that cached its version.
+    drop(second);
+    first.delete_index(&uid).await.expect("delete");
+    assert!(first.index_version("logs").await.is_err());
+}
+
+#[tokio::test]
+async fn a_process_alone_after_the_others_exit_answers_from_memory_again_on_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    {
+        let first = SqliteMetastore::open(path).await.expect("open");
+        let second = SqliteMetastore::open(path).await.expect("open");
+        first
+            .create_index(conformance::index_config("logs"))
+            .await
+            .expect("create");
+        assert!(second.index_version("logs").await.is_ok());
+        first.close().await;
+        second.close().await;
+    }
+    // Both gone (their shared locks released): a new process finds itself alone.
+    let alone = SqliteMetastore::open(path).await.expect("reopen");
+    let v0 = alone.index_version("logs").await.expect("version");
+    bump_behind_its_back(path).await;
+    assert_eq!(alone.index_version("logs").await.expect("version"), v0);
+}
