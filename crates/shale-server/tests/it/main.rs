@@ -38,6 +38,7 @@ mod s3_faults;
 mod sorting;
 mod sql;
 mod templates;
+mod time_filter;
 mod time_order;
 mod time_travel;
 mod ui;
