@@ -761,8 +761,6 @@ impl Leaf {
                 )
             })
             .collect();
-        // One blocking task per split, all at once (a split read by ranges waits on the
-        // object store for each document block it lacks); the documents come back in order.
         let mut by_split: HashMap<String, Vec<(usize, DocRef)>> = HashMap::new();
         for (position, doc) in docs.into_iter().enumerate() {
             by_split
@@ -770,27 +768,49 @@ impl Leaf {
                 .or_default()
                 .push((position, doc));
         }
-        let tasks = by_split.into_iter().map(|(split_id, docs)| {
-            let open = opened[&split_id].clone();
-            let mapper = older.get(&split_id).unwrap_or(&doc_mapper).clone();
-            tokio::task::spawn_blocking(move || {
-                docs.into_iter()
-                    .map(|(position, doc)| {
-                        open.searcher
-                            .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
-                            .map(|d| (position, mapper.doc_to_json(&d)))
-                            .map_err(|err| err.to_string())
-                    })
-                    .collect::<Result<Vec<_>, String>>()
-            })
-        });
+        let render = |open: &OpenSplit, mapper: &DocMapper, docs: Vec<(usize, DocRef)>| {
+            docs.into_iter()
+                .map(|(position, doc)| {
+                    open.searcher
+                        .doc::<TantivyDocument>(DocAddress::new(doc.segment_ord, doc.doc_id))
+                        .map(|d| (position, mapper.doc_to_json(&d)))
+                        .map_err(|err| err.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()
+        };
         let mut rendered: Vec<Option<serde_json::Value>> = vec![None; request.docs.len()];
-        for task in futures::future::join_all(tasks).await {
-            let docs = task
-                .map_err(|err| LeafError::Internal(err.to_string()))?
-                .map_err(LeafError::Internal)?;
+        let mut place = |docs: Vec<(usize, serde_json::Value)>| {
             for (position, doc) in docs {
                 rendered[position] = Some(doc);
+            }
+        };
+        // Documents of splits on local disk are read from memory-mapped files, a page of them
+        // in well under a millisecond: on this thread, without waking another for it (a
+        // multi-threaded runtime lends this worker's other tasks to another thread meanwhile).
+        let in_place = opened.values().all(|open| !open.by_ranges)
+            && tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread;
+        if in_place {
+            tokio::task::block_in_place(|| {
+                for (split_id, docs) in by_split {
+                    let mapper = older.get(&split_id).unwrap_or(&doc_mapper);
+                    place(render(&opened[&split_id], mapper, docs).map_err(LeafError::Internal)?);
+                }
+                Ok::<_, LeafError>(())
+            })?;
+        } else {
+            // One blocking task per split, all at once (a split read by ranges waits on the
+            // object store for each document block it lacks).
+            let tasks = by_split.into_iter().map(|(split_id, docs)| {
+                let open = opened[&split_id].clone();
+                let mapper = older.get(&split_id).unwrap_or(&doc_mapper).clone();
+                tokio::task::spawn_blocking(move || render(&open, &mapper, docs))
+            });
+            for task in futures::future::join_all(tasks).await {
+                place(
+                    task.map_err(|err| LeafError::Internal(err.to_string()))?
+                        .map_err(LeafError::Internal)?,
+                );
             }
         }
         let docs = rendered
