@@ -788,8 +788,9 @@ impl Leaf {
         // in well under a millisecond: on this thread, without waking another for it (a
         // multi-threaded runtime lends this worker's other tasks to another thread meanwhile).
         let in_place = opened.values().all(|open| !open.by_ranges)
-            && tokio::runtime::Handle::current().runtime_flavor()
-                == tokio::runtime::RuntimeFlavor::MultiThread;
+            && tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+                runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            });
         if in_place {
             tokio::task::block_in_place(|| {
                 for (split_id, docs) in by_split {

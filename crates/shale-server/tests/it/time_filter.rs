@@ -55,7 +55,8 @@ fn hit_times(response: &Value) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
+// On a multi-threaded runtime, as a node runs: the page's documents are read in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_windows_answer_as_an_independent_evaluation() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = common::config_in(tmp.path());
