@@ -58,11 +58,8 @@ fn hit_times(response: &Value) -> Vec<i64> {
 // On a multi-threaded runtime, as a node runs: the page's documents are read in place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_windows_answer_as_an_independent_evaluation() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::config_in(tmp.path());
     // Every search computed, none served by the partial-result cache.
-    config.partial_result_cache_max_bytes = 0;
-    let node = TestNode::start_with(config).await;
+    let node = TestNode::start_uncached().await;
     node.create_index(INDEX).await;
     for split in 0..SPLITS {
         let ndjson: String = (split * PER_SPLIT..(split + 1) * PER_SPLIT)

@@ -47,11 +47,8 @@ fn numbers(response: &Value) -> Vec<u64> {
 
 #[tokio::test]
 async fn splits_behind_the_kth_hit_are_only_counted_and_answers_stay_exact() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::config_in(tmp.path());
-    // Every search below is computed, none served by the partial-result cache.
-    config.partial_result_cache_max_bytes = 0;
-    let node = TestNode::start_with(config).await;
+    // Every search computed, none served by the partial-result cache.
+    let node = TestNode::start_uncached().await;
     node.create_index(INDEX).await;
     // Split s holds documents n = s*50 .. s*50+49, one a second: splits' time ranges are
     // disjoint and n orders documents as their timestamps do. Every third says "timeout".

@@ -57,6 +57,17 @@ impl TestNode {
         node
     }
 
+    /// A node in a temporary directory whose partial-result cache is off: every search is
+    /// computed.
+    pub async fn start_uncached() -> TestNode {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = config_in(tmp.path());
+        config.partial_result_cache_max_bytes = 0;
+        let mut node = TestNode::start_with(config).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
     pub async fn start_with(mut config: NodeConfig) -> TestNode {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
