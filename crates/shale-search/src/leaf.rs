@@ -351,11 +351,19 @@ impl Leaf {
         &self.cache
     }
 
-    /// The doc mapper of `index` (cached per doc mapping version).
+    /// The doc mapper of `index` (cached per doc mapping version and default search fields,
+    /// which an index update may change without changing the doc mapping).
     pub fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
         let key = format!(
-            "{}/{}",
-            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+            "{}/{}/{}",
+            index.index_uid,
+            index.index_config.doc_mapping.doc_mapping_uid,
+            // Field names cannot hold control characters.
+            index
+                .index_config
+                .search_settings
+                .default_search_fields
+                .join("\0")
         );
         let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mapper) = mappers.get(&key) {

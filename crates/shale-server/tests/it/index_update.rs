@@ -180,3 +180,25 @@ async fn merge_policy_and_doc_mapping_updates() {
     assert_eq!(status, 400, "{body}");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn new_default_search_fields_apply_to_the_next_search() {
+    let node = TestNode::start().await;
+    node.create_index(LOGS_INDEX).await;
+    node.ingest("logs", &log_docs(0, 10, T0, "api"), "force")
+        .await;
+    // `ERROR` is a level, not a word of any message: a bare term finds it only once `level`
+    // is a default search field, though the doc mapping (and its uid) does not change.
+    assert_eq!(node.count("logs", "ERROR").await, 0);
+    let (status, updated) = put(
+        &node,
+        "/api/v1/indexes/logs",
+        LOGS_INDEX.replace(
+            "  default_search_fields: [message]",
+            "  default_search_fields: [message, level]",
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(node.count("logs", "ERROR").await, 1);
+}
