@@ -116,16 +116,16 @@ impl SqlMetastore<Sqlite> {
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Full)
         };
-        let lock_path = (!in_memory).then(|| {
-            let mut name = options.get_filename().as_os_str().to_owned();
-            name.push("-migrations.lock");
-            std::path::PathBuf::from(name)
-        });
-        let users_path = (!in_memory).then(|| {
-            let mut name = options.get_filename().as_os_str().to_owned();
-            name.push("-users");
-            std::path::PathBuf::from(name)
-        });
+        // Files next to the database: `{db}{suffix}`.
+        let next_to_db = |suffix: &str| {
+            (!in_memory).then(|| {
+                let mut name = options.get_filename().as_os_str().to_owned();
+                name.push(suffix);
+                std::path::PathBuf::from(name)
+            })
+        };
+        let lock_path = next_to_db("-migrations.lock");
+        let users_path = next_to_db("-users");
         // Two processes opening a fresh file at once race twice: switching it to WAL mode (the
         // loser gets "database is locked" at once, the busy handler is not consulted), and
         // sqlx's SQLite migrator, which takes no lock of its own (both apply migration 1). An
