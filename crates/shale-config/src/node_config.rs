@@ -37,7 +37,14 @@
 //!   dead_after_ms: 5000                # no heartbeat for this long: dead for everyone
 //!   leader_lease_ms: 4000              # the leader's lease, renewed every heartbeat
 //!   cluster_secret: …                  # if set, internal calls must present it (else 401)
-//! api_token: …                         # if set, REST calls but /health/* must present it
+//! api_token: …                         # all rights; if set (or api_tokens), every call but
+//!                                      # /health/* and the UI's static files needs a token
+//! api_tokens:                          # scoped tokens (at least 8 characters each)
+//!   - {token: …, role: reader}         # search, PromQL, SQL, listings, the UI's reads
+//!   - {token: …, role: writer}         # ingest: NDJSON, _bulk, OTLP, remote write
+//!   - {token: …, role: admin}          # everything
+//! rest:
+//!   cors_allow_origins: ["https://grafana.example.com"] # or ["*"]; default: none
 //! enable_otlp_endpoint: true           # create the OTLP indexes at start (Quickwit's default)
 //! compaction:
 //!   scope: cluster                     # or node_local (Quickwit's behaviour)
@@ -299,6 +306,10 @@ pub struct NodeConfig {
     /// When set, every REST call but `/health/*` must present it (`Authorization: Bearer …`,
     /// or Elasticsearch clients' `ApiKey` / basic-auth password); else a 401.
     pub api_token: Option<String>,
+    /// Scoped tokens: each grants one [`TokenRole`] (`api_token` is an admin token).
+    pub api_tokens: Vec<ApiToken>,
+    /// REST listener settings (CORS).
+    pub rest: RestConfig,
     /// Create the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`) at start when
     /// missing (Quickwit's `indexer.enable_otlp_endpoint`).
     pub enable_otlp_endpoint: bool,
@@ -350,6 +361,8 @@ impl fmt::Debug for NodeConfig {
                 "api_token",
                 &self.api_token.as_ref().map(|_| crate::REDACTED),
             )
+            .field("api_tokens", &self.api_tokens)
+            .field("rest", &self.rest)
             .field("enable_otlp_endpoint", &self.enable_otlp_endpoint)
             .finish()
     }
@@ -371,9 +384,66 @@ impl NodeConfig {
         if self.api_token.is_some() {
             value["api_token"] = serde_json::Value::from(crate::REDACTED);
         }
+        if let Some(tokens) = value["api_tokens"].as_array_mut() {
+            for token in tokens {
+                token["token"] = serde_json::Value::from(crate::REDACTED);
+            }
+        }
         serde_yaml::to_string(&value)
             .unwrap_or_else(|err| format!("# cannot render the config: {err}\n"))
     }
+}
+
+/// What a scoped API token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenRole {
+    /// Reads: search, PromQL, SQL, field caps, listings, the UI's reads.
+    Reader,
+    /// Ingest: NDJSON, `_bulk`, OTLP (HTTP and gRPC), Prometheus remote write.
+    Writer,
+    /// Everything: reads, ingest, index and template changes, delete tasks, compaction.
+    Admin,
+}
+
+impl TokenRole {
+    /// The role's name as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenRole::Reader => "reader",
+            TokenRole::Writer => "writer",
+            TokenRole::Admin => "admin",
+        }
+    }
+}
+
+/// One scoped API token. `Debug` and `--print-config` never show the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// The secret a client presents.
+    pub token: String,
+    /// What it grants.
+    pub role: TokenRole,
+}
+
+impl fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("token", &crate::REDACTED)
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// Settings of the REST listener (Quickwit's `rest` section).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestConfig {
+    /// Origins whose pages may call the API from a browser (CORS), or `*` for any; empty:
+    /// none (a cross-site request that changes something is refused either way).
+    #[serde(default)]
+    pub cors_allow_origins: Vec<String>,
 }
 
 /// Which splits may merge together.
@@ -486,6 +556,10 @@ struct NodeConfigFile {
     #[serde(default)]
     api_token: Option<String>,
     #[serde(default)]
+    api_tokens: Vec<ApiToken>,
+    #[serde(default)]
+    rest: Option<RestConfig>,
+    #[serde(default)]
     enable_otlp_endpoint: Option<bool>,
 }
 
@@ -597,6 +671,8 @@ impl NodeConfig {
             cluster: file.cluster.unwrap_or_default(),
             compaction: file.compaction.unwrap_or_default(),
             api_token: file.api_token,
+            api_tokens: file.api_tokens,
+            rest: file.rest.unwrap_or_default(),
             enable_otlp_endpoint: file
                 .enable_otlp_endpoint
                 .unwrap_or(DEFAULT_ENABLE_OTLP_ENDPOINT),
@@ -662,6 +738,41 @@ impl NodeConfig {
                 "api_token",
                 "must be at least 8 characters".to_string(),
             ));
+        }
+        for (i, token) in self.api_tokens.iter().enumerate() {
+            if token.token.len() < 8 {
+                return Err(invalid(
+                    &format!("api_tokens[{i}].token"),
+                    "must be at least 8 characters".to_string(),
+                ));
+            }
+            let same = |other: &str| other == token.token;
+            if self.api_token.as_deref().is_some_and(same)
+                || self.api_tokens[..i].iter().any(|t| same(&t.token))
+            {
+                return Err(invalid(
+                    &format!("api_tokens[{i}].token"),
+                    "is given twice: each token grants one role".to_string(),
+                ));
+            }
+        }
+        for (i, origin) in self.rest.cors_allow_origins.iter().enumerate() {
+            let authority = origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"));
+            let ok = origin == "*"
+                || authority.is_some_and(|authority| {
+                    !authority.is_empty()
+                        && authority
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
+                });
+            if !ok {
+                return Err(invalid(
+                    &format!("rest.cors_allow_origins[{i}]"),
+                    format!("`{origin}` is not an origin (`https://host[:port]`, no path) or `*`"),
+                ));
+            }
         }
         let cluster = &self.cluster;
         if cluster.heartbeat_interval_ms < 10 {
@@ -802,6 +913,8 @@ impl Default for NodeConfig {
             cluster: ClusterConfig::default(),
             compaction: CompactionConfig::default(),
             api_token: None,
+            api_tokens: Vec::new(),
+            rest: RestConfig::default(),
             enable_otlp_endpoint: DEFAULT_ENABLE_OTLP_ENDPOINT,
         }
     }

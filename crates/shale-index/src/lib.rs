@@ -71,7 +71,7 @@ pub use merge::{
     merge_splits_to, merge_splits_with_deletes,
 };
 pub use pruning::SplitPruner;
-pub use query::{any_value_tag, split_may_match_tags, MAX_VALUES_PER_TAG_FIELD};
+pub use query::{any_value_tag, split_may_match_tags, MAX_QUERY_DEPTH, MAX_VALUES_PER_TAG_FIELD};
 pub use remote::RangeRead;
 pub use shale_config::OTHER_PARTITION_ID;
 pub use split::{

@@ -1265,6 +1265,56 @@ fn check_field_name(name: &str) -> Result<(), IndexError> {
     Ok(())
 }
 
+/// The deepest nesting a query may have: parentheses and `NOT` / `-` / `+` prefixes, each a
+/// level. Parsing, rewriting and running a query recurse once per level, so without a bound a
+/// query could overflow a thread's stack.
+pub const MAX_QUERY_DEPTH: usize = 64;
+
+/// Refuses a query nested deeper than [`MAX_QUERY_DEPTH`] (`tokens`: its words and
+/// parentheses, phrases whole).
+fn check_depth(query: &str, tokens: &[String]) -> Result<(), IndexError> {
+    let mut depth = 0usize;
+    // Prefixes waiting for their operand, and what each open parenthesis added.
+    let mut pending = 0usize;
+    let mut opened: Vec<usize> = Vec::new();
+    for token in tokens {
+        let reached = match token.as_str() {
+            "(" => {
+                opened.push(pending + 1);
+                depth += pending + 1;
+                pending = 0;
+                depth
+            }
+            ")" => {
+                depth = depth.saturating_sub(opened.pop().unwrap_or(0));
+                depth
+            }
+            "NOT" => {
+                pending += 1;
+                depth + pending
+            }
+            word => {
+                let prefixes = word.chars().take_while(|c| matches!(c, '-' | '+')).count();
+                pending += prefixes;
+                let reached = depth + pending;
+                if prefixes < word.len() {
+                    // An operand: its prefixes are used up.
+                    pending = 0;
+                }
+                reached
+            }
+        };
+        if reached > MAX_QUERY_DEPTH {
+            let shown: String = query.chars().take(80).collect();
+            return Err(IndexError::InvalidQuery(format!(
+                "`{shown}…`: the query is nested more than {MAX_QUERY_DEPTH} levels deep \
+                 (parentheses and NOT, - and + prefixes), the maximum query depth"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Rejects a boolean operator without an operand on each side (`a AND`, `AND AND`,
 /// `(OR b)`, `NOT`), as Quickwit does; the grammar would read it as a search term.
 fn check_operators(query: &str) -> Result<(), IndexError> {
@@ -1300,6 +1350,7 @@ fn check_operators(query: &str) -> Result<(), IndexError> {
         }
     }
     flush(&mut word, &mut tokens);
+    check_depth(query, &tokens)?;
     let is_binary = |t: &str| t == "AND" || t == "OR";
     let dangling = |op: &str| {
         IndexError::InvalidQuery(format!(

@@ -12,6 +12,7 @@ use axum::Json;
 use serde_json::Value;
 use shale_cluster::Membership;
 use shale_config::Role;
+use shale_metastore::IndexMetadata;
 use shale_search::leaf::{
     FetchDocsRequest, FetchDocsResponse, Leaf, LeafError, LeafRequest, LeafResponse,
 };
@@ -138,12 +139,31 @@ fn leaf_response<T: serde::Serialize>(
     ))
 }
 
+/// The index a leaf request names, as this node's metastore has it: what the leaf reads (the
+/// index's storage, its mapping) never comes from the caller. 404 for an index (or an
+/// incarnation of it) the metastore does not have.
+async fn own_index(state: &AppState, named: &IndexMetadata) -> Result<IndexMetadata, ApiError> {
+    let index = state
+        .node
+        .metastore
+        .index_metadata(named.index_id())
+        .await?;
+    if index.index_uid != named.index_uid {
+        return Err(ApiError::not_found(format!(
+            "index `{}` not found",
+            named.index_uid
+        )));
+    }
+    Ok(index)
+}
+
 /// `POST /internal/v1/search/leaf`: searches splits for another node's search.
 pub async fn leaf_search(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request: LeafRequest = parse_request(&body, "leaf")?;
+    let mut request: LeafRequest = parse_request(&body, "leaf")?;
+    request.index = own_index(&state, &request.index).await?;
     leaf_response(state.node.search.leaf().search(request).await)
 }
 
@@ -152,6 +172,7 @@ pub async fn fetch_docs(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request: FetchDocsRequest = parse_request(&body, "fetch")?;
+    let mut request: FetchDocsRequest = parse_request(&body, "fetch")?;
+    request.index = own_index(&state, &request.index).await?;
     leaf_response(state.node.search.leaf().fetch_docs(request).await)
 }

@@ -8,7 +8,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -18,6 +17,7 @@ use shale_metastore::{ListSplitsQuery, MetastoreError};
 use shale_search::{SearchError, SearchRequest};
 use shale_types::{DeleteQuery, DeleteTask, SplitState};
 
+use crate::auth::{Access, ApiRoutes, Credentials};
 use crate::node::{Node, NodeError};
 
 /// An API error: a status and a message, rendered `{"message": …}` (with a `Retry-After`
@@ -172,24 +172,69 @@ where
 pub struct AppState {
     /// The node.
     pub node: Arc<Node>,
+    /// The tokens the node accepts (for the UI page, which checks its cookie itself).
+    pub credentials: Arc<Credentials>,
 }
 
-/// The REST router, with its middleware; every request, whatever its route, is counted in
-/// `/metrics` ([`crate::metrics::track_http`]).
+impl AppState {
+    /// The state of `node`'s handlers.
+    pub fn new(node: Arc<Node>) -> Self {
+        let credentials = Arc::new(Credentials::new(&node.config));
+        AppState { node, credentials }
+    }
+}
+
+/// The REST router: every route of every API ([`api_routes`]) behind the gate
+/// ([`crate::auth`]), each request counted in `/metrics` ([`crate::metrics::track_http`]),
+/// cross-origin reads as `rest.cors_allow_origins` allows.
 pub fn router(node: Arc<Node>) -> Router {
-    let state = AppState { node: node.clone() };
-    // Remote-write bodies are snappy: those routes are outside the gzip decompression.
-    with_middleware(routes(node))
-        .merge(crate::prometheus::write_routes().with_state(state).layer(
-            tower_http::catch_panic::CatchPanicLayer::custom(panic_response),
-        ))
-        .layer(axum::middleware::from_fn(crate::metrics::track_http))
+    let cors = cors_layer(&node.config.rest.cors_allow_origins);
+    let router = crate::auth::guard(api_routes(), AppState::new(node))
+        // Elasticsearch's product header on every answer of its API, refusals included.
+        .layer(axum::middleware::from_fn(crate::elastic::product_header))
+        .layer(axum::middleware::from_fn(crate::metrics::track_http));
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// CORS for the allowed origins (`*`: any), `None` when none is.
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow_origin = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|origin| header::HeaderValue::from_str(origin).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow_origin)
+            .allow_methods(AllowMethods::mirror_request())
+            .allow_headers(AllowHeaders::mirror_request())
+            .max_age(std::time::Duration::from_secs(3600)),
+    )
+}
+
+/// Every route of the REST listener with what it needs. Remote-write bodies are snappy:
+/// those routes are outside the gzip decompression of the others.
+pub fn api_routes() -> ApiRoutes {
+    with_middleware(routes()).merge(crate::prometheus::write_routes().layer(
+        tower_http::catch_panic::CatchPanicLayer::custom(panic_response),
+    ))
 }
 
 /// The middleware every route runs under: a panic while handling a request becomes a JSON
 /// 500 that says so (the connection and the node survive it).
-pub fn with_middleware(router: Router) -> Router {
-    router
+pub fn with_middleware(routes: ApiRoutes) -> ApiRoutes {
+    routes
         // `Content-Encoding: gzip` request bodies (ingest, `_bulk`, searches) are inflated
         // before the handlers read them; other encodings are a 415.
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
@@ -212,223 +257,123 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     .into_response()
 }
 
-fn routes(node: Arc<Node>) -> Router {
-    let state = AppState { node };
-    Router::new()
-        .merge(crate::internal::routes(state.clone()))
+fn routes() -> ApiRoutes {
+    use crate::elastic as es;
+    use crate::elastic_read as esr;
+    use Access::{Admin, Authenticated, Public, Read, Write};
+    ApiRoutes::new()
+        .merge(crate::internal::routes())
         .merge(crate::otlp_api::routes())
         .merge(crate::prometheus::query_routes())
         .merge(sql_routes())
         .merge(crate::ui::routes())
-        .route("/health/livez", get(|| async { Json(json!(true)) }))
-        .route("/health/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/api/v1/version", get(version))
-        .route("/api/v1/cluster", get(cluster_state))
-        .route("/api/v1/indexes", post(create_index).get(list_indexes))
-        .route(
-            "/api/v1/indexes/{index_id}",
-            get(describe_index).put(update_index).delete(delete_index),
-        )
-        .route("/api/v1/indexes/{index_id}/splits", get(list_splits))
-        .route(
+        .get("/health/livez", Public, || async { Json(json!(true)) })
+        .get("/health/readyz", Public, readyz)
+        .get("/metrics", Read, metrics)
+        .get("/api/v1/version", Authenticated, version)
+        .get("/api/v1/auth", Authenticated, crate::auth::whoami)
+        .get("/api/v1/cluster", Read, cluster_state)
+        .post("/api/v1/indexes", Admin, create_index)
+        .get("/api/v1/indexes", Read, list_indexes)
+        .get("/api/v1/indexes/{index_id}", Read, describe_index)
+        .put("/api/v1/indexes/{index_id}", Admin, update_index)
+        .delete("/api/v1/indexes/{index_id}", Admin, delete_index)
+        .get("/api/v1/indexes/{index_id}/splits", Read, list_splits)
+        .get(
             "/api/v1/indexes/{index_id}/compaction",
-            get(compaction_status),
+            Read,
+            compaction_status,
         )
-        .route("/api/v1/indexes/{index_id}/compact", post(start_compaction))
-        .route(
+        .post(
+            "/api/v1/indexes/{index_id}/compact",
+            Admin,
+            start_compaction,
+        )
+        .get(
             "/api/v1/indexes/{index_id}/compactions",
-            get(list_compactions),
+            Read,
+            list_compactions,
         )
-        .route(
+        .get(
             "/api/v1/indexes/{index_id}/compactions/{compaction_id}",
-            get(get_compaction),
+            Read,
+            get_compaction,
         )
-        .route(
-            "/api/v1/templates",
-            post(create_template).get(list_templates),
-        )
-        .route(
-            "/api/v1/templates/{template_id}",
-            get(get_template)
-                .put(update_template)
-                .delete(delete_template),
-        )
-        .route("/api/v1/{index_id}/ingest", post(ingest))
-        .route(
-            "/api/v1/{index_id}/delete-tasks",
-            post(create_delete_task).get(list_delete_tasks),
-        )
-        .route(
+        .post("/api/v1/templates", Admin, create_template)
+        .get("/api/v1/templates", Read, list_templates)
+        .get("/api/v1/templates/{template_id}", Read, get_template)
+        .put("/api/v1/templates/{template_id}", Admin, update_template)
+        .delete("/api/v1/templates/{template_id}", Admin, delete_template)
+        .post("/api/v1/{index_id}/ingest", Write, ingest)
+        .post("/api/v1/{index_id}/delete-tasks", Admin, create_delete_task)
+        .get("/api/v1/{index_id}/delete-tasks", Read, list_delete_tasks)
+        .post(
             "/api/v1/indexes/{index_id}/delete-tasks",
-            post(create_delete_task).get(list_delete_tasks),
+            Admin,
+            create_delete_task,
         )
-        .route(
-            "/api/v1/{index_id}/search",
-            get(search_get).post(search_post),
+        .get(
+            "/api/v1/indexes/{index_id}/delete-tasks",
+            Read,
+            list_delete_tasks,
         )
-        .route(
-            "/api/v1/_elastic/_bulk",
-            post(crate::elastic::bulk).put(crate::elastic::bulk),
-        )
-        .route(
-            "/api/v1/_elastic/{index_id}/_bulk",
-            post(crate::elastic::bulk_index).put(crate::elastic::bulk_index),
-        )
-        .route("/api/v1/_elastic", get(crate::elastic_read::cluster_info))
-        .route(
-            "/api/v1/_elastic/{index_id}",
-            axum::routing::delete(crate::elastic_read::delete_indexes),
-        )
-        .route(
-            "/api/v1/_elastic/_stats",
-            get(crate::elastic_read::stats_all),
-        )
-        .route(
-            "/api/v1/_elastic/_search/scroll",
-            get(crate::elastic_read::scroll).post(crate::elastic_read::scroll),
-        )
-        .route(
-            "/api/v1/_elastic/{index_id}/_stats",
-            get(crate::elastic_read::stats_index),
-        )
-        .route("/api/v1/_elastic/", get(crate::elastic_read::cluster_info))
-        .route(
+        .get("/api/v1/{index_id}/search", Read, search_get)
+        .post("/api/v1/{index_id}/search", Read, search_post)
+        .post_put("/api/v1/_elastic/_bulk", Write, es::bulk)
+        .post_put("/api/v1/_elastic/{index_id}/_bulk", Write, es::bulk_index)
+        .get("/api/v1/_elastic", Read, esr::cluster_info)
+        .get("/api/v1/_elastic/", Read, esr::cluster_info)
+        .delete("/api/v1/_elastic/{index_id}", Admin, esr::delete_indexes)
+        .get("/api/v1/_elastic/_stats", Read, esr::stats_all)
+        .get_post("/api/v1/_elastic/_search/scroll", Read, esr::scroll)
+        .get("/api/v1/_elastic/{index_id}/_stats", Read, esr::stats_index)
+        .get(
             "/api/v1/_elastic/_cluster/health",
-            get(crate::elastic_read::cluster_health),
+            Read,
+            esr::cluster_health,
         )
-        .route(
-            "/api/v1/_elastic/_search",
-            get(crate::elastic_read::search_all).post(crate::elastic_read::search_all),
-        )
-        .route(
+        .get_post("/api/v1/_elastic/_search", Read, esr::search_all)
+        .get_post(
             "/api/v1/_elastic/{index_id}/_search",
-            get(crate::elastic_read::search_index).post(crate::elastic_read::search_index),
+            Read,
+            esr::search_index,
         )
-        .route(
-            "/api/v1/_elastic/{index_id}/_count",
-            get(crate::elastic_read::count).post(crate::elastic_read::count),
-        )
-        .route(
-            "/api/v1/_elastic/_msearch",
-            get(crate::elastic_read::msearch).post(crate::elastic_read::msearch),
-        )
-        .route(
+        .get_post("/api/v1/_elastic/{index_id}/_count", Read, esr::count)
+        .get_post("/api/v1/_elastic/_msearch", Read, esr::msearch)
+        .get_post(
             "/api/v1/_elastic/{index_id}/_msearch",
-            get(crate::elastic_read::msearch_index).post(crate::elastic_read::msearch_index),
+            Read,
+            esr::msearch_index,
         )
-        .route(
-            "/api/v1/_elastic/_field_caps",
-            get(crate::elastic_read::field_caps_all).post(crate::elastic_read::field_caps_all),
-        )
-        .route(
+        .get_post("/api/v1/_elastic/_field_caps", Read, esr::field_caps_all)
+        .get_post(
             "/api/v1/_elastic/{index_id}/_field_caps",
-            get(crate::elastic_read::field_caps_index).post(crate::elastic_read::field_caps_index),
+            Read,
+            esr::field_caps_index,
         )
-        .route(
-            "/api/v1/_elastic/_mapping",
-            get(crate::elastic_read::mapping_all),
-        )
-        .route(
+        .get("/api/v1/_elastic/_mapping", Read, esr::mapping_all)
+        .get(
             "/api/v1/_elastic/{index_id}/_mapping",
-            get(crate::elastic_read::mapping_index),
+            Read,
+            esr::mapping_index,
         )
-        .route(
+        .get(
             "/api/v1/_elastic/{index_id}/_mappings",
-            get(crate::elastic_read::mapping_index),
+            Read,
+            esr::mapping_index,
         )
-        .route(
-            "/api/v1/_elastic/_cat/indices",
-            get(crate::elastic_read::cat_indices_all),
-        )
-        .route(
+        .get("/api/v1/_elastic/_cat/indices", Read, esr::cat_indices_all)
+        .get(
             "/api/v1/_elastic/_cat/indices/{index_id}",
-            get(crate::elastic_read::cat_indices_index),
+            Read,
+            esr::cat_indices_index,
         )
-        .route(
+        .get(
             "/api/v1/_elastic/_resolve/index/{pattern}",
-            get(crate::elastic_read::resolve_index),
+            Read,
+            esr::resolve_index,
         )
         .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_api_token,
-        ))
-        .layer(axum::middleware::from_fn(crate::elastic::product_header))
-        .with_state(state)
-}
-
-/// Whether `headers` present `token`: `Authorization: Bearer <token>`, `ApiKey <token>` or
-/// `ApiKey base64(id:token)` (Elasticsearch clients' `api_key`), or `Basic
-/// base64(user:token)` (their basic auth).
-pub(crate) fn presents_token(headers: &HeaderMap, token: &str) -> bool {
-    use base64::Engine;
-    let Some(value) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let Some((scheme, credentials)) = value.trim().split_once(' ') else {
-        return false;
-    };
-    let credentials = credentials.trim();
-    let same = |candidate: &[u8]| crate::internal::same_secret(candidate, token.as_bytes());
-    let decoded_secret = || {
-        base64::engine::general_purpose::STANDARD
-            .decode(credentials)
-            .ok()
-            .and_then(|bytes| {
-                let colon = bytes.iter().position(|b| *b == b':')?;
-                Some(bytes[colon + 1..].to_vec())
-            })
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "bearer" => same(credentials.as_bytes()),
-        "apikey" => same(credentials.as_bytes()) || decoded_secret().is_some_and(|s| same(&s)),
-        "basic" => decoded_secret().is_some_and(|s| same(&s)),
-        _ => false,
-    }
-}
-
-/// With `api_token` set, refuses (401) every call but `/health/*` (and the internal API,
-/// which has its own secret) that does not present it.
-async fn require_api_token(
-    State(state): State<AppState>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(token) = &state.node.config.api_token else {
-        return next.run(request).await;
-    };
-    let path = request.uri().path();
-    if path.starts_with("/health/")
-        || path.starts_with("/internal/")
-        || crate::ui::is_ui_path(path)
-        || presents_token(request.headers(), token)
-    {
-        return next.run(request).await;
-    }
-    let mut response = if path.starts_with(crate::elastic::ELASTIC_PREFIX) {
-        crate::elastic::EsError {
-            status: StatusCode::UNAUTHORIZED,
-            kind: "security_exception",
-            reason: "missing or invalid authentication credentials for REST request".to_string(),
-            retry_after_secs: None,
-        }
-        .into_response()
-    } else {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing or invalid API token: send `Authorization: Bearer <api_token>`",
-        )
-        .into_response()
-    };
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
-    response
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -674,22 +619,19 @@ fn render_delete_task(task: &DeleteTask) -> Value {
 
 /// The SQL route (`shale-sql`), when this build has it.
 #[cfg(feature = "sql")]
-fn sql_routes() -> Router<AppState> {
+fn sql_routes() -> ApiRoutes {
     crate::sql_api::routes()
 }
 
 /// Without the `sql` feature, `POST /api/v1/_sql` says so.
 #[cfg(not(feature = "sql"))]
-fn sql_routes() -> Router<AppState> {
-    Router::new().route(
-        "/api/v1/_sql",
-        post(|| async {
-            ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "this build of shale has no SQL (the `sql` feature of shale-server)",
-            )
-        }),
-    )
+fn sql_routes() -> ApiRoutes {
+    ApiRoutes::new().post("/api/v1/_sql", Access::Read, || async {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "this build of shale has no SQL (the `sql` feature of shale-server)",
+        )
+    })
 }
 
 /// `POST /api/v1/{index_id}/delete-tasks`: the body is Quickwit's delete query.

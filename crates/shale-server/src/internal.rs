@@ -10,22 +10,24 @@
 //! | `POST /internal/v1/metrics/select` | read metrics splits for another node's PromQL query: their series matching a selector in a window |
 //!
 //! When the node has a `cluster_secret`, every internal call must carry it in the
-//! `x-shale-cluster-secret` header; calls without it get a 401.
+//! `x-shale-cluster-secret` header; calls without it get a 401. A node with API tokens and
+//! no cluster secret refuses every internal call (see [`crate::auth`]). Requests name
+//! indexes by uid only: what the node reads (an index's storage, its config) comes from its
+//! own metastore, never from the caller.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::{json, Value};
 use shale_ingest::{CommitMode, IngestError};
 use shale_metastore::ShardKey;
 
+use crate::auth::{Access, ApiRoutes};
 use crate::http::{commit_mode, ndjson_docs, ApiError, ApiQuery, AppState};
 use crate::node::shard_settings;
 
@@ -40,47 +42,36 @@ const SHORT_CALL: Duration = Duration::from_secs(30);
 /// Timeout of an internal call that waits for a commit (`wait_for`, `force`).
 const COMMIT_CALL: Duration = Duration::from_secs(600);
 
-/// The internal routes, behind the secret check.
-pub fn routes(state: AppState) -> Router<AppState> {
-    Router::new()
-        .route("/internal/v1/shards/ingest", post(shard_ingest))
-        .route("/internal/v1/control/round", post(control_round))
-        .route("/internal/v1/deletes/advance", post(advance_delete_opstamp))
-        .route(
+/// The internal routes: the gate lets only calls with the cluster secret through
+/// ([`Access::Internal`]).
+pub fn routes() -> ApiRoutes {
+    use Access::Internal;
+    ApiRoutes::new()
+        .post("/internal/v1/shards/ingest", Internal, shard_ingest)
+        .post("/internal/v1/control/round", Internal, control_round)
+        .post(
+            "/internal/v1/deletes/advance",
+            Internal,
+            advance_delete_opstamp,
+        )
+        .post(
             "/internal/v1/search/leaf",
-            post(crate::distributed::leaf_search),
+            Internal,
+            crate::distributed::leaf_search,
         )
-        .route(
+        .post(
             "/internal/v1/search/docs",
-            post(crate::distributed::fetch_docs),
+            Internal,
+            crate::distributed::fetch_docs,
         )
-        .route("/internal/v1/metrics/select", post(metrics_select))
+        .post("/internal/v1/metrics/select", Internal, metrics_select)
         // Leaf requests carry split metadata: allow large bodies.
         .layer(axum::extract::DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
-        .layer(axum::middleware::from_fn_with_state(state, check_secret))
 }
 
 /// Constant-time comparison of two secrets.
 pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn check_secret(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(secret) = &state.node.config.cluster.cluster_secret {
-        let presented = request
-            .headers()
-            .get(SECRET_HEADER)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        if !same_secret(presented, secret.as_bytes()) {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "internal call without the cluster secret",
-            )
-            .into_response();
-        }
-    }
-    next.run(request).await
 }
 
 /// The records of a `format=samples` body: each after its length (4 bytes little-endian).

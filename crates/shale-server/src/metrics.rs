@@ -125,6 +125,31 @@ pub(crate) static METRIC_SAMPLES_REFUSED: LazyLock<IntCounterVec> = LazyLock::ne
     .expect("metric registered once")
 });
 
+/// Requests refused before their work was done, by reason.
+static REQUESTS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "shale_requests_refused_total",
+        "Requests refused before any work was done, by reason: `unauthenticated` (no or an unknown token), `forbidden` (a token of the wrong role, or the internal API closed), `cross_site` and `media_type` (browser safety), `depth_limit` (input nested too deep), `memory_budget` (the query memory budget).",
+        &["reason"]
+    )
+    .expect("metric registered once")
+});
+
+/// The reasons [`count_refusal`] takes.
+pub const REFUSAL_REASONS: &[&str] = &[
+    "unauthenticated",
+    "forbidden",
+    "cross_site",
+    "media_type",
+    "depth_limit",
+    "memory_budget",
+];
+
+/// Counts a refused request (`reason`: one of [`REFUSAL_REASONS`]).
+pub fn count_refusal(reason: &'static str) {
+    REQUESTS_REFUSED.with_label_values(&[reason]).inc();
+}
+
 /// HTTP requests answered, by route template, method and status.
 static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -187,6 +212,9 @@ pub fn register_all() {
     LazyLock::force(&PROCESS);
     #[cfg(feature = "sql")]
     LazyLock::force(&SQL_QUERIES);
+    for reason in REFUSAL_REASONS {
+        REQUESTS_REFUSED.with_label_values(&[reason]);
+    }
     for protocol in ["remote_write", "otlp"] {
         METRIC_SAMPLES_INGESTED.with_label_values(&[protocol]);
         METRIC_SAMPLES_REFUSED.with_label_values(&[protocol]);

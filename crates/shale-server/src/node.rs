@@ -252,6 +252,14 @@ impl Node {
     ) -> Result<Arc<Node>, NodeError> {
         // Every metric family is scraped from the start, at zero.
         crate::metrics::register_all();
+        let has_tokens = config.api_token.is_some() || !config.api_tokens.is_empty();
+        if has_tokens && config.cluster.cluster_secret.is_none() {
+            tracing::warn!(
+                "API tokens are set but cluster.cluster_secret is not: the internal API is off \
+                 (every internal call answers 403), so this node cannot work with other nodes; \
+                 set a cluster secret on every node of a cluster"
+            );
+        }
         ensure_dir(&config.data_dir)?;
         let metastore = open_metastore(&config.metastore_uri).await?;
         let resolver = StorageResolver::new(s3_options(&config));

@@ -12,21 +12,21 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 
+use crate::auth::{Access, ApiRoutes};
 use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
 use crate::otlp::{decode_documents, decode_metrics, encode_response, Encoding, Signal};
 
 /// The OTLP/HTTP routes.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/otlp/v1/logs", post(default_logs))
-        .route("/api/v1/otlp/v1/traces", post(default_traces))
-        .route("/api/v1/{index_id}/otlp/v1/logs", post(index_logs))
-        .route("/api/v1/{index_id}/otlp/v1/traces", post(index_traces))
-        .route("/api/v1/otlp/v1/metrics", post(default_metrics))
-        .route("/api/v1/{index_id}/otlp/v1/metrics", post(index_metrics))
+pub fn routes() -> ApiRoutes {
+    use Access::Write;
+    ApiRoutes::new()
+        .post("/api/v1/otlp/v1/logs", Write, default_logs)
+        .post("/api/v1/otlp/v1/traces", Write, default_traces)
+        .post("/api/v1/{index_id}/otlp/v1/logs", Write, index_logs)
+        .post("/api/v1/{index_id}/otlp/v1/traces", Write, index_traces)
+        .post("/api/v1/otlp/v1/metrics", Write, default_metrics)
+        .post("/api/v1/{index_id}/otlp/v1/metrics", Write, index_metrics)
 }
 
 async fn default_metrics(

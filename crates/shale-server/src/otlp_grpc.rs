@@ -29,6 +29,8 @@ use shale_ingest::{CommitMode, IngestError};
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Access, ApiRoutes};
+use crate::http::AppState;
 use crate::otlp::Signal;
 use crate::Node;
 
@@ -37,37 +39,49 @@ fn max_message_bytes(node: &Node) -> usize {
     (node.config.max_ingest_body_bytes as usize).max(4 << 20)
 }
 
-/// Serves the three OTLP services on `listener` until `shutdown` resolves.
-pub async fn serve_grpc(
-    node: Arc<Node>,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+/// The gRPC services with what they need, as routes for the gate ([`crate::auth`]): every
+/// service is added here, so none is outside it.
+pub fn grpc_routes(node: Arc<Node>) -> ApiRoutes {
     let limit = max_message_bytes(&node);
     let otlp = Otlp { node };
-    tonic::transport::Server::builder()
-        .add_service(
+    ApiRoutes::new()
+        .grpc_service(
+            Access::Write,
             LogsServiceServer::new(otlp.clone())
                 .accept_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit),
         )
-        .add_service(
+        .grpc_service(
+            Access::Write,
             TraceServiceServer::new(otlp.clone())
                 .accept_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit),
         )
-        .add_service(
+        .grpc_service(
+            Access::Write,
             MetricsServiceServer::new(otlp)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Gzip)
                 .max_decoding_message_size(limit),
         )
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        )
+        .fallback(|| async {
+            Status::unimplemented("no such gRPC service on this node")
+                .into_http::<axum::body::Body>()
+        })
+}
+
+/// Serves the gRPC services on `listener` (HTTP/2, behind the same gate as the REST API)
+/// until `shutdown` resolves.
+pub async fn serve_grpc(
+    node: Arc<Node>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = crate::auth::guard(grpc_routes(node.clone()), AppState::new(node));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
         .await
 }
 

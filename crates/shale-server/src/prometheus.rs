@@ -30,8 +30,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use shale_metastore::{IndexMetadata, MetastoreError};
@@ -40,6 +39,7 @@ use shale_promql::{EngineOptions, PromqlError, QueryOutput, SeriesSource, Value 
 
 use crate::metrics_source::SplitSource;
 
+use crate::auth::{Access, ApiRoutes};
 use crate::http::{admit_ingest, commit_mode, read_body, ApiError, ApiQuery, AppState};
 use crate::otlp::OTEL_METRICS_INDEX_ID;
 
@@ -47,10 +47,14 @@ use crate::otlp::OTEL_METRICS_INDEX_ID;
 const RECORD_TARGET_BYTES: usize = 1 << 20;
 
 /// The remote-write routes (mounted without request decompression).
-pub fn write_routes() -> Router<AppState> {
-    Router::new()
-        .route("/prometheus/api/v1/write", post(default_write))
-        .route("/prometheus/{index_id}/api/v1/write", post(index_write))
+pub fn write_routes() -> ApiRoutes {
+    ApiRoutes::new()
+        .post("/prometheus/api/v1/write", Access::Write, default_write)
+        .post(
+            "/prometheus/{index_id}/api/v1/write",
+            Access::Write,
+            index_write,
+        )
 }
 
 /// The WAL records of `series`, about [`RECORD_TARGET_BYTES`] each.
@@ -160,33 +164,34 @@ async fn remote_write(
 
 /// The Prometheus HTTP API routes (GET, and POST with form bodies), for the default metrics
 /// index and for a named one.
-pub fn query_routes() -> Router<AppState> {
-    let mut router = Router::new();
+pub fn query_routes() -> ApiRoutes {
+    use Access::{Admin, Read};
+    let mut routes = ApiRoutes::new();
     for prefix in ["/prometheus/api/v1", "/prometheus/{index_id}/api/v1"] {
-        router = router
-            .route(&format!("{prefix}/query"), get(query).post(query))
-            .route(
-                &format!("{prefix}/query_range"),
-                get(query_range).post(query_range),
-            )
-            .route(&format!("{prefix}/series"), get(series).post(series))
-            .route(&format!("{prefix}/labels"), get(labels).post(labels))
-            .route(
+        routes = routes
+            .get_post(&format!("{prefix}/query"), Read, query)
+            .get_post(&format!("{prefix}/query_range"), Read, query_range)
+            .get_post(&format!("{prefix}/series"), Read, series)
+            .get_post(&format!("{prefix}/labels"), Read, labels)
+            .get(
                 &format!("{prefix}/label/{{name}}/values"),
-                get(label_values),
+                Read,
+                label_values,
             )
-            .route(&format!("{prefix}/metadata"), get(metadata))
-            .route(
+            .get(&format!("{prefix}/metadata"), Read, metadata)
+            .post_put(
                 &format!("{prefix}/admin/tsdb/delete_series"),
-                post(delete_series).put(delete_series),
+                Admin,
+                delete_series,
             )
-            .route(
+            .post_put(
                 &format!("{prefix}/admin/tsdb/clean_tombstones"),
-                post(clean_tombstones).put(clean_tombstones),
+                Admin,
+                clean_tombstones,
             )
-            .route(&format!("{prefix}/status/buildinfo"), get(buildinfo));
+            .get(&format!("{prefix}/status/buildinfo"), Read, buildinfo);
     }
-    router
+    routes
 }
 
 /// An answer in Prometheus's error shape.

@@ -10,18 +10,17 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use serde_json::Value;
 
+use crate::auth::{Access, ApiRoutes};
 use crate::http::{ApiError, AppState};
 
 /// The Arrow IPC stream media type.
 const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 
 /// The SQL route.
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/api/v1/_sql", post(sql))
+pub fn routes() -> ApiRoutes {
+    ApiRoutes::new().post("/api/v1/_sql", Access::Read, sql)
 }
 
 async fn sql(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {

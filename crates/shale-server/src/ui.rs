@@ -12,10 +12,9 @@
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
-use axum::Router;
 
-use crate::http::{presents_token, AppState};
+use crate::auth::{Access, ApiRoutes};
+use crate::http::AppState;
 
 /// The cookie `/ui/login` stores the API token in.
 pub const TOKEN_COOKIE: &str = "shale_api_token";
@@ -64,19 +63,15 @@ const ASSETS: &[Asset] = &[
 ];
 
 /// The UI's routes: `/` and `/ui` (the page), `/ui/login`, `/ui/assets/{file}`.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(|| async { Redirect::to("/ui") }))
-        .route("/ui", get(page))
-        .route("/ui/login", get(login))
-        .route("/ui/assets/{name}", get(asset))
-        .route("/favicon.ico", get(favicon))
-}
-
-/// Whether the path is one of the UI's (the API token middleware lets them through: `page`
-/// checks the token itself).
-pub fn is_ui_path(path: &str) -> bool {
-    path == "/" || path == "/ui" || path.starts_with("/ui/") || path == "/favicon.ico"
+/// They are [`Access::Public`]: `page` checks the token itself (and redirects to the login).
+pub fn routes() -> ApiRoutes {
+    use Access::Public;
+    ApiRoutes::new()
+        .get("/", Public, || async { Redirect::to("/ui") })
+        .get("/ui", Public, page)
+        .get("/ui/login", Public, login)
+        .get("/ui/assets/{name}", Public, asset)
+        .get("/favicon.ico", Public, favicon)
 }
 
 fn html(bytes: &'static [u8]) -> Response {
@@ -109,10 +104,13 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 
 /// `GET /ui`: the page, or with an API token and none presented, a redirect to the login.
 async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.node.config.api_token {
-        let by_cookie = cookie_token(&headers)
-            .is_some_and(|t| crate::internal::same_secret(t.as_bytes(), token.as_bytes()));
-        if !by_cookie && !presents_token(&headers, token) {
+    let credentials = &state.credentials;
+    if credentials.enabled() {
+        let by_cookie = cookie_token(&headers).and_then(|t| credentials.role_of(t.as_bytes()));
+        if by_cookie
+            .or_else(|| credentials.role_in(&headers))
+            .is_none()
+        {
             return Redirect::to("/ui/login").into_response();
         }
     }

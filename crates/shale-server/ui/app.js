@@ -77,6 +77,8 @@ function setAttrs(node, attrs) {
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (key === "class") node.setAttribute("class", value);
     else if (key === "text") node.textContent = value;
+    // Through the CSSOM: the Content Security Policy refuses inline style attributes.
+    else if (key === "style") node.style.cssText = String(value);
     else node.setAttribute(key, value === true ? "" : String(value));
   }
 }
@@ -1278,5 +1280,19 @@ api("/api/v1/version")
   })
   .catch(() => {
     /* the header stays empty */
+  });
+// What the token signed in with may do (a node without tokens lets everyone do everything).
+api("/api/v1/auth")
+  .then((auth) => {
+    if (!auth.auth_enabled) return;
+    const may = ["read", "write", "admin"].filter((right) => auth.may[right]);
+    const who = document.getElementById("role");
+    who.textContent = `${auth.role}: ${may.join(", ")}`;
+    who.title = auth.may.admin
+      ? "this token may do everything"
+      : `this token may only ${may.join(" and ")}; other actions answer 403`;
+  })
+  .catch(() => {
+    /* the header says nothing */
   });
 route();

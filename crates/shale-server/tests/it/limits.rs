@@ -7,7 +7,6 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use common::{config_in, log_docs, TestNode, LOGS_INDEX};
 use serde_json::{json, Value};
 
@@ -243,19 +242,20 @@ async fn bulk_into_several_indexes_gives_each_item_its_own_status() {
 
 #[tokio::test]
 async fn a_panicking_handler_is_a_json_500_and_the_server_survives() {
-    let router = shale_server::http::with_middleware(
-        axum::Router::new()
-            .route(
-                "/boom",
-                get(|| async {
-                    if std::env::var_os("NEVER_SET_IN_TESTS").is_none() {
-                        panic!("kaboom in a handler");
-                    }
-                    "unreachable"
-                }),
-            )
-            .route("/ok", get(|| async { "fine" })),
+    use shale_server::auth::{Access, ApiRoutes};
+    let node = TestNode::start().await;
+    let routes = shale_server::http::with_middleware(
+        ApiRoutes::new()
+            .get("/boom", Access::Public, || async {
+                if std::env::var_os("NEVER_SET_IN_TESTS").is_none() {
+                    panic!("kaboom in a handler");
+                }
+                "unreachable"
+            })
+            .get("/ok", Access::Public, || async { "fine" }),
     );
+    let router =
+        shale_server::auth::guard(routes, shale_server::http::AppState::new(node.node.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -279,6 +279,7 @@ async fn a_panicking_handler_is_a_json_500_and_the_server_survives() {
         .await
         .unwrap();
     assert_eq!(resp.text().await.unwrap(), "fine");
+    node.stop().await;
 }
 
 /// The split cache never holds more than its budget: a search over more splits than fit

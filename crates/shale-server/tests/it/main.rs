@@ -7,6 +7,7 @@ mod aggregations;
 mod api;
 mod api_table;
 mod api_token;
+mod auth;
 mod cluster;
 mod compaction;
 mod compaction_controls;

@@ -99,6 +99,11 @@ impl TestNode {
         }
     }
 
+    /// Keeps `tmp` (the node's data dir) until the node stops.
+    pub fn keep_dir(&mut self, tmp: tempfile::TempDir) {
+        self._tmp = Some(tmp);
+    }
+
     /// Stops serving and drops the node's pipelines; returns the temp dir to reuse.
     pub async fn stop(mut self) -> Option<tempfile::TempDir> {
         if let Some(tx) = self.shutdown.take() {
