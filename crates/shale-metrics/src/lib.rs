@@ -9,6 +9,7 @@ mod labels;
 mod matcher;
 pub mod merge;
 pub mod otlp;
+pub mod promql_depth;
 mod prune;
 mod reader;
 pub mod remote_write;

@@ -13,7 +13,7 @@ pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>, MetricsError> {
         selector: text.to_string(),
         reason,
     };
-    let expr = promql_parser::parser::parse(text).map_err(invalid)?;
+    let expr = crate::promql_depth::parse_bounded(text).map_err(invalid)?;
     let promql_parser::parser::Expr::VectorSelector(selector) = expr else {
         return Err(invalid("not a series selector".to_string()));
     };

@@ -180,7 +180,7 @@ async fn run(
 ) -> Result<QueryOutput, PromqlError> {
     let started = std::time::Instant::now();
     register_legacy_functions();
-    let expr = promql_parser::parser::parse(query).map_err(PromqlError::BadData)?;
+    let expr = shale_metrics::promql_depth::parse_bounded(query).map_err(PromqlError::BadData)?;
     if !instant {
         match expr.value_type() {
             promql_parser::parser::value::ValueType::String => {

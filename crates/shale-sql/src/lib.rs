@@ -10,6 +10,7 @@
 //! Only the SQL path builds DataFusion: this crate is the server's only one that depends on it.
 
 mod logs;
+pub mod nesting;
 mod table;
 
 use std::sync::{Arc, Mutex};
@@ -150,6 +151,29 @@ impl SqlOutput {
     }
 }
 
+/// Stack of each thread of the SQL runtime. DataFusion plans and optimizes expressions
+/// recursively, some tens of KiB a level in a debug build: this holds the deepest query
+/// [`nesting`] lets through with room to spare (the memory is reserved, and only touched as
+/// deep as a query goes).
+pub const SQL_THREAD_STACK_BYTES: usize = 64 << 20;
+
+/// The runtime SQL queries are planned and run on: threads with [`SQL_THREAD_STACK_BYTES`] of
+/// stack (the node's own threads have 2 MiB), one per core, started at the first query.
+pub fn runtime() -> Result<&'static tokio::runtime::Runtime, &'static std::io::Error> {
+    static RUNTIME: std::sync::LazyLock<std::io::Result<tokio::runtime::Runtime>> =
+        std::sync::LazyLock::new(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(
+                    std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+                )
+                .thread_name("shale-sql")
+                .thread_stack_size(SQL_THREAD_STACK_BYTES)
+                .enable_all()
+                .build()
+        });
+    RUNTIME.as_ref()
+}
+
 /// Runs SQL queries over the indexes of a metastore (log indexes when it has a document
 /// source).
 #[derive(Clone)]
@@ -183,8 +207,20 @@ impl SqlEngine {
         self
     }
 
-    /// Plans and runs one query (a `SELECT`; statements that change anything are refused).
+    /// Plans and runs one query (a `SELECT`; statements that change anything are refused), on
+    /// the SQL runtime ([`runtime`]).
     pub async fn execute(&self, sql: &str) -> Result<SqlOutput, SqlError> {
+        nesting::check(sql).map_err(SqlError::Invalid)?;
+        let engine = self.clone();
+        let sql = sql.to_string();
+        runtime()
+            .map_err(|err| SqlError::Internal(format!("cannot start the SQL runtime: {err}")))?
+            .spawn(async move { engine.execute_here(&sql).await })
+            .await
+            .map_err(|err| SqlError::Internal(format!("the SQL query failed: {err}")))?
+    }
+
+    async fn execute_here(&self, sql: &str) -> Result<SqlOutput, SqlError> {
         let indexes = self
             .metastore
             .list_indexes()

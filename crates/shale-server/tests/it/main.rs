@@ -12,6 +12,7 @@ mod cluster;
 mod compaction;
 mod compaction_controls;
 mod dates;
+mod deep_inputs;
 mod deletes;
 mod doc_mapping_options;
 mod elastic;
