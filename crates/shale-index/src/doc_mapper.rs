@@ -7,7 +7,7 @@ use std::fmt;
 use serde_json::{Map, Number, Value};
 use shale_config::{
     BinaryFormat, DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexConfig, IndexRecord,
-    LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings,
+    IndexingSettings, LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings,
 };
 use shale_types::sort_key::{self, SortFieldType, SortValue};
 use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
@@ -373,6 +373,37 @@ fn coerce_bool(value: &Value) -> Option<bool> {
 
 impl DocMapper {
     /// Builds the schema of a doc mapping (validated first).
+/// Every part of an index config a [`DocMapper`] is built from: [`DocMapper::for_index`] reads
+/// nothing else, so configs with equal inputs give equal mappers and [`key`](Self::key) keys a
+/// cache of mappers (whatever an index update changes among them is a new key).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct MapperInputs<'a> {
+    doc_mapping: &'a DocMapping,
+    search_settings: &'a SearchSettings,
+    /// The merge policy (a `locality` one adds the sort key) and the document store settings.
+    indexing_settings: &'a IndexingSettings,
+    /// A metrics index (its `locality` sort fields are Parquet columns, not fields).
+    metrics: bool,
+}
+
+impl<'a> MapperInputs<'a> {
+    /// The inputs of `config`.
+    pub fn of(config: &'a IndexConfig) -> Self {
+        MapperInputs {
+            doc_mapping: &config.doc_mapping,
+            search_settings: &config.search_settings,
+            indexing_settings: &config.indexing_settings,
+            metrics: config.metrics.is_some(),
+        }
+    }
+
+    /// The inputs serialized: equal keys, equal mappers.
+    pub fn key(&self) -> String {
+        // Plain data serializes; the debug form is as complete, should it ever not.
+        serde_json::to_string(self).unwrap_or_else(|_| format!("{self:?}"))
+    }
+}
+
     ///
     /// Field types map to Tantivy as follows: `text` → text field (tokenizer `default` or
     /// `raw`, `record` → [`IndexRecordOption`], `fast` → fast column of the raw value), `i64`,
@@ -391,14 +422,19 @@ impl DocMapper {
     /// `locality`, the hidden sort key field ([`SORT_KEY_FIELD_NAME`]) its splits are sorted by
     /// and the time bucket of every document.
     pub fn for_index(config: &IndexConfig) -> Result<DocMapper, IndexError> {
-        let locality = match &config.indexing_settings.merge_policy {
+        Self::from_inputs(MapperInputs::of(config))
+    }
+
+    /// The doc mapper of [`MapperInputs`] (what [`for_index`](DocMapper::for_index) builds).
+    pub fn from_inputs(inputs: MapperInputs<'_>) -> Result<DocMapper, IndexError> {
+        let locality = match &inputs.indexing_settings.merge_policy {
             // A metrics index's sort fields are columns of its Parquet splits, not fields.
-            MergePolicyConfig::Locality(_) if config.metrics.is_some() => None,
+            MergePolicyConfig::Locality(_) if inputs.metrics => None,
             MergePolicyConfig::Locality(locality) => Some(locality),
             _ => None,
         };
-        let mut mapper = Self::build(&config.doc_mapping, &config.search_settings, locality)?;
-        mapper.docstore = DocStoreSettings::of(&config.indexing_settings);
+        let mut mapper = Self::build(inputs.doc_mapping, inputs.search_settings, locality)?;
+        mapper.docstore = DocStoreSettings::of(inputs.indexing_settings);
         Ok(mapper)
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
-use shale_index::DocMapper;
+use shale_index::{DocMapper, MapperInputs};
 use shale_metastore::IndexMetadata;
 use shale_storage::{IndexStorages, RangeCache, SplitCache, Storage, StorageRef};
 use shale_types::{DeleteTask, SplitMetadata};
@@ -351,27 +351,18 @@ impl Leaf {
         &self.cache
     }
 
-    /// The doc mapper of `index` (cached per doc mapping version and default search fields,
-    /// which an index update may change without changing the doc mapping).
+    /// The doc mapper of `index`, cached per index and [`MapperInputs`]: everything the mapper
+    /// is built from (an index update may change some, such as the default search fields,
+    /// without changing the doc mapping's uid).
     pub fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
-        let key = format!(
-            "{}/{}/{}",
-            index.index_uid,
-            index.index_config.doc_mapping.doc_mapping_uid,
-            // Field names cannot hold control characters.
-            index
-                .index_config
-                .search_settings
-                .default_search_fields
-                .join("\0")
-        );
+        let inputs = MapperInputs::of(&index.index_config);
+        let key = format!("{}/{}", index.index_uid, inputs.key());
         let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mapper) = mappers.get(&key) {
             return Ok(mapper.clone());
         }
         let mapper = Arc::new(
-            DocMapper::for_index(&index.index_config)
-                .map_err(|err| LeafError::Internal(err.to_string()))?,
+            DocMapper::from_inputs(inputs).map_err(|err| LeafError::Internal(err.to_string()))?,
         );
         mappers.insert(key, mapper.clone());
         Ok(mapper)
@@ -387,8 +378,10 @@ impl Leaf {
         aggs: &Aggregations,
     ) -> Result<(), LeafError> {
         let key = format!(
+        // The schema is the mapper's: keyed as the mapper is.
             "{}/{}",
-            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+            index.index_uid,
+            MapperInputs::of(&index.index_config).key()
         );
         let searcher = {
             let mut table = self
