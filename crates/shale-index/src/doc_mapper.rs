@@ -41,7 +41,8 @@ pub const DOC_LENGTH_FIELD_NAME: &str = "_doc_length";
 pub struct ParsedDoc {
     /// The Tantivy document.
     pub doc: TantivyDocument,
-    /// The timestamp field's (first) value in microseconds, when the index has one.
+    /// The timestamp field's value in microseconds as its fast column holds it (floored to the
+    /// field's precision), when the index has one.
     pub timestamp_micros: Option<i64>,
     /// The partition from the doc mapping's `partition_key`, 0 when there is none. Callers cap
     /// the number of distinct partitions by mapping overflow to
@@ -88,7 +89,8 @@ enum MappedKind {
     U64,
     F64,
     Bool,
-    Datetime(Vec<DateInputFormat>, Option<String>),
+    /// Input formats, output format, fast column precision.
+    Datetime(Vec<DateInputFormat>, Option<String>, DateTimePrecision),
     Json,
     Bytes(BinaryFormat, BinaryFormat),
     Ip,
@@ -371,8 +373,6 @@ fn coerce_bool(value: &Value) -> Option<bool> {
     }
 }
 
-impl DocMapper {
-    /// Builds the schema of a doc mapping (validated first).
 /// Every part of an index config a [`DocMapper`] is built from: [`DocMapper::for_index`] reads
 /// nothing else, so configs with equal inputs give equal mappers and [`key`](Self::key) keys a
 /// cache of mappers (whatever an index update changes among them is a new key).
@@ -404,6 +404,8 @@ impl<'a> MapperInputs<'a> {
     }
 }
 
+impl DocMapper {
+    /// Builds the schema of a doc mapping (validated first).
     ///
     /// Field types map to Tantivy as follows: `text` → text field (tokenizer `default` or
     /// `raw`, `record` → [`IndexRecordOption`], `fast` → fast column of the raw value), `i64`,
@@ -507,7 +509,11 @@ impl<'a> MapperInputs<'a> {
                     };
                     (
                         builder.add_date_field(name, options),
-                        MappedKind::Datetime(formats, o.output_format.clone()),
+                        MappedKind::Datetime(
+                            formats,
+                            o.output_format.clone(),
+                            date_precision(o.fast_precision),
+                        ),
                     )
                 }
                 FieldKind::Json(o) => (
@@ -817,7 +823,7 @@ impl<'a> MapperInputs<'a> {
                 }
                 (SortFieldType::DateTime, Some(v)) => {
                     v.as_datetime().map_or(SortValue::Missing, |d| {
-                        SortValue::I64(d.into_timestamp_micros())
+                        SortValue::I64(crate::date::floor_micros(d))
                     })
                 }
             };
@@ -959,7 +965,7 @@ impl<'a> MapperInputs<'a> {
         }
         let timestamp_micros = match (self.timestamp, timestamp) {
             (None, _) => None,
-            (Some(_), Some(timestamp)) => Some(timestamp.into_timestamp_micros()),
+            (Some(_), Some(timestamp)) => Some(crate::date::floor_micros(timestamp)),
             (Some(i), None) => {
                 return Err(DocParsingError::MissingTimestamp {
                     field: self.fields[i].name.clone(),
@@ -971,8 +977,10 @@ impl<'a> MapperInputs<'a> {
             Some(spec) => {
                 let key = self.sort_key_of(spec, &doc, timestamp_micros)?;
                 doc.add_bytes(spec.field, &key);
-                let bucket = timestamp_micros
-                    .map(|micros| spec.locality.bucket_start(micros.div_euclid(1_000_000)));
+                let bucket = timestamp_micros.map(|micros| {
+                    spec.locality
+                        .bucket_start(shale_types::time::secs_of_micros(micros))
+                });
                 (Some(key), bucket)
             }
         };
@@ -1232,7 +1240,7 @@ impl<'a> MapperInputs<'a> {
                     tags.push(format!("{}:{flag}", mapped.name));
                 }
             }
-            MappedKind::Datetime(formats, _) => {
+            MappedKind::Datetime(formats, _, precision) => {
                 let datetime = parse_datetime(value, formats).map_err(|message| {
                     if mapped.is_timestamp {
                         DocParsingError::InvalidTimestamp {
@@ -1246,9 +1254,18 @@ impl<'a> MapperInputs<'a> {
                         }
                     }
                 })?;
-                doc.add_date(field, datetime);
+                // The fast column holds the value floored to its precision (Tantivy would
+                // truncate toward zero: before 1970 that is the next unit, not the one holding
+                // the instant). Only such values change; the others keep their exact stored
+                // value, Tantivy's truncation of them being the floor already.
+                let floored = crate::date::floor_datetime(datetime, *precision);
+                if floored == datetime.truncate(*precision) {
+                    doc.add_date(field, datetime);
+                } else {
+                    doc.add_date(field, floored);
+                }
                 if mapped.is_timestamp && timestamp.is_none() {
-                    *timestamp = Some(datetime);
+                    *timestamp = Some(floored);
                 }
             }
             MappedKind::Json => {
@@ -1319,7 +1336,7 @@ impl<'a> MapperInputs<'a> {
             let name = entry.name();
             let mapped = self.by_name.get(name).map(|&i| &self.fields[i]);
             let rendered = match mapped.map(|m| &m.kind) {
-                Some(MappedKind::Datetime(_, Some(format))) => match value.as_datetime() {
+                Some(MappedKind::Datetime(_, Some(format), _)) => match value.as_datetime() {
                     Some(datetime) => crate::date::format_output(datetime, format),
                     None => reference_to_json(value),
                 },

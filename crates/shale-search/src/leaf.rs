@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use shale_index::{DocMapper, MapperInputs};
 use shale_metastore::IndexMetadata;
 use shale_storage::{IndexStorages, RangeCache, SplitCache, Storage, StorageRef};
+use shale_types::time::micros_of_nanos;
 use shale_types::{DeleteTask, SplitMetadata};
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -54,7 +55,7 @@ impl SortValue {
             V::I64(v) => SortValue::I64(v),
             V::F64(v) => SortValue::F64(v),
             V::Bool(v) => SortValue::Bool(v),
-            V::Date(v) => SortValue::I64(v.into_timestamp_micros()),
+            V::Date(v) => SortValue::I64(micros_of_nanos(v.into_timestamp_nanos())),
             V::Str(v) => SortValue::Str(v),
             V::Bytes(v) => SortValue::Bytes(v),
             _ => SortValue::Null,
@@ -377,8 +378,8 @@ impl Leaf {
         doc_mapper: &DocMapper,
         aggs: &Aggregations,
     ) -> Result<(), LeafError> {
-        let key = format!(
         // The schema is the mapper's: keyed as the mapper is.
+        let key = format!(
             "{}/{}",
             index.index_uid,
             MapperInputs::of(&index.index_config).key()
@@ -1326,7 +1327,7 @@ fn run_leaf(
                 .into_iter()
                 .map(|(value, doc)| {
                     let value = value.map_or(SortValue::Null, |v| {
-                        SortValue::I64(v.into_timestamp_micros())
+                        SortValue::I64(micros_of_nanos(v.into_timestamp_nanos()))
                     });
                     (SortKey(vec![value]), doc)
                 })
