@@ -891,7 +891,8 @@ impl DocMapper {
     /// `json` objects, `datetime` is parsed with the field's `input_formats`. Arrays give
     /// multi-valued fields; `null` values are ignored. Undeclared fields are ignored (`lenient`),
     /// rejected (`strict`) or kept in [`DYNAMIC_FIELD_NAME`] (`dynamic`). When the index has a
-    /// timestamp field the document must have a parsable value (the first one is used).
+    /// timestamp field the document must have one parsable value for it (an array of several is
+    /// refused, naming the field).
     pub fn parse_doc(&self, json: &[u8]) -> Result<ParsedDoc, DocParsingError> {
         let num_bytes = json.len();
         if num_bytes > MAX_DOC_BYTES {
@@ -1241,6 +1242,14 @@ impl DocMapper {
                 }
             }
             MappedKind::Datetime(formats, _, precision) => {
+                if mapped.is_timestamp && timestamp.is_some() {
+                    // A split's time range and the time filter read one timestamp per
+                    // document (Quickwit refuses several values for it too).
+                    return Err(DocParsingError::InvalidTimestamp {
+                        field: mapped.name.clone(),
+                        message: "takes one value, not several".to_string(),
+                    });
+                }
                 let datetime = parse_datetime(value, formats).map_err(|message| {
                     if mapped.is_timestamp {
                         DocParsingError::InvalidTimestamp {
@@ -1264,7 +1273,7 @@ impl DocMapper {
                 } else {
                     doc.add_date(field, floored);
                 }
-                if mapped.is_timestamp && timestamp.is_none() {
+                if mapped.is_timestamp {
                     *timestamp = Some(floored);
                 }
             }

@@ -2515,3 +2515,31 @@ fn the_ends_of_the_nanosecond_range_are_in_their_seconds() {
     .expect("documents left");
     assert_eq!(merged.time_range, split.time_range);
 }
+
+#[test]
+fn a_timestamp_field_with_several_values_is_refused_naming_the_field() {
+    let mapper = ts_mapper("seconds");
+    let several = json!({"ts": ["2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z"], "body": "x"});
+    let err = parse(&mapper, several).unwrap_err();
+    assert_eq!(err.field(), Some("ts"), "{err}");
+    assert!(err.to_string().contains("`ts`"), "{err}");
+    assert!(err.to_string().contains("one value"), "{err}");
+    // One value, in an array or not, is a timestamp.
+    let one = parse(
+        &mapper,
+        json!({"ts": ["2024-01-01T00:00:00Z"], "body": "x"}),
+    )
+    .unwrap();
+    assert_eq!(one.timestamp_micros, Some(1_704_067_200_000_000));
+    let one = parse(
+        &mapper,
+        json!({"ts": [null, "2024-01-01T00:00:00Z"], "body": "x"}),
+    )
+    .unwrap();
+    assert_eq!(one.timestamp_micros, Some(1_704_067_200_000_000));
+    // Another datetime field may hold several values.
+    let yaml = "index_id: times\ndoc_mapping:\n  timestamp_field: ts\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n    - {name: seen, type: array<datetime>, fast: true}\n";
+    let mapper = mapper_of(yaml).unwrap();
+    let doc = json!({"ts": 1_704_067_200, "seen": [1_704_067_200, 1_704_067_201]});
+    assert!(parse(&mapper, doc).is_ok());
+}
