@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 use shale_config::DateInputFormat;
+use tantivy::schema::DateTimePrecision;
 use tantivy::time::format_description::well_known::{Iso8601, Rfc3339};
 use tantivy::time::{Date, OffsetDateTime, PrimitiveDateTime, Time};
 use tantivy::DateTime;
@@ -25,6 +26,35 @@ fn nanos_per_unit(abs: f64) -> i64 {
     } else {
         1
     }
+}
+
+/// Nanoseconds in one unit of `precision`.
+pub(crate) fn precision_nanos(precision: DateTimePrecision) -> i64 {
+    match precision {
+        DateTimePrecision::Seconds => 1_000_000_000,
+        DateTimePrecision::Milliseconds => 1_000_000,
+        DateTimePrecision::Microseconds => 1_000,
+        DateTimePrecision::Nanoseconds => 1,
+    }
+}
+
+/// `datetime` floored to `precision`: the value a fast column of that precision holds for it
+/// (Tantivy truncates toward zero, which differs before 1970; see [`shale_types::time`]).
+pub fn floor_datetime(datetime: DateTime, precision: DateTimePrecision) -> DateTime {
+    DateTime::from_timestamp_nanos(shale_types::time::floor_to_unit(
+        datetime.into_timestamp_nanos(),
+        precision_nanos(precision),
+    ))
+}
+
+/// The microsecond holding `datetime`, floored.
+pub fn floor_micros(datetime: DateTime) -> i64 {
+    shale_types::time::micros_of_nanos(datetime.into_timestamp_nanos())
+}
+
+/// The second holding `datetime`, floored: what a split's time range records for it.
+pub fn floor_secs(datetime: DateTime) -> i64 {
+    shale_types::time::secs_of_nanos(datetime.into_timestamp_nanos())
 }
 
 fn out_of_range(value: impl std::fmt::Display) -> String {

@@ -7,7 +7,7 @@ use std::fmt;
 use serde_json::{Map, Number, Value};
 use shale_config::{
     BinaryFormat, DateInputFormat, DocMapping, FastPrecision, FieldKind, IndexConfig, IndexRecord,
-    LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings,
+    IndexingSettings, LocalityConfig, MergePolicyConfig, Mode, PartitionKey, SearchSettings,
 };
 use shale_types::sort_key::{self, SortFieldType, SortValue};
 use tantivy::schema::document::{ReferenceValue, ReferenceValueLeaf};
@@ -41,7 +41,8 @@ pub const DOC_LENGTH_FIELD_NAME: &str = "_doc_length";
 pub struct ParsedDoc {
     /// The Tantivy document.
     pub doc: TantivyDocument,
-    /// The timestamp field's (first) value in microseconds, when the index has one.
+    /// The timestamp field's value in microseconds as its fast column holds it (floored to the
+    /// field's precision), when the index has one.
     pub timestamp_micros: Option<i64>,
     /// The partition from the doc mapping's `partition_key`, 0 when there is none. Callers cap
     /// the number of distinct partitions by mapping overflow to
@@ -88,7 +89,8 @@ enum MappedKind {
     U64,
     F64,
     Bool,
-    Datetime(Vec<DateInputFormat>, Option<String>),
+    /// Input formats, output format, fast column precision.
+    Datetime(Vec<DateInputFormat>, Option<String>, DateTimePrecision),
     Json,
     Bytes(BinaryFormat, BinaryFormat),
     Ip,
@@ -371,6 +373,37 @@ fn coerce_bool(value: &Value) -> Option<bool> {
     }
 }
 
+/// Every part of an index config a [`DocMapper`] is built from: [`DocMapper::for_index`] reads
+/// nothing else, so configs with equal inputs give equal mappers and [`key`](Self::key) keys a
+/// cache of mappers (whatever an index update changes among them is a new key).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct MapperInputs<'a> {
+    doc_mapping: &'a DocMapping,
+    search_settings: &'a SearchSettings,
+    /// The merge policy (a `locality` one adds the sort key) and the document store settings.
+    indexing_settings: &'a IndexingSettings,
+    /// A metrics index (its `locality` sort fields are Parquet columns, not fields).
+    metrics: bool,
+}
+
+impl<'a> MapperInputs<'a> {
+    /// The inputs of `config`.
+    pub fn of(config: &'a IndexConfig) -> Self {
+        MapperInputs {
+            doc_mapping: &config.doc_mapping,
+            search_settings: &config.search_settings,
+            indexing_settings: &config.indexing_settings,
+            metrics: config.metrics.is_some(),
+        }
+    }
+
+    /// The inputs serialized: equal keys, equal mappers.
+    pub fn key(&self) -> String {
+        // Plain data serializes; the debug form is as complete, should it ever not.
+        serde_json::to_string(self).unwrap_or_else(|_| format!("{self:?}"))
+    }
+}
+
 impl DocMapper {
     /// Builds the schema of a doc mapping (validated first).
     ///
@@ -391,14 +424,19 @@ impl DocMapper {
     /// `locality`, the hidden sort key field ([`SORT_KEY_FIELD_NAME`]) its splits are sorted by
     /// and the time bucket of every document.
     pub fn for_index(config: &IndexConfig) -> Result<DocMapper, IndexError> {
-        let locality = match &config.indexing_settings.merge_policy {
+        Self::from_inputs(MapperInputs::of(config))
+    }
+
+    /// The doc mapper of [`MapperInputs`] (what [`for_index`](DocMapper::for_index) builds).
+    pub fn from_inputs(inputs: MapperInputs<'_>) -> Result<DocMapper, IndexError> {
+        let locality = match &inputs.indexing_settings.merge_policy {
             // A metrics index's sort fields are columns of its Parquet splits, not fields.
-            MergePolicyConfig::Locality(_) if config.metrics.is_some() => None,
+            MergePolicyConfig::Locality(_) if inputs.metrics => None,
             MergePolicyConfig::Locality(locality) => Some(locality),
             _ => None,
         };
-        let mut mapper = Self::build(&config.doc_mapping, &config.search_settings, locality)?;
-        mapper.docstore = DocStoreSettings::of(&config.indexing_settings);
+        let mut mapper = Self::build(inputs.doc_mapping, inputs.search_settings, locality)?;
+        mapper.docstore = DocStoreSettings::of(inputs.indexing_settings);
         Ok(mapper)
     }
 
@@ -471,7 +509,11 @@ impl DocMapper {
                     };
                     (
                         builder.add_date_field(name, options),
-                        MappedKind::Datetime(formats, o.output_format.clone()),
+                        MappedKind::Datetime(
+                            formats,
+                            o.output_format.clone(),
+                            date_precision(o.fast_precision),
+                        ),
                     )
                 }
                 FieldKind::Json(o) => (
@@ -781,7 +823,7 @@ impl DocMapper {
                 }
                 (SortFieldType::DateTime, Some(v)) => {
                     v.as_datetime().map_or(SortValue::Missing, |d| {
-                        SortValue::I64(d.into_timestamp_micros())
+                        SortValue::I64(crate::date::floor_micros(d))
                     })
                 }
             };
@@ -849,7 +891,8 @@ impl DocMapper {
     /// `json` objects, `datetime` is parsed with the field's `input_formats`. Arrays give
     /// multi-valued fields; `null` values are ignored. Undeclared fields are ignored (`lenient`),
     /// rejected (`strict`) or kept in [`DYNAMIC_FIELD_NAME`] (`dynamic`). When the index has a
-    /// timestamp field the document must have a parsable value (the first one is used).
+    /// timestamp field the document must have one parsable value for it (an array of several is
+    /// refused, naming the field).
     pub fn parse_doc(&self, json: &[u8]) -> Result<ParsedDoc, DocParsingError> {
         let num_bytes = json.len();
         if num_bytes > MAX_DOC_BYTES {
@@ -923,7 +966,7 @@ impl DocMapper {
         }
         let timestamp_micros = match (self.timestamp, timestamp) {
             (None, _) => None,
-            (Some(_), Some(timestamp)) => Some(timestamp.into_timestamp_micros()),
+            (Some(_), Some(timestamp)) => Some(crate::date::floor_micros(timestamp)),
             (Some(i), None) => {
                 return Err(DocParsingError::MissingTimestamp {
                     field: self.fields[i].name.clone(),
@@ -935,8 +978,10 @@ impl DocMapper {
             Some(spec) => {
                 let key = self.sort_key_of(spec, &doc, timestamp_micros)?;
                 doc.add_bytes(spec.field, &key);
-                let bucket = timestamp_micros
-                    .map(|micros| spec.locality.bucket_start(micros.div_euclid(1_000_000)));
+                let bucket = timestamp_micros.map(|micros| {
+                    spec.locality
+                        .bucket_start(shale_types::time::secs_of_micros(micros))
+                });
                 (Some(key), bucket)
             }
         };
@@ -1196,7 +1241,15 @@ impl DocMapper {
                     tags.push(format!("{}:{flag}", mapped.name));
                 }
             }
-            MappedKind::Datetime(formats, _) => {
+            MappedKind::Datetime(formats, _, precision) => {
+                if mapped.is_timestamp && timestamp.is_some() {
+                    // A split's time range and the time filter read one timestamp per
+                    // document (Quickwit refuses several values for it too).
+                    return Err(DocParsingError::InvalidTimestamp {
+                        field: mapped.name.clone(),
+                        message: "takes one value, not several".to_string(),
+                    });
+                }
                 let datetime = parse_datetime(value, formats).map_err(|message| {
                     if mapped.is_timestamp {
                         DocParsingError::InvalidTimestamp {
@@ -1210,9 +1263,18 @@ impl DocMapper {
                         }
                     }
                 })?;
-                doc.add_date(field, datetime);
-                if mapped.is_timestamp && timestamp.is_none() {
-                    *timestamp = Some(datetime);
+                // The fast column holds the value floored to its precision (Tantivy would
+                // truncate toward zero: before 1970 that is the next unit, not the one holding
+                // the instant). Only such values change; the others keep their exact stored
+                // value, Tantivy's truncation of them being the floor already.
+                let floored = crate::date::floor_datetime(datetime, *precision);
+                if floored == datetime.truncate(*precision) {
+                    doc.add_date(field, datetime);
+                } else {
+                    doc.add_date(field, floored);
+                }
+                if mapped.is_timestamp {
+                    *timestamp = Some(floored);
                 }
             }
             MappedKind::Json => {
@@ -1283,7 +1345,7 @@ impl DocMapper {
             let name = entry.name();
             let mapped = self.by_name.get(name).map(|&i| &self.fields[i]);
             let rendered = match mapped.map(|m| &m.kind) {
-                Some(MappedKind::Datetime(_, Some(format))) => match value.as_datetime() {
+                Some(MappedKind::Datetime(_, Some(format), _)) => match value.as_datetime() {
                     Some(datetime) => crate::date::format_output(datetime, format),
                     None => reference_to_json(value),
                 },

@@ -59,9 +59,9 @@ pub use bundle::{
 pub use date::{java_date_format_to_strptime, parse_with_java_format};
 pub use deletes::{count_deleted, segment_deletes, SegmentDeletes};
 pub use doc_mapper::{
-    field_presence_hash, DocMapper, DocStoreSettings, ParsedDoc, DOC_LENGTH_FIELD_NAME,
-    DYNAMIC_FIELD_NAME, FIELD_PRESENCE_FIELD_NAME, MAX_DOC_BYTES, OPSTAMP_FIELD_NAME,
-    SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
+    field_presence_hash, DocMapper, DocStoreSettings, MapperInputs, ParsedDoc,
+    DOC_LENGTH_FIELD_NAME, DYNAMIC_FIELD_NAME, FIELD_PRESENCE_FIELD_NAME, MAX_DOC_BYTES,
+    OPSTAMP_FIELD_NAME, SORT_KEY_FIELD_NAME, SOURCE_FIELD_NAME,
 };
 pub use error::{DocParsingError, IndexError};
 pub use key_filter::KeyFilter;

@@ -446,8 +446,8 @@ pub(crate) fn output_ranges(
             let column = segment.fast_fields().date(name)?;
             if column.values.num_vals() > 0 {
                 let range = TimeRange {
-                    start: column.min_value().into_timestamp_secs(),
-                    end: column.max_value().into_timestamp_secs(),
+                    start: crate::date::floor_secs(column.min_value()),
+                    end: crate::date::floor_secs(column.max_value()),
                 };
                 time_range = Some(time_range.map_or(range, |current| current.union(&range)));
             }

@@ -239,8 +239,8 @@ fn stats_from_index(doc_mapper: &DocMapper, index: &Index) -> Result<SplitStats,
             }
             let column = segment.fast_fields().date(name)?;
             let range = TimeRange {
-                start: column.min_value().into_timestamp_secs(),
-                end: column.max_value().into_timestamp_secs(),
+                start: crate::date::floor_secs(column.min_value()),
+                end: crate::date::floor_secs(column.max_value()),
             };
             time_range = Some(time_range.map_or(range, |current| current.union(&range)));
         }

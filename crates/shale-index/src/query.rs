@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
-use tantivy::query::{AllQuery, Query, QueryParser, QueryParserError, RangeQuery};
+use shale_types::time::{window_bound, WindowBound};
+use tantivy::query::{AllQuery, EmptyQuery, Query, QueryParser, QueryParserError, RangeQuery};
 use tantivy::query_grammar::{Delimiter, Occur, UserInputAst, UserInputLeaf, UserInputLiteral};
 use tantivy::schema::Field;
 use tantivy::{DateTime, Term};
@@ -636,7 +637,7 @@ impl DocMapper {
     /// parses. Values no format takes are left for Tantivy to refuse.
     fn normalize_dates(&self, ast: &mut UserInputAst) {
         use tantivy::query_grammar::UserInputBound;
-        // Values are truncated to the field's precision, as its indexed values are.
+        // Values are floored to the field's precision, as its indexed values are.
         let precision_of = |field: &str| match self.doc_mapping().field_mapping(field) {
             Some(shale_config::FieldMapping {
                 kind: shale_config::FieldKind::Datetime(options),
@@ -647,7 +648,8 @@ impl DocMapper {
         let normalize = |text: &mut String, precision: tantivy::schema::DateTimePrecision| {
             let value = serde_json::Value::String(text.clone());
             if let Ok(datetime) = crate::date::parse_datetime(&value, &QUERY_DATE_FORMATS) {
-                *text = crate::date::format_rfc3339(datetime.truncate(precision));
+                *text =
+                    crate::date::format_rfc3339(crate::date::floor_datetime(datetime, precision));
             }
         };
         let normalize_bound =
@@ -1218,12 +1220,26 @@ impl DocMapper {
         if start_secs.is_none() && end_secs_exclusive.is_none() {
             return None;
         }
-        let lower = start_secs.map_or(Bound::Unbounded, |secs| {
-            Bound::Included(datetime_from_secs(secs))
-        });
-        let upper = end_secs_exclusive.map_or(Bound::Unbounded, |secs| {
-            Bound::Excluded(datetime_from_secs(secs))
-        });
+        // Column values are floored to their precision, so `start <= value < end` in
+        // nanoseconds is `start <= second of the timestamp < end`. A bound past an end of the
+        // nanosecond range is no bound, or excludes everything (never a saturated value: the
+        // last nanosecond would fall out of a window that holds its second).
+        let lower = match start_secs.map(window_bound) {
+            None | Some(WindowBound::BeforeAll) => Bound::Unbounded,
+            Some(WindowBound::At(nanos)) => Bound::Included(DateTime::from_timestamp_nanos(nanos)),
+            Some(WindowBound::AfterAll) => return Some(Box::new(EmptyQuery)),
+        };
+        let upper = match end_secs_exclusive.map(window_bound) {
+            None | Some(WindowBound::AfterAll) => Bound::Unbounded,
+            Some(WindowBound::At(nanos)) => Bound::Excluded(DateTime::from_timestamp_nanos(nanos)),
+            Some(WindowBound::BeforeAll) => return Some(Box::new(EmptyQuery)),
+        };
+        let lower = match (lower, &upper) {
+            // Every instant is in the window, but documents without a timestamp are not (and
+            // a range needs a bound).
+            (Bound::Unbounded, Bound::Unbounded) => Bound::Included(DateTime::MIN),
+            (lower, _) => lower,
+        };
         Some(Box::new(crate::TimeFilterQuery::new(field, lower, upper)))
     }
 
@@ -1445,14 +1461,5 @@ fn cidr_bounds(text: &str) -> Option<(String, String)> {
             ))
         }
         _ => None,
-    }
-}
-
-/// Seconds to a `DateTime`, saturating outside the representable range.
-fn datetime_from_secs(secs: i64) -> DateTime {
-    match secs.checked_mul(1_000_000_000) {
-        Some(nanos) => DateTime::from_timestamp_nanos(nanos),
-        None if secs < 0 => DateTime::MIN,
-        None => DateTime::MAX,
     }
 }

@@ -142,8 +142,8 @@ impl TagCollector {
 /// Builds one split: add parsed documents, then [`finish`](SplitBuilder::finish).
 ///
 /// The scratch directory must be dedicated to this split: `finish` removes it once the bundle
-/// is written. Timestamps are in seconds in [`BuiltSplit::time_range`] (floor of the
-/// microseconds).
+/// is written. Timestamps are in seconds in [`BuiltSplit::time_range`] (the seconds of the
+/// documents' timestamps as the fast column holds them, floored: see [`shale_types::time`]).
 pub struct SplitBuilder {
     doc_mapper: Arc<DocMapper>,
     scratch_dir: PathBuf,
@@ -270,7 +270,7 @@ impl SplitBuilder {
             self.go_parallel()?;
         }
         if let Some(micros) = doc.timestamp_micros {
-            let secs = micros.div_euclid(1_000_000);
+            let secs = shale_types::time::secs_of_micros(micros);
             self.time_range = Some(match self.time_range {
                 None => TimeRange {
                     start: secs,

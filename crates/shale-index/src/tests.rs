@@ -2319,3 +2319,227 @@ fn json_ranges_with_bounds_of_different_types() {
     assert_eq!(q("ratio:[0.5 TO 1]"), 2);
     assert_eq!(q("nested.deep.value:[1 TO 3]"), 3);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Time rounding: one rule (floor) for split time ranges, merges and the time filter
+
+/// A mapper whose timestamp field `ts` has `precision` (`seconds`, …, `nanoseconds`).
+fn ts_mapper(precision: &str) -> Arc<DocMapper> {
+    let yaml = format!(
+        "index_id: times\ndoc_mapping:\n  timestamp_field: ts\n  field_mappings:\n    - {{name: ts, type: datetime, fast: true, fast_precision: {precision}}}\n    - {{name: body, type: text}}\n"
+    );
+    Arc::new(mapper_of(&yaml).unwrap_or_else(|err| panic!("{err}")))
+}
+
+/// Documents of `split` in the window `[start, end)` (seconds), by the time filter.
+fn in_window(mapper: &DocMapper, index: &Index, start: Option<i64>, end: Option<i64>) -> usize {
+    match mapper.time_range_query(start, end) {
+        Some(query) => count(index, &*query),
+        None => count_query(mapper, index, "*"),
+    }
+}
+
+#[test]
+fn before_1970_a_timestamp_is_in_the_second_that_holds_it_at_every_precision() {
+    for (precision, ts, second) in [
+        ("seconds", "1969-12-31T23:59:59.500Z", -1),
+        ("seconds", "1969-12-31T23:59:58Z", -2),
+        ("milliseconds", "1969-12-31T23:59:59.999Z", -1),
+        ("milliseconds", "1969-12-31T23:59:59.9995Z", -1),
+        ("microseconds", "1969-12-31T23:59:58.000001Z", -2),
+        ("nanoseconds", "1969-12-31T23:59:59.999999999Z", -1),
+        ("seconds", "1970-01-01T00:00:00.500Z", 0),
+    ] {
+        let mapper = ts_mapper(precision);
+        let dir = tempfile::tempdir().unwrap();
+        let doc = json!({"ts": ts, "body": "early"});
+        let parsed = parse(&mapper, doc.clone()).unwrap();
+        assert_eq!(
+            parsed.timestamp_micros.map(|m| m.div_euclid(1_000_000)),
+            Some(second),
+            "{precision} {ts}"
+        );
+        let split = build_split(&mapper, &dir.path().join("s"), [doc].into_iter());
+        assert_eq!(
+            split.time_range,
+            Some(TimeRange {
+                start: second,
+                end: second
+            }),
+            "{precision} {ts}"
+        );
+        let index = open_split(&split.path).unwrap();
+        let found = |start, end| in_window(&mapper, &index, start, end);
+        assert_eq!(found(Some(second), Some(second + 1)), 1, "{precision} {ts}");
+        assert_eq!(
+            found(Some(second + 1), Some(second + 2)),
+            0,
+            "{precision} {ts}"
+        );
+        assert_eq!(found(Some(second - 1), Some(second)), 0, "{precision} {ts}");
+        assert_eq!(found(None, Some(second + 1)), 1, "{precision} {ts}");
+        assert_eq!(found(Some(second), None), 1, "{precision} {ts}");
+        // A range query of the query language agrees.
+        let start = format_second(second);
+        let end = format_second(second + 1);
+        assert_eq!(
+            count_query(&mapper, &index, &format!("ts:[{start} TO {end}}}")),
+            1,
+            "{precision} {ts}"
+        );
+    }
+}
+
+fn format_second(second: i64) -> String {
+    crate::date::format_rfc3339(tantivy::DateTime::from_timestamp_secs(second))
+}
+
+#[test]
+fn a_merge_floors_the_time_range_of_what_is_left_as_a_new_split_does() {
+    let mapper = ts_mapper("seconds");
+    let dir = tempfile::tempdir().unwrap();
+    let docs = [
+        json!({"ts": "1969-12-31T23:59:58.500Z", "body": "first"}),
+        json!({"ts": "1969-12-31T23:59:59.500Z", "body": "second"}),
+        json!({"ts": "1970-01-01T00:00:01.500Z", "body": "late"}),
+    ];
+    let split = build_split(&mapper, &dir.path().join("s"), docs.into_iter());
+    assert_eq!(split.time_range, Some(TimeRange { start: -2, end: 1 }));
+    // Deleting a document makes the merge read the time range from the timestamp column.
+    let merged = merge_split_files_with_deletes(
+        &mapper,
+        std::slice::from_ref(&split.path),
+        &[vec![delete_task(1, "body:late", None, None)]],
+        &dir.path().join("m"),
+    )
+    .unwrap()
+    .expect("documents left");
+    assert_eq!(merged.time_range, Some(TimeRange { start: -2, end: -1 }));
+    let index = open_split(&merged.path).unwrap();
+    assert_eq!(in_window(&mapper, &index, Some(-2), Some(-1)), 1);
+    assert_eq!(in_window(&mapper, &index, Some(-1), Some(0)), 1);
+    assert_eq!(in_window(&mapper, &index, Some(0), None), 0);
+}
+
+#[test]
+fn a_locality_merge_floors_the_time_range_of_its_outputs() {
+    let mut config = locality_config();
+    for mapping in &mut config.doc_mapping.field_mappings {
+        if let shale_config::FieldKind::Datetime(options) = &mut mapping.kind {
+            options.fast_precision = shale_config::FastPrecision::Milliseconds;
+        }
+    }
+    let mapper = Arc::new(DocMapper::for_index(&config).expect("mapper"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for (s, ts) in [(0, -0.25f64), (1, -1.75)] {
+        let mut builder = SplitBuilder::new(
+            mapper.clone(),
+            &dir.path().join(format!("in{s}")),
+            15_000_000,
+        )
+        .unwrap();
+        let doc = json!({"ts": ts, "service": "svc", "host": "h", "message": "m"});
+        builder
+            .add(mapper.parse_doc(doc.to_string().as_bytes()).unwrap())
+            .unwrap();
+        let built = builder.finish().unwrap();
+        assert_eq!(
+            built.time_range.map(|r| r.start),
+            Some(ts.floor() as i64),
+            "{ts}"
+        );
+        paths.push(built.path);
+    }
+    let cut = crate::LocalityCut {
+        target_num_docs: 300,
+        target_bytes: None,
+        fixed_ranges: Vec::new(),
+    };
+    let (outputs, _) = crate::locality_merge_split_files(
+        &mapper,
+        &paths,
+        &[vec![], vec![]],
+        &dir.path().join("m"),
+        &cut,
+    )
+    .unwrap();
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(
+        outputs[0].built.time_range,
+        Some(TimeRange { start: -2, end: -1 })
+    );
+}
+
+#[test]
+fn the_ends_of_the_nanosecond_range_are_in_their_seconds() {
+    let mapper = ts_mapper("nanoseconds");
+    let dir = tempfile::tempdir().unwrap();
+    let docs = [
+        json!({"ts": "2262-04-11T23:47:16.854775807Z", "body": "last"}),
+        json!({"ts": "1677-09-21T00:12:43.145224192Z", "body": "first"}),
+    ];
+    let split = build_split(&mapper, &dir.path().join("s"), docs.into_iter());
+    let (first, last) = (
+        i64::MIN.div_euclid(1_000_000_000),
+        i64::MAX.div_euclid(1_000_000_000),
+    );
+    assert_eq!(
+        split.time_range,
+        Some(TimeRange {
+            start: first,
+            end: last
+        })
+    );
+    let index = open_split(&split.path).unwrap();
+    let found = |start, end| in_window(&mapper, &index, start, end);
+    // Windows whose bounds lie past the ends of the range, in seconds.
+    assert_eq!(found(Some(last), Some(last + 1)), 1);
+    assert_eq!(found(None, Some(last + 1)), 2);
+    assert_eq!(found(None, Some(i64::MAX)), 2);
+    assert_eq!(found(Some(last + 1), None), 0);
+    assert_eq!(found(Some(i64::MAX), None), 0);
+    assert_eq!(found(Some(first), Some(first + 1)), 1);
+    assert_eq!(found(Some(i64::MIN), Some(first + 1)), 1);
+    assert_eq!(found(Some(i64::MIN), None), 2);
+    assert_eq!(found(None, Some(first)), 0);
+    assert_eq!(found(None, Some(i64::MIN)), 0);
+    // Merged, the range is the same.
+    let merged = merge_split_files_with_deletes(
+        &mapper,
+        std::slice::from_ref(&split.path),
+        &[vec![delete_task(1, "body:nothing", None, None)]],
+        &dir.path().join("m"),
+    )
+    .unwrap()
+    .expect("documents left");
+    assert_eq!(merged.time_range, split.time_range);
+}
+
+#[test]
+fn a_timestamp_field_with_several_values_is_refused_naming_the_field() {
+    let mapper = ts_mapper("seconds");
+    let several = json!({"ts": ["2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z"], "body": "x"});
+    let err = parse(&mapper, several).unwrap_err();
+    assert_eq!(err.field(), Some("ts"), "{err}");
+    assert!(err.to_string().contains("`ts`"), "{err}");
+    assert!(err.to_string().contains("one value"), "{err}");
+    // One value, in an array or not, is a timestamp.
+    let one = parse(
+        &mapper,
+        json!({"ts": ["2024-01-01T00:00:00Z"], "body": "x"}),
+    )
+    .unwrap();
+    assert_eq!(one.timestamp_micros, Some(1_704_067_200_000_000));
+    let one = parse(
+        &mapper,
+        json!({"ts": [null, "2024-01-01T00:00:00Z"], "body": "x"}),
+    )
+    .unwrap();
+    assert_eq!(one.timestamp_micros, Some(1_704_067_200_000_000));
+    // Another datetime field may hold several values.
+    let yaml = "index_id: times\ndoc_mapping:\n  timestamp_field: ts\n  field_mappings:\n    - {name: ts, type: datetime, fast: true}\n    - {name: seen, type: array<datetime>, fast: true}\n";
+    let mapper = mapper_of(yaml).unwrap();
+    let doc = json!({"ts": 1_704_067_200, "seen": [1_704_067_200, 1_704_067_201]});
+    assert!(parse(&mapper, doc).is_ok());
+}

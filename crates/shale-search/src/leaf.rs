@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
-use shale_index::DocMapper;
+use shale_index::{DocMapper, MapperInputs};
 use shale_metastore::IndexMetadata;
 use shale_storage::{IndexStorages, RangeCache, SplitCache, Storage, StorageRef};
+use shale_types::time::micros_of_nanos;
 use shale_types::{DeleteTask, SplitMetadata};
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -54,7 +55,7 @@ impl SortValue {
             V::I64(v) => SortValue::I64(v),
             V::F64(v) => SortValue::F64(v),
             V::Bool(v) => SortValue::Bool(v),
-            V::Date(v) => SortValue::I64(v.into_timestamp_micros()),
+            V::Date(v) => SortValue::I64(micros_of_nanos(v.into_timestamp_nanos())),
             V::Str(v) => SortValue::Str(v),
             V::Bytes(v) => SortValue::Bytes(v),
             _ => SortValue::Null,
@@ -351,27 +352,18 @@ impl Leaf {
         &self.cache
     }
 
-    /// The doc mapper of `index` (cached per doc mapping version and default search fields,
-    /// which an index update may change without changing the doc mapping).
+    /// The doc mapper of `index`, cached per index and [`MapperInputs`]: everything the mapper
+    /// is built from (an index update may change some, such as the default search fields,
+    /// without changing the doc mapping's uid).
     pub fn doc_mapper(&self, index: &IndexMetadata) -> Result<Arc<DocMapper>, LeafError> {
-        let key = format!(
-            "{}/{}/{}",
-            index.index_uid,
-            index.index_config.doc_mapping.doc_mapping_uid,
-            // Field names cannot hold control characters.
-            index
-                .index_config
-                .search_settings
-                .default_search_fields
-                .join("\0")
-        );
+        let inputs = MapperInputs::of(&index.index_config);
+        let key = format!("{}/{}", index.index_uid, inputs.key());
         let mut mappers = self.doc_mappers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mapper) = mappers.get(&key) {
             return Ok(mapper.clone());
         }
         let mapper = Arc::new(
-            DocMapper::for_index(&index.index_config)
-                .map_err(|err| LeafError::Internal(err.to_string()))?,
+            DocMapper::from_inputs(inputs).map_err(|err| LeafError::Internal(err.to_string()))?,
         );
         mappers.insert(key, mapper.clone());
         Ok(mapper)
@@ -386,9 +378,11 @@ impl Leaf {
         doc_mapper: &DocMapper,
         aggs: &Aggregations,
     ) -> Result<(), LeafError> {
+        // The schema is the mapper's: keyed as the mapper is.
         let key = format!(
             "{}/{}",
-            index.index_uid, index.index_config.doc_mapping.doc_mapping_uid
+            index.index_uid,
+            MapperInputs::of(&index.index_config).key()
         );
         let searcher = {
             let mut table = self
@@ -1333,7 +1327,7 @@ fn run_leaf(
                 .into_iter()
                 .map(|(value, doc)| {
                     let value = value.map_or(SortValue::Null, |v| {
-                        SortValue::I64(v.into_timestamp_micros())
+                        SortValue::I64(micros_of_nanos(v.into_timestamp_nanos()))
                     });
                     (SortKey(vec![value]), doc)
                 })

@@ -8,6 +8,7 @@ mod delete;
 mod metric;
 pub mod sort_key;
 mod split;
+pub mod time;
 
 pub use checkpoint::{CheckpointDelta, CheckpointError, PartitionDelta, SourceCheckpoint};
 pub use delete::{DeleteQuery, DeleteTask};
@@ -116,7 +117,8 @@ impl<'de> Deserialize<'de> for IndexUid {
     }
 }
 
-/// An inclusive time range in seconds since the epoch.
+/// An inclusive time range in seconds since the epoch: the seconds of its timestamps, floored
+/// (see [`time`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeRange {
     /// First second covered.
