@@ -22,6 +22,8 @@
 //! max_in_flight_ingest_bytes: 256MiB   # ingest bodies handled at once; more: 429
 //! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
 //! max_concurrent_searches: 100         # searches at once; more: 429
+//! query_memory_budget_bytes: 4GiB      # memory of the queries in flight (aggregations,
+//!                                      # PromQL, SQL), shared; default: a quarter of RAM
 //! indexer_threads: 4                   # Tantivy threads per split being built; default: cores
 //! indexer_heap_bytes: 256MiB           # indexing memory per split being built (an index's
 //!                                      # indexing_settings.resources.heap_size wins)
@@ -292,6 +294,9 @@ pub struct NodeConfig {
     pub max_wal_memory_bytes: u64,
     /// Searches run at once; beyond, searches get a 429.
     pub max_concurrent_searches: usize,
+    /// Memory the queries in flight may hold together (search aggregations, PromQL, SQL);
+    /// a query that would pass it is refused before taking the memory.
+    pub query_memory_budget_bytes: u64,
     /// Tantivy indexing threads per split being built (default: the number of cores).
     pub indexer_threads: usize,
     /// Indexing memory per split being built, shared by its threads (an index's
@@ -352,6 +357,7 @@ impl fmt::Debug for NodeConfig {
             )
             .field("max_wal_memory_bytes", &self.max_wal_memory_bytes)
             .field("max_concurrent_searches", &self.max_concurrent_searches)
+            .field("query_memory_budget_bytes", &self.query_memory_budget_bytes)
             .field("indexer_threads", &self.indexer_threads)
             .field("indexer_heap_bytes", &self.indexer_heap_bytes)
             .field("s3", &self.s3)
@@ -544,6 +550,8 @@ struct NodeConfigFile {
     #[serde(default)]
     max_concurrent_searches: Option<usize>,
     #[serde(default)]
+    query_memory_budget_bytes: Option<ByteSize>,
+    #[serde(default)]
     indexer_threads: Option<usize>,
     #[serde(default)]
     indexer_heap_bytes: Option<ByteSize>,
@@ -663,6 +671,9 @@ impl NodeConfig {
             max_concurrent_searches: file
                 .max_concurrent_searches
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_SEARCHES),
+            query_memory_budget_bytes: file
+                .query_memory_budget_bytes
+                .map_or_else(default_query_memory_budget_bytes, |size| size.0),
             indexer_threads: file.indexer_threads.unwrap_or_else(default_indexer_threads),
             indexer_heap_bytes: file
                 .indexer_heap_bytes
@@ -862,6 +873,12 @@ impl NodeConfig {
                 "must be at least 1".to_string(),
             ));
         }
+        if self.query_memory_budget_bytes < MIN_QUERY_MEMORY_BUDGET_BYTES {
+            return Err(invalid(
+                "query_memory_budget_bytes",
+                format!("must be at least {MIN_QUERY_MEMORY_BUDGET_BYTES} bytes (64 MiB)"),
+            ));
+        }
         if self.indexer_threads < 1 {
             return Err(invalid("indexer_threads", "must be at least 1".to_string()));
         }
@@ -878,6 +895,31 @@ impl NodeConfig {
         }
         Ok(())
     }
+}
+
+/// The smallest `query_memory_budget_bytes`: 64 MiB.
+pub const MIN_QUERY_MEMORY_BUDGET_BYTES: u64 = 64 << 20;
+
+/// Default `query_memory_budget_bytes`: a quarter of the machine's memory (`MemTotal` of
+/// `/proc/meminfo`), 2 GiB where it cannot be read.
+pub fn default_query_memory_budget_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map(|kib| kib * 1024);
+    total.map_or(2 << 30, |bytes| {
+        (bytes / 4).max(MIN_QUERY_MEMORY_BUDGET_BYTES)
+    })
 }
 
 /// Default `indexer_threads`: the number of cores.
@@ -907,6 +949,7 @@ impl Default for NodeConfig {
             max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,
+            query_memory_budget_bytes: default_query_memory_budget_bytes(),
             indexer_threads: default_indexer_threads(),
             indexer_heap_bytes: DEFAULT_INDEXER_HEAP_BYTES,
             s3: S3Config::default(),

@@ -97,6 +97,13 @@ impl Val<'_> {
     }
 }
 
+/// A budget refusal as a PromQL error.
+fn over_budget(err: shale_types::memory::BudgetExceeded) -> PromqlError {
+    PromqlError::OverBudget(format!(
+        "query processing would take more memory than it may: {err}"
+    ))
+}
+
 /// Evaluates expressions over the fetched series.
 pub(crate) struct Evaluator {
     data: SelectorData,
@@ -122,6 +129,13 @@ pub(crate) struct Evaluator {
     steps: Cell<Option<Steps>>,
     /// Range functions computed for every step, by call node.
     step_tables: RefCell<HashMap<usize, Rc<StepTable>>>,
+    /// What the evaluation holds of the node's query memory budget: the series read, then
+    /// its peak of samples held plus the subquery steps kept (it only grows).
+    reservation: RefCell<Option<shale_types::memory::Reservation>>,
+    /// Bytes of subquery steps kept in `subquery_cache`.
+    cached_bytes: Cell<u64>,
+    /// The most bytes held on top of the series read so far (what the reservation covers).
+    held_on_top: Cell<u64>,
 }
 
 /// The steps of a range query.
@@ -156,8 +170,20 @@ impl Evaluator {
         window: QueryWindow,
         options: &EngineOptions,
         started: Instant,
-    ) -> Evaluator {
-        Evaluator {
+    ) -> Result<Evaluator, PromqlError> {
+        let read: u64 = data
+            .values()
+            .flatten()
+            .map(|s| {
+                crate::BYTES_PER_SERIES
+                    + (s.raw.len() + s.clean.len()) as u64 * crate::BYTES_PER_SAMPLE / 4
+            })
+            .sum();
+        let reservation = match &options.budget {
+            Some(budget) => Some(budget.try_reserve(read).map_err(over_budget)?),
+            None => None,
+        };
+        Ok(Evaluator {
             data,
             window,
             max_samples: options.max_samples,
@@ -172,7 +198,31 @@ impl Evaluator {
             cursors: RefCell::new(HashMap::new()),
             steps: Cell::new(None),
             step_tables: RefCell::new(HashMap::new()),
+            reservation: RefCell::new(reservation),
+            cached_bytes: Cell::new(0),
+            held_on_top: Cell::new(0),
+        })
+    }
+
+    /// Grows the reservation to cover what the evaluation holds now (the series read, the
+    /// samples held, the subquery steps kept), or fails before it takes more.
+    fn reserve_held(&self) -> Result<(), PromqlError> {
+        let mut reservation = self.reservation.borrow_mut();
+        let Some(reservation) = reservation.as_mut() else {
+            return Ok(());
+        };
+        let wanted = (self.current.get() as u64)
+            .saturating_mul(crate::BYTES_PER_SAMPLE)
+            .saturating_add(self.cached_bytes.get());
+        // The series read stay held: grow past them by the most held on top so far.
+        let held_on_top = self.held_on_top.get();
+        if wanted > held_on_top {
+            reservation
+                .try_grow(wanted - held_on_top)
+                .map_err(over_budget)?;
+            self.held_on_top.set(wanted);
         }
+        Ok(())
     }
 
     /// Most samples held at once.
@@ -190,7 +240,7 @@ impl Evaluator {
         if now > self.max_samples {
             return Err(PromqlError::TooManySamples("query execution".to_string()));
         }
-        Ok(())
+        self.reserve_held()
     }
 
     fn set_held(&self, n: usize) {
@@ -605,6 +655,13 @@ impl Evaluator {
                     self.subquery_cache
                         .borrow_mut()
                         .insert((key, ts), Rc::clone(&elems));
+                    // Each step kept (and each sample of the window being built) counts
+                    // before the next is evaluated.
+                    self.cached_bytes
+                        .set(self.cached_bytes.get().saturating_add(
+                            (elems.len() as u64 + 1).saturating_mul(2 * crate::BYTES_PER_SAMPLE),
+                        ));
+                    self.reserve_held()?;
                     elems
                 }
             };

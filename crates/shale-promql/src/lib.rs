@@ -37,7 +37,17 @@ pub struct EngineOptions {
     pub max_samples: usize,
     /// Longest evaluation (Prometheus's `--query.timeout`).
     pub timeout: Duration,
+    /// The node's query memory budget: the series read, the samples held and the subquery
+    /// steps kept are reserved from it as the evaluation takes them, and the query fails
+    /// (`execution`) instead of passing it.
+    pub budget: Option<shale_types::memory::MemoryBudget>,
 }
+
+/// Bytes counted for one sample held (its value and time, its series' share of labels, the
+/// containers around it).
+pub const BYTES_PER_SAMPLE: u64 = 64;
+/// Bytes counted for one series read (its labels and vectors).
+pub const BYTES_PER_SERIES: u64 = 256;
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -45,6 +55,7 @@ impl Default for EngineOptions {
             lookback_ms: 5 * 60 * 1000,
             max_samples: 50_000_000,
             timeout: Duration::from_secs(120),
+            budget: None,
         }
     }
 }
@@ -65,6 +76,9 @@ pub enum PromqlError {
     /// Over `max_samples` (`execution`, HTTP 422).
     #[error("query processing would load too many samples into memory in {0}")]
     TooManySamples(String),
+    /// Over the node's query memory budget (`execution`, HTTP 422), before taking the memory.
+    #[error("{0}")]
+    OverBudget(String),
     /// The source failed (`internal`, HTTP 500).
     #[error("{0}")]
     Source(String),
@@ -204,7 +218,7 @@ async fn run(
         lookback_ms: options.lookback_ms,
     };
     let (data, mut stats) = plan::fetch(source, &expr, &window).await?;
-    let evaluator = eval::Evaluator::new(data, window, options, started);
+    let evaluator = eval::Evaluator::new(data, window, options, started)?;
     let value = if instant {
         evaluator.run_instant(&expr, start_ms)?
     } else {

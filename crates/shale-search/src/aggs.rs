@@ -30,9 +30,19 @@ pub fn limits() -> AggregationLimitsGuard {
     AggregationLimitsGuard::new(Some(MAX_AGG_MEMORY), Some(MAX_BUCKETS))
 }
 
+/// Limits of `memory_limit` bytes (the bucket limit as usual); clones share one counter.
+pub fn limits_of(memory_limit: u64) -> AggregationLimitsGuard {
+    AggregationLimitsGuard::new(Some(memory_limit), Some(MAX_BUCKETS))
+}
+
 /// The context aggregation collectors are built with.
 pub fn context() -> AggContextParams {
-    AggContextParams::new(limits(), TokenizerManager::default())
+    context_with(limits())
+}
+
+/// The context aggregation collectors are built with, under `limits`.
+pub fn context_with(limits: AggregationLimitsGuard) -> AggContextParams {
+    AggContextParams::new(limits, TokenizerManager::default())
 }
 
 /// Parses, normalizes and checks the `aggs` of a request against `doc_mapper`.
@@ -50,9 +60,38 @@ pub fn parse_aggs(doc_mapper: &DocMapper, aggs: &Value) -> Result<Aggregations, 
                 .to_string(),
         );
     };
+    let depth = agg_depth(&aggs);
+    if depth > MAX_AGG_DEPTH {
+        return Err(format!(
+            "invalid aggregation request: aggregations nested {depth} deep, at most \
+             {MAX_AGG_DEPTH} levels are allowed (the maximum aggregation depth: each level \
+             multiplies the buckets, and the memory, of the one above)"
+        ));
+    }
     normalize_aggs(doc_mapper, &mut aggs, "")?;
     serde_json::from_value::<Aggregations>(Value::Object(aggs))
         .map_err(|err| format!("invalid aggregation request: {err}"))
+}
+
+/// The deepest aggregations may nest (`aggs` inside a bucket aggregation is a level).
+pub const MAX_AGG_DEPTH: usize = 8;
+
+/// How deep named aggregations nest (1: none has sub-aggregations), measured without
+/// recursion.
+fn agg_depth(aggs: &Map<String, Value>) -> usize {
+    let mut deepest = 0;
+    let mut stack: Vec<(&Map<String, Value>, usize)> = vec![(aggs, 1)];
+    while let Some((aggs, level)) = stack.pop() {
+        deepest = deepest.max(level);
+        for agg in aggs.values() {
+            for key in ["aggs", "aggregations"] {
+                if let Some(Value::Object(sub)) = agg.get(key) {
+                    stack.push((sub, level + 1));
+                }
+            }
+        }
+    }
+    deepest
 }
 
 /// Normalizes a map of named aggregations in place; `path` names the parent for messages.

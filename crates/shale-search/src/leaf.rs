@@ -259,6 +259,15 @@ pub struct Leaf {
     ranges: Mutex<Option<Arc<RangeCache>>>,
     /// What each split answered to each request shape.
     partial_results: Mutex<Arc<crate::partial_cache::PartialResultCache>>,
+    /// With a memory budget: the limits every split aggregation on this node shares (one
+    /// counter: concurrent aggregations together stay under it), and the budget's share it
+    /// holds for them.
+    agg_limits: Mutex<
+        Option<(
+            tantivy::aggregation::AggregationLimitsGuard,
+            shale_types::memory::Reservation,
+        )>,
+    >,
 }
 
 /// A field found in a split — a schema field or a path inside a json field (undeclared fields
@@ -306,6 +315,31 @@ impl Leaf {
             split_fields: Mutex::new(HashMap::new()),
             ranges: Mutex::new(None),
             partial_results: Mutex::new(Arc::new(crate::partial_cache::PartialResultCache::new(0))),
+            agg_limits: Mutex::new(None),
+        }
+    }
+
+    /// Makes split aggregations share half of `budget` (held from it for the node's life):
+    /// Tantivy's aggregation limits count every aggregation running on this node against one
+    /// counter, so concurrent requests share the memory instead of each having its own.
+    pub fn set_memory_budget(&self, budget: &shale_types::memory::MemoryBudget) {
+        let share = budget.total() / 2;
+        let limits = crate::aggs::limits_of(share);
+        let held = match budget.try_reserve(share) {
+            Ok(held) => held,
+            // Nothing else holds the budget when the node starts: a second call finds its
+            // own share held and keeps it.
+            Err(_) => return,
+        };
+        *self.agg_limits.lock().unwrap_or_else(|p| p.into_inner()) = Some((limits, held));
+    }
+
+    /// The context split aggregations are built with: the node-wide shared limits when there
+    /// is a budget.
+    fn agg_context(&self) -> tantivy::aggregation::AggContextParams {
+        match &*self.agg_limits.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((limits, _)) => crate::aggs::context_with(limits.clone()),
+            None => crate::aggs::context(),
         }
     }
 
@@ -935,6 +969,7 @@ impl Leaf {
         error_plan: Option<Arc<crate::aggs::TermErrorPlan>>,
     ) -> Result<LeafSplitResult, (String, bool)> {
         let (_permit, open, query) = self.open_with_query(storage, split, query, older).await?;
+        let context = self.agg_context();
         tokio::task::spawn_blocking(move || {
             if open.by_ranges {
                 let fields = crate::remote::fast_fields_read(
@@ -944,9 +979,7 @@ impl Leaf {
                 );
                 crate::remote::warm(&open.searcher, query.as_ref(), &fields, &open.warmed);
             }
-            let aggs = aggs.map(|aggs| {
-                DistributedAggregationCollector::from_aggs(aggs, crate::aggs::context())
-            });
+            let aggs = aggs.map(|aggs| DistributedAggregationCollector::from_aggs(aggs, context));
             let mut result = run_leaf(
                 &open.searcher,
                 query.as_ref(),

@@ -388,6 +388,12 @@ impl SearchService {
         self.leaf.set_partial_result_cache(max_bytes);
     }
 
+    /// Makes this node's aggregations share half of `budget` (see
+    /// [`Leaf::set_memory_budget`]).
+    pub fn set_memory_budget(&self, budget: shale_types::memory::MemoryBudget) {
+        self.leaf.set_memory_budget(&budget);
+    }
+
     /// Number of splits kept open between searches.
     pub fn num_open_splits(&self) -> usize {
         self.leaf.num_open_splits()

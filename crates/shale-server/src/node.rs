@@ -90,6 +90,8 @@ pub struct Node {
     pub membership: Arc<Membership>,
     /// Calls to the other nodes.
     pub client: InternalClient,
+    /// The memory the node's queries in flight share (`query_memory_budget_bytes`).
+    pub memory_budget: shale_types::memory::MemoryBudget,
     /// The data directory's lock, held while the node lives (or until released).
     data_dir_lock: std::sync::Mutex<Option<crate::data_dir::DataDirLock>>,
     /// What the heartbeats report of the records not published yet (see
@@ -375,11 +377,15 @@ impl Node {
             search.leaf().clone(),
             client.clone(),
         )));
+        let memory_budget =
+            shale_types::memory::MemoryBudget::new(config.query_memory_budget_bytes);
+        search.set_memory_budget(memory_budget.clone());
         let node = Node {
             search,
             router,
             dispatcher,
             client,
+            memory_budget,
             config,
             metastore,
             storages,

@@ -227,6 +227,10 @@ impl From<PromqlError> for PromError {
             PromqlError::Execution(_) | PromqlError::TooManySamples(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "execution")
             }
+            PromqlError::OverBudget(_) => {
+                crate::metrics::count_refusal("memory_budget");
+                (StatusCode::UNPROCESSABLE_ENTITY, "execution")
+            }
             PromqlError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             PromqlError::Source(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
@@ -573,7 +577,8 @@ async fn prepare(
     index_id: Option<Path<String>>,
     params: &Params,
 ) -> Result<(SplitSource, EngineOptions), PromError> {
-    let options = engine_options(params)?;
+    let mut options = engine_options(params)?;
+    options.budget = Some(state.node.memory_budget.clone());
     let (_, mut source) = metrics_index(state, index_id.map(|p| p.0), params).await?;
     // A diagnostic: read every split of the window whole (answers must not change).
     if params.get("shale_pruning") == Some("false") {

@@ -76,11 +76,18 @@ async fn run(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Respons
     )
     .with_documents(Arc::new(SearchDocuments {
         node: state.node.clone(),
-    }));
-    let output = engine.execute(&query).await.map_err(|err| match err {
-        shale_sql::SqlError::Invalid(message) | shale_sql::SqlError::TooLarge(message) => {
-            ApiError::bad_request(message)
+    }))
+    .with_budget(state.node.memory_budget.clone());
+    let max_result_bytes = engine.limits().max_result_bytes;
+    let refused = |message: String| {
+        if message.contains("query_memory_budget_bytes") {
+            crate::metrics::count_refusal("memory_budget");
         }
+        ApiError::bad_request(message)
+    };
+    let output = engine.execute(&query).await.map_err(|err| match err {
+        shale_sql::SqlError::Invalid(message) => ApiError::bad_request(message),
+        shale_sql::SqlError::TooLarge(message) => refused(message),
         shale_sql::SqlError::Internal(message) => ApiError::internal(message),
     })?;
     crate::metrics::SQL_QUERIES.inc();
@@ -96,9 +103,12 @@ async fn run(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Respons
             .into_response());
     }
     let json = output
-        .to_json()
-        .map_err(|err| ApiError::internal(err.to_string()))?;
-    Ok(axum::Json(json).into_response())
+        .to_json_bytes(max_result_bytes)
+        .map_err(|err| match err {
+            shale_sql::SqlError::TooLarge(message) => refused(message),
+            other => ApiError::internal(other.to_string()),
+        })?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
 }
 
 /// The documents of a log index for SQL, read by searches of `*` (splits pruned by time

@@ -23,6 +23,7 @@ use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
 use serde_json::{json, Value};
 use shale_metastore::{IndexMetadata, Metastore};
 use shale_storage::StorageRef;
+use shale_types::memory::{MemoryBudget, Reservation};
 
 pub use logs::{DocumentSource, Documents, DocumentsRequest, LogsTable};
 pub use table::{MetricsTable, ScanStats};
@@ -37,13 +38,24 @@ pub struct SqlLimits {
     pub max_samples: u64,
     /// Most documents a query may read from a log index (after pruning).
     pub max_documents: usize,
+    /// Most rows in an answer.
+    pub max_result_rows: usize,
+    /// Most bytes of an answer (its Arrow batches, then its JSON).
+    pub max_result_bytes: usize,
 }
+
+/// Default [`SqlLimits::max_result_rows`].
+pub const DEFAULT_MAX_RESULT_ROWS: usize = 100_000;
+/// Default [`SqlLimits::max_result_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 << 20;
 
 impl Default for SqlLimits {
     fn default() -> Self {
         SqlLimits {
             max_samples: 50_000_000,
             max_documents: 1_000_000,
+            max_result_rows: DEFAULT_MAX_RESULT_ROWS,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }
@@ -99,37 +111,52 @@ impl SqlOutput {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
 
-    /// The answer as JSON: its columns (name and Arrow type), its rows as objects (nulls
-    /// explicit), and the scan statistics.
-    pub fn to_json(&self) -> Result<Value, SqlError> {
-        let mut writer = arrow_json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, arrow_json::writer::JsonArray>(Vec::new());
-        let refs: Vec<&RecordBatch> = self.batches.iter().collect();
-        writer
-            .write_batches(&refs)
-            .map_err(|err| SqlError::Internal(err.to_string()))?;
-        writer
-            .finish()
-            .map_err(|err| SqlError::Internal(err.to_string()))?;
-        let bytes = writer.into_inner();
-        let rows: Value = if bytes.is_empty() {
-            json!([])
-        } else {
-            serde_json::from_slice(&bytes).map_err(|err| SqlError::Internal(err.to_string()))?
-        };
+    /// The answer as a JSON document: its columns (name and Arrow type), its rows as objects
+    /// (nulls explicit), and the scan statistics. The rows are written as Arrow's JSON writer
+    /// writes them, straight into the document (no tree of values in between); refused past
+    /// `max_bytes`.
+    pub fn to_json_bytes(&self, max_bytes: usize) -> Result<Vec<u8>, SqlError> {
         let columns: Vec<Value> = self
             .schema
             .fields()
             .iter()
             .map(|f| json!({"name": f.name(), "type": f.data_type().to_string()}))
             .collect();
-        Ok(json!({
-            "columns": columns,
-            "rows": rows,
-            "num_rows": self.num_rows(),
-            "stats": self.stats.to_json(),
-        }))
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"columns\":");
+        serde_json::to_writer(&mut out, &columns)
+            .map_err(|err| SqlError::Internal(err.to_string()))?;
+        out.extend_from_slice(b",\"rows\":");
+        let rows_start = out.len();
+        {
+            let mut writer = arrow_json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow_json::writer::JsonArray>(&mut out);
+            for batch in &self.batches {
+                writer
+                    .write(batch)
+                    .map_err(|err| SqlError::Internal(err.to_string()))?;
+            }
+            writer
+                .finish()
+                .map_err(|err| SqlError::Internal(err.to_string()))?;
+        }
+        if out.len() == rows_start {
+            out.extend_from_slice(b"[]");
+        }
+        if out.len() > max_bytes {
+            return Err(SqlError::TooLarge(format!(
+                "the answer is larger than {max_bytes} bytes of JSON, the most an answer may \
+                 have: select fewer rows or columns (LIMIT)"
+            )));
+        }
+        out.extend_from_slice(b",\"num_rows\":");
+        out.extend_from_slice(self.num_rows().to_string().as_bytes());
+        out.extend_from_slice(b",\"stats\":");
+        serde_json::to_writer(&mut out, &self.stats.to_json())
+            .map_err(|err| SqlError::Internal(err.to_string()))?;
+        out.push(b'}');
+        Ok(out)
     }
 
     /// The answer as an Arrow IPC stream.
@@ -148,6 +175,75 @@ impl SqlOutput {
                 .map_err(|err| SqlError::Internal(err.to_string()))?;
         }
         Ok(out)
+    }
+}
+
+/// A budget refusal as a SQL error.
+fn too_large(err: shale_types::memory::BudgetExceeded) -> SqlError {
+    SqlError::TooLarge(err.to_string())
+}
+
+/// DataFusion's memory pool for one query, over a reservation from the node's budget.
+#[derive(Debug)]
+struct BudgetPool {
+    reservation: Mutex<Reservation>,
+}
+
+impl BudgetPool {
+    fn new(reservation: Reservation) -> Self {
+        BudgetPool {
+            reservation: Mutex::new(reservation),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Reservation> {
+        self.reservation.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds `bytes` of the answer (which DataFusion no longer counts once it is handed over).
+    fn hold(&self, bytes: u64) -> Result<(), shale_types::memory::BudgetExceeded> {
+        self.lock().try_grow(bytes)
+    }
+}
+
+impl std::fmt::Display for BudgetPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "shale query memory budget")
+    }
+}
+
+impl datafusion::execution::memory_pool::MemoryPool for BudgetPool {
+    fn name(&self) -> &str {
+        "shale-budget"
+    }
+
+    fn grow(&self, _: &datafusion::execution::memory_pool::MemoryReservation, additional: usize) {
+        self.lock().force_grow(additional as u64);
+    }
+
+    fn shrink(&self, _: &datafusion::execution::memory_pool::MemoryReservation, shrink: usize) {
+        self.lock().shrink(shrink as u64);
+    }
+
+    fn try_grow(
+        &self,
+        _: &datafusion::execution::memory_pool::MemoryReservation,
+        additional: usize,
+    ) -> datafusion::error::Result<()> {
+        self.lock()
+            .try_grow(additional as u64)
+            .map_err(|err| DataFusionError::ResourcesExhausted(err.to_string()))
+    }
+
+    fn reserved(&self) -> usize {
+        usize::try_from(self.lock().bytes()).unwrap_or(usize::MAX)
+    }
+
+    fn memory_limit(&self) -> datafusion::execution::memory_pool::MemoryLimit {
+        let budget = self.lock().budget().total();
+        datafusion::execution::memory_pool::MemoryLimit::Finite(
+            usize::try_from(budget).unwrap_or(usize::MAX),
+        )
     }
 }
 
@@ -182,6 +278,7 @@ pub struct SqlEngine {
     storage_for: StorageFor,
     documents: Option<Arc<dyn DocumentSource>>,
     limits: SqlLimits,
+    budget: Option<MemoryBudget>,
 }
 
 impl SqlEngine {
@@ -192,7 +289,20 @@ impl SqlEngine {
             storage_for,
             documents: None,
             limits: SqlLimits::default(),
+            budget: None,
         }
+    }
+
+    /// The same engine, its queries' memory (DataFusion's operators, the answer) counted in
+    /// `budget`: a query that would pass it fails (as too large) instead of taking it.
+    pub fn with_budget(mut self, budget: MemoryBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The limits of its queries.
+    pub fn limits(&self) -> SqlLimits {
+        self.limits
     }
 
     /// The same engine, with the log indexes as tables read through `source`.
@@ -241,7 +351,18 @@ impl SqlEngine {
         let config = SessionConfig::new()
             .with_information_schema(true)
             .with_default_catalog_and_schema("shale", "public");
-        let ctx = SessionContext::new_with_config(config);
+        // DataFusion's operators reserve their memory from the node's budget, through one
+        // reservation for the query (given back when it ends).
+        let reservation = match &self.budget {
+            Some(budget) => Some(budget.try_reserve(0).map_err(too_large)?),
+            None => None,
+        };
+        let pool = reservation.map(|r| Arc::new(BudgetPool::new(r)));
+        let mut runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new();
+        if let Some(pool) = &pool {
+            runtime = runtime.with_memory_pool(pool.clone());
+        }
+        let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
         let catalog = Arc::new(datafusion::catalog::MemoryCatalogProvider::new());
         datafusion::catalog::CatalogProvider::register_schema(
             catalog.as_ref(),
@@ -255,7 +376,35 @@ impl SqlEngine {
             .with_allow_statements(false);
         let frame = ctx.sql_with_options(sql, options).await?;
         let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-        let batches = frame.collect().await?;
+        // The answer is read batch by batch, its rows and bytes counted (and held in the
+        // budget) as they come: a query that answers too much stops at the limit.
+        let mut stream = frame.execute_stream().await?;
+        let mut batches = Vec::new();
+        let (mut rows, mut bytes) = (0usize, 0usize);
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            let batch = batch?;
+            rows += batch.num_rows();
+            let size = batch.get_array_memory_size();
+            bytes += size;
+            if rows > self.limits.max_result_rows {
+                return Err(SqlError::TooLarge(format!(
+                    "the answer has more than {} rows, the most an answer may have: add a LIMIT \
+                     or aggregate",
+                    self.limits.max_result_rows
+                )));
+            }
+            if bytes > self.limits.max_result_bytes {
+                return Err(SqlError::TooLarge(format!(
+                    "the answer holds more than {} bytes, the most an answer may hold: select \
+                     fewer rows or columns (LIMIT)",
+                    self.limits.max_result_bytes
+                )));
+            }
+            if let Some(pool) = &pool {
+                pool.hold(size as u64).map_err(too_large)?;
+            }
+            batches.push(batch);
+        }
         let stats = *stats.lock().unwrap_or_else(|p| p.into_inner());
         Ok(SqlOutput {
             schema,

@@ -24,6 +24,7 @@ mod grafana_dashboard;
 mod index_update;
 mod limits;
 mod locality;
+mod memory_budget;
 mod metrics_compaction;
 mod metrics_endpoint;
 mod metrics_ingest;
