@@ -161,3 +161,51 @@ print(_json.dumps({{"count": _seen, "built": _built}}))
     }
     node.stop().await;
 }
+
+/// The Security section's node config (the `yaml` block starting `# node.yaml`) parses as
+/// written, and a node started with its tokens gives each the role the comments say.
+#[tokio::test]
+async fn the_readme_security_config_runs_as_written() {
+    let readme = readme();
+    let yaml = fenced_blocks(&readme, "yaml")
+        .into_iter()
+        .find(|block| block.starts_with("# node.yaml"))
+        .expect("the Security section's node.yaml block");
+    let parsed = shale_config::NodeConfig::from_yaml(yaml.as_bytes()).unwrap();
+    assert_eq!(parsed.api_tokens.len(), 3);
+    assert_eq!(parsed.query_memory_budget_bytes, 2 << 30);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = common::config_in(tmp.path());
+    config.api_token = parsed.api_token.clone();
+    config.api_tokens = parsed.api_tokens.clone();
+    config.cluster.cluster_secret = parsed.cluster.cluster_secret.clone();
+    config.rest = parsed.rest.clone();
+    let node = TestNode::start_with(config).await;
+    let status = |token: &str, method: reqwest::Method, path: &str| {
+        node.client
+            .request(method, node.url(path))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    for (token, role) in parsed.api_tokens.iter().map(|t| (t.token.as_str(), t.role)) {
+        let list = status(token, reqwest::Method::GET, "/api/v1/indexes")
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        let create = status(token, reqwest::Method::POST, "/api/v1/indexes")
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        match role {
+            shale_config::TokenRole::Reader => assert_eq!((list, create), (200, 403)),
+            shale_config::TokenRole::Writer => assert_eq!((list, create), (403, 403)),
+            // An admin may create: `{}` is not an index config.
+            shale_config::TokenRole::Admin => assert_eq!((list, create), (200, 400)),
+        }
+    }
+    node.stop().await;
+}
