@@ -479,3 +479,47 @@ async fn index_version_from_memory_and_from_the_row_timed() {
         from_row.as_secs_f64() / from_memory.as_secs_f64().max(1e-9)
     );
 }
+
+#[tokio::test]
+async fn the_default_metastore_uri_of_any_data_dir_opens_a_file_in_it() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for name in [
+        "odd%41dir",
+        "what?mode=ro",
+        "hash#tag",
+        "with space",
+        "données-日本",
+        "100%",
+    ] {
+        let data_dir = tmp.path().join(name);
+        let uri = shale_config::NodeConfig::default_metastore_uri(&data_dir);
+        let metastore = open_metastore(&uri)
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {uri}: {err}"));
+        metastore
+            .create_index(conformance::index_config("logs"))
+            .await
+            .expect("create");
+        assert!(
+            data_dir.join("metastore.db").is_file(),
+            "{name}: {uri} put the metastore elsewhere"
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "100%",
+            "données-日本",
+            "hash#tag",
+            "odd%41dir",
+            "what?mode=ro",
+            "with space"
+        ]
+    );
+}

@@ -10,6 +10,7 @@ mod api_token;
 mod cluster;
 mod compaction;
 mod compaction_controls;
+mod data_dir_paths;
 mod dates;
 mod deletes;
 mod doc_mapping_options;
