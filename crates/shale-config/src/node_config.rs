@@ -32,6 +32,7 @@
 //!   secret_access_key: …
 //!   force_path_style: true
 //!   allow_http: true
+//!   max_retries: 10                    # retries of a failed request (default: 10 within 3 min)
 //! cluster:
 //!   heartbeat_interval_ms: 1000        # heartbeats (and refreshes of the cluster view)
 //!   dead_after_ms: 5000                # no heartbeat for this long: dead for everyone
@@ -221,6 +222,9 @@ pub struct S3Config {
     /// Allow a plain `http://` endpoint.
     #[serde(default)]
     pub allow_http: bool,
+    /// Retries of a failed request (`None`: the client's default, 10 within 3 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<usize>,
 }
 
 impl fmt::Debug for S3Config {
@@ -235,6 +239,7 @@ impl fmt::Debug for S3Config {
             )
             .field("force_path_style", &self.force_path_style)
             .field("allow_http", &self.allow_http)
+            .field("max_retries", &self.max_retries)
             .finish()
     }
 }

@@ -43,5 +43,6 @@ mod time_filter;
 mod time_order;
 mod time_travel;
 mod ui;
+mod unreachable_storage;
 mod update_safety;
 mod version;
