@@ -34,6 +34,7 @@
 //!   secret_access_key: …
 //!   force_path_style: true
 //!   allow_http: true
+//!   max_retries: 10                    # retries of a failed request (default: 10 within 3 min)
 //! cluster:
 //!   heartbeat_interval_ms: 1000        # heartbeats (and refreshes of the cluster view)
 //!   dead_after_ms: 5000                # no heartbeat for this long: dead for everyone
@@ -65,6 +66,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use percent_encoding::{percent_encode, AsciiSet, CONTROLS};
 use serde::{Deserialize, Serialize};
 
 use crate::validation::deserialize_with_path;
@@ -229,6 +231,9 @@ pub struct S3Config {
     /// Allow a plain `http://` endpoint.
     #[serde(default)]
     pub allow_http: bool,
+    /// Retries of a failed request (`None`: the client's default, 10 within 3 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<usize>,
 }
 
 impl fmt::Debug for S3Config {
@@ -243,6 +248,7 @@ impl fmt::Debug for S3Config {
             )
             .field("force_path_style", &self.force_path_style)
             .field("allow_http", &self.allow_http)
+            .field("max_retries", &self.max_retries)
             .finish()
     }
 }
@@ -616,6 +622,35 @@ fn display_dir(dir: &Path) -> String {
     dir.display().to_string().trim_end_matches('/').to_string()
 }
 
+/// Bytes escaped in a `sqlite://` URI's path: those a URI parser would take for the end of
+/// the path (`?`, `#`) or for an escape (`%`), and those not allowed in a URI (controls,
+/// spaces and the like; bytes above ASCII are always escaped).
+const URI_PATH_ESCAPED: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'[')
+    .add(b']')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// `dir` percent-encoded for the path of a `sqlite://` URI (without its trailing `/`); the
+/// SQLite metastore decodes it back to `dir`.
+fn uri_path(dir: &Path) -> String {
+    percent_encode(dir.as_os_str().as_encoded_bytes(), URI_PATH_ESCAPED)
+        .to_string()
+        .trim_end_matches('/')
+        .to_string()
+}
+
 impl NodeConfig {
     /// Parses a YAML (or JSON) node config; missing keys take their defaults. An empty file is
     /// the default config.
@@ -703,12 +738,13 @@ impl NodeConfig {
         }
     }
 
-    /// `sqlite://{data_dir}/metastore.db`.
+    /// `sqlite://{data_dir}/metastore.db`, the data dir percent-encoded (see [`uri_path`]).
     pub fn default_metastore_uri(data_dir: &Path) -> String {
-        format!("sqlite://{}/metastore.db", display_dir(data_dir))
+        format!("sqlite://{}/metastore.db", uri_path(data_dir))
     }
 
-    /// `file://{data_dir}/indexes`.
+    /// `file://{data_dir}/indexes`, the data dir as it is (a `file://` URI's path is taken
+    /// literally).
     pub fn default_storage_uri(data_dir: &Path) -> String {
         format!("file://{}/indexes", display_dir(data_dir))
     }
@@ -1044,6 +1080,20 @@ mod tests {
         assert_eq!(
             config.default_index_root_uri,
             "file:///var/lib/shale/indexes"
+        );
+    }
+
+    #[test]
+    fn the_default_metastore_uri_escapes_the_data_dir() {
+        let uri = |dir: &str| NodeConfig::default_metastore_uri(Path::new(dir));
+        assert_eq!(uri("odd%41dir"), "sqlite://odd%2541dir/metastore.db");
+        assert_eq!(uri("/a?b#c d/"), "sqlite:///a%3Fb%23c%20d/metastore.db");
+        assert_eq!(uri("/données"), "sqlite:///donn%C3%A9es/metastore.db");
+        assert_eq!(uri("./shale-data"), "sqlite://./shale-data/metastore.db");
+        // The storage URI's path is taken literally.
+        assert_eq!(
+            NodeConfig::default_storage_uri(Path::new("odd%41dir")),
+            "file://odd%41dir/indexes"
         );
     }
 

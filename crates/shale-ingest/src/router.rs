@@ -91,6 +91,9 @@ pub enum IngestError {
     /// The shard is not (or no longer) open on this node: try another one.
     #[error("shard `{0}` is not open on this node")]
     ShardNotOpen(String),
+    /// The index's storage cannot be reached lately: nothing was ingested; retry later.
+    #[error("{0}")]
+    StorageUnavailable(String),
     /// No open shard can take the documents now (no live indexer, or all failed).
     #[error("no shard can take documents of index `{index_id}` now: {reason}; retry later")]
     NoShardAvailable {
@@ -324,6 +327,11 @@ pub fn pipeline_params(
 }
 
 impl IngestRouter {
+    /// Where the indexes' splits live.
+    pub fn storages(&self) -> &IndexStorages {
+        &self.storages
+    }
+
     /// A router hosting no shard yet.
     pub fn new(env: PipelineEnv, storages: IndexStorages, limits: IngestLimits) -> Self {
         let units = (limits.max_in_flight_bytes / IN_FLIGHT_UNIT).max(1);

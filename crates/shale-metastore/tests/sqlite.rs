@@ -333,3 +333,193 @@ async fn a_process_alone_after_the_others_exit_answers_from_memory_again_on_rest
     bump_behind_its_back(path).await;
     assert_eq!(alone.index_version("logs").await.expect("version"), v0);
 }
+
+/// `second` sees a write of `first` at once, and `first` one of `second`, each after having
+/// read (and maybe kept) the version the other then changes; `split` names the split they
+/// write.
+async fn each_sees_the_others_writes_at_once(
+    first: &SqliteMetastore,
+    second: &SqliteMetastore,
+    uid: &shale_types::IndexUid,
+    split: &str,
+) {
+    let v0 = first.index_version("logs").await.expect("version");
+    assert_eq!(second.index_version("logs").await.expect("version"), v0);
+    second
+        .stage_splits(uid, vec![conformance::split_metadata(uid, split)])
+        .await
+        .expect("stage from the second");
+    let v1 = first.index_version("logs").await.expect("version");
+    assert_eq!(
+        v1.version,
+        v0.version + 1,
+        "the first sees the second's write"
+    );
+    assert_eq!(second.index_version("logs").await.expect("version"), v1);
+    first
+        .publish_splits(uid, &[split.to_string()], &[], None)
+        .await
+        .expect("publish from the first");
+    let v2 = second.index_version("logs").await.expect("version");
+    assert_eq!(
+        v2.version,
+        v1.version + 1,
+        "the second sees the first's write"
+    );
+    assert_eq!(first.index_version("logs").await.expect("version"), v2);
+    second
+        .mark_splits_for_deletion(uid, &[split.to_string()])
+        .await
+        .expect("mark from the second");
+    assert_eq!(
+        first.index_version("logs").await.expect("version").version,
+        v2.version + 1,
+        "the first sees the second's second write"
+    );
+}
+
+#[tokio::test]
+async fn a_second_process_through_a_symlink_is_seen_by_the_first() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let first = SqliteMetastore::open(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("open");
+    let index = first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    // Through the link, and through a spelling with `.` and `..` in it.
+    let second = SqliteMetastore::open(link.to_str().expect("utf-8 path"))
+        .await
+        .expect("open through the link");
+    each_sees_the_others_writes_at_once(&first, &second, &index.index_uid, "a").await;
+    let spelled = dir.path().join("sub").join("..").join(".").join("link.db");
+    std::fs::create_dir(dir.path().join("sub")).expect("sub dir");
+    let third = SqliteMetastore::open(&format!("sqlite://{}", spelled.display()))
+        .await
+        .expect("open through another spelling");
+    each_sees_the_others_writes_at_once(&third, &first, &index.index_uid, "b").await;
+    each_sees_the_others_writes_at_once(&second, &third, &index.index_uid, "c").await;
+}
+
+#[tokio::test]
+async fn processes_on_a_removed_users_file_see_each_others_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    let first = SqliteMetastore::open(path).await.expect("open");
+    let index = first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    // The first is alone and keeps versions; then its users file goes.
+    first.index_version("logs").await.expect("version");
+    std::fs::remove_file(format!("{path}-users")).expect("remove the users file");
+    // The second makes a new users file, on which it is alone for all it can tell.
+    let second = SqliteMetastore::open(path).await.expect("open second");
+    each_sees_the_others_writes_at_once(&first, &second, &index.index_uid, "a").await;
+    each_sees_the_others_writes_at_once(&second, &first, &index.index_uid, "b").await;
+
+    // The same when the second reads (and keeps) a version before the first does anything.
+    drop(second);
+    std::fs::remove_file(format!("{path}-users")).expect("remove the users file again");
+    let second = SqliteMetastore::open(path)
+        .await
+        .expect("open second again");
+    let v0 = second.index_version("logs").await.expect("version");
+    first
+        .stage_splits(
+            &index.index_uid,
+            vec![conformance::split_metadata(&index.index_uid, "c")],
+        )
+        .await
+        .expect("stage from the first");
+    assert_eq!(
+        second.index_version("logs").await.expect("version").version,
+        v0.version + 1,
+        "the second sees the first's write"
+    );
+}
+
+/// What answering versions from memory saves: `index_version` alone on the file (from
+/// memory) and with another process on it (the row read). Prints both; run with
+/// `--nocapture` to see them.
+#[tokio::test]
+async fn index_version_from_memory_and_from_the_row_timed() {
+    const CALLS: u32 = 2000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("metastore.db");
+    let path = path.to_str().expect("utf-8 path");
+    let first = SqliteMetastore::open(path).await.expect("open");
+    first
+        .create_index(conformance::index_config("logs"))
+        .await
+        .expect("create");
+    let time = |label: &'static str| {
+        let first = &first;
+        async move {
+            first.index_version("logs").await.expect("version");
+            let start = std::time::Instant::now();
+            for _ in 0..CALLS {
+                first.index_version("logs").await.expect("version");
+            }
+            let per_call = start.elapsed() / CALLS;
+            eprintln!("index_version {label}: {per_call:?} per call");
+            per_call
+        }
+    };
+    let from_memory = time("alone (from memory)").await;
+    let _second = SqliteMetastore::open(path).await.expect("open second");
+    let from_row = time("not alone (row read)").await;
+    eprintln!(
+        "index_version: from memory {:.1}x faster",
+        from_row.as_secs_f64() / from_memory.as_secs_f64().max(1e-9)
+    );
+}
+
+#[tokio::test]
+async fn the_default_metastore_uri_of_any_data_dir_opens_a_file_in_it() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for name in [
+        "odd%41dir",
+        "what?mode=ro",
+        "hash#tag",
+        "with space",
+        "données-日本",
+        "100%",
+    ] {
+        let data_dir = tmp.path().join(name);
+        let uri = shale_config::NodeConfig::default_metastore_uri(&data_dir);
+        let metastore = open_metastore(&uri)
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {uri}: {err}"));
+        metastore
+            .create_index(conformance::index_config("logs"))
+            .await
+            .expect("create");
+        assert!(
+            data_dir.join("metastore.db").is_file(),
+            "{name}: {uri} put the metastore elsewhere"
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "100%",
+            "données-日本",
+            "hash#tag",
+            "odd%41dir",
+            "what?mode=ro",
+            "with space"
+        ]
+    );
+}

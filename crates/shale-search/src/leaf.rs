@@ -343,6 +343,11 @@ impl Leaf {
         }
     }
 
+    /// Where the indexes' splits live.
+    pub fn storages(&self) -> &IndexStorages {
+        &self.storages
+    }
+
     /// Keeps what each split answered to each request shape, in at most `max_bytes` (0: off;
     /// the default). Replaces the cache, and drops what it held.
     pub fn set_partial_result_cache(&self, max_bytes: u64) {

@@ -602,6 +602,15 @@ impl SearchService {
         let started = Instant::now();
         let (view, doc_mapper, sort_by, aggs) = self.prepare(index_id, &request).await?;
         let index = &view.index;
+        // An index whose storage cannot be reached is answered at once, not after the
+        // object store's retries on each split.
+        if let Some(unreachable) = self
+            .leaf
+            .storages()
+            .unreachable(index.index_id(), index.index_config.index_uri.as_deref())
+        {
+            return Err(SearchError::Unavailable(unreachable));
+        }
 
         let as_of = match request.as_of {
             Some(as_of) => Some(check_as_of(index, as_of, shale_types::now_unix_secs())?),

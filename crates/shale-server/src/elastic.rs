@@ -322,6 +322,9 @@ async fn bulk_inner(
                     IngestError::RateLimited(_) | IngestError::NoShardAvailable { .. } => {
                         (429, "es_rejected_execution_exception", err.to_string())
                     }
+                    IngestError::StorageUnavailable(_) => {
+                        (503, "unavailable_shards_exception", err.to_string())
+                    }
                     _ => (500, "internal_exception", err.to_string()),
                 };
                 for &i in &positions {

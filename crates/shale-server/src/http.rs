@@ -109,7 +109,9 @@ impl From<IngestError> for ApiError {
             IngestError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
             IngestError::WrongIndexKind(_) => ApiError::bad_request(err.to_string()),
             IngestError::RateLimited(_) => ApiError::too_many_requests(err.to_string()),
-            IngestError::NoShardAvailable { .. } | IngestError::DeletesUnconfirmed(_) => ApiError {
+            IngestError::NoShardAvailable { .. }
+            | IngestError::DeletesUnconfirmed(_)
+            | IngestError::StorageUnavailable(_) => ApiError {
                 retry_after_secs: Some(RETRY_AFTER_SECS),
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
             },

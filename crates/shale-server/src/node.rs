@@ -166,6 +166,69 @@ pub fn shard_settings(config: &NodeConfig) -> ShardSettings {
     }
 }
 
+/// The first wait before the staged splits of an index whose storage failed at start are
+/// cleaned again; doubled at each failure, up to [`MAX_CLEANUP_RETRY`].
+const FIRST_CLEANUP_RETRY: Duration = Duration::from_secs(10);
+/// The longest wait between two cleanups of an index whose storage fails.
+const MAX_CLEANUP_RETRY: Duration = Duration::from_secs(600);
+
+/// Cleans, with a growing backoff until its storage answers, the staged splits left by a
+/// crash in the indexes whose storage failed at start (`indexes`); each success records the
+/// index's storage as reachable again (on every node, leader or not).
+async fn staged_cleanup_loop(node: std::sync::Weak<Node>, mut indexes: Vec<String>) {
+    let mut wait = FIRST_CLEANUP_RETRY;
+    while !indexes.is_empty() {
+        tokio::time::sleep(wait).await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        let mut failed = Vec::new();
+        for index_id in indexes {
+            let index = match node.metastore.index_metadata(&index_id).await {
+                Ok(index) => index,
+                Err(MetastoreError::NotFound { .. }) => continue,
+                Err(err) => {
+                    warn!(index_id, %err, "cannot read the index to clean its staged splits");
+                    failed.push(index_id);
+                    continue;
+                }
+            };
+            // The storage is asked first: the splits may be gone from the rows already
+            // (marked before their objects failed to go, then deleted by the janitor).
+            let cleaned = match node.index_storage(&index) {
+                Ok(storage) => match storage.probe("shale-node-probe").await {
+                    Ok(()) => node.clean_staged_splits_of(&index).await,
+                    Err(err) => Err(err.into()),
+                },
+                Err(err) => Err(err.into()),
+            };
+            match cleaned {
+                Ok(()) => {
+                    info!(
+                        index_id,
+                        "the index's storage answers again: staged splits cleaned"
+                    );
+                    node.storages
+                        .mark_reachable(index.index_id(), index.index_config.index_uri.as_deref());
+                }
+                Err(err) => {
+                    warn!(index_id, %err, retry_in = ?wait.saturating_mul(2).min(MAX_CLEANUP_RETRY), "cannot clean the index's staged splits yet");
+                    if let NodeError::Storage(err) = &err {
+                        node.storages.mark_unreachable(
+                            index.index_id(),
+                            index.index_config.index_uri.as_deref(),
+                            &err.to_string(),
+                        );
+                    }
+                    failed.push(index_id);
+                }
+            }
+        }
+        indexes = failed;
+        wait = wait.saturating_mul(2).min(MAX_CLEANUP_RETRY);
+    }
+}
+
 /// Follows the shards table, one round per heartbeat.
 async fn shard_sync_loop(node: std::sync::Weak<Node>) {
     loop {
@@ -235,6 +298,7 @@ pub fn s3_options(config: &NodeConfig) -> S3Options {
         secret_access_key: s3.secret_access_key.clone(),
         force_path_style: Some(s3.force_path_style || s3.endpoint.is_some()),
         allow_http: Some(s3.allow_http),
+        max_retries: s3.max_retries,
     }
 }
 
@@ -396,7 +460,7 @@ impl Node {
             pending_report,
             background: std::sync::Mutex::new(Vec::new()),
         };
-        node.clean_staged_splits().await?;
+        let uncleaned = node.clean_staged_splits().await?;
         if node.config.enable_otlp_endpoint {
             // Before the first control round, which allocates their shards.
             node.create_otel_indexes().await?;
@@ -420,6 +484,7 @@ impl Node {
         let node = Arc::new(node);
         let heartbeat = membership.start();
         let janitor = tokio::spawn(janitor_loop(Arc::downgrade(&node)));
+        let cleanup = tokio::spawn(staged_cleanup_loop(Arc::downgrade(&node), uncleaned));
         let control = tokio::spawn(control_loop(Arc::downgrade(&node)));
         let shard_sync = tokio::spawn(shard_sync_loop(Arc::downgrade(&node)));
         let delete_stamps = tokio::spawn(delete_stamp_loop(Arc::downgrade(&node)));
@@ -442,6 +507,7 @@ impl Node {
             background.extend([
                 heartbeat,
                 janitor,
+                cleanup,
                 control,
                 shard_sync,
                 delete_stamps,
@@ -626,40 +692,70 @@ impl Node {
     }
 
     /// Deletes the splits this node staged but never published (it crashed mid-commit).
-    async fn clean_staged_splits(&self) -> Result<(), NodeError> {
+    /// An index whose storage fails keeps its splits (the janitor deletes them once they are
+    /// stale and the storage answers, and this node tries again with a backoff) and is
+    /// recorded as unreachable: one unreachable storage does not keep the node from serving
+    /// the other indexes.
+    /// Returns the ids of those indexes, cleaned later by `staged_cleanup_loop`.
+    async fn clean_staged_splits(&self) -> Result<Vec<String>, NodeError> {
+        let mut failed = Vec::new();
         for index in self.metastore.list_indexes().await? {
-            let staged: Vec<Split> = self
-                .metastore
-                .list_splits(
-                    ListSplitsQuery::for_index(index.index_uid.clone())
-                        .with_states(&[SplitState::Staged]),
-                )
-                .await?
-                .into_iter()
-                .filter(|s| s.split_metadata.node_id == self.config.node_id)
-                .collect();
-            if staged.is_empty() {
-                continue;
-            }
-            let storage = self.index_storage(&index)?;
-            let ids: Vec<String> = staged
-                .iter()
-                .map(|split| split.split_metadata.split_id.clone())
-                .collect();
-            // Mark first (only those still Staged): once marked, no late publish can
-            // succeed, so deleting the objects is safe.
-            let ids = self
-                .metastore
-                .mark_staged_splits_for_deletion(&index.index_uid, &ids)
-                .await?;
-            for split in &staged {
-                if ids.contains(&split.split_metadata.split_id) {
-                    storage.delete(&split.split_metadata.object_key()).await?;
+            match self.clean_staged_splits_of(&index).await {
+                Ok(()) => {}
+                Err(NodeError::Storage(err)) => {
+                    warn!(
+                        index = %index.index_uid,
+                        %err,
+                        "cannot delete the splits staged before a crash: the index's storage \
+                         fails; its searches and ingests answer unavailable until the janitor \
+                         reaches it"
+                    );
+                    self.storages.mark_unreachable(
+                        index.index_id(),
+                        index.index_config.index_uri.as_deref(),
+                        &err.to_string(),
+                    );
+                    failed.push(index.index_id().to_string());
                 }
+                Err(err) => return Err(err),
             }
-            self.metastore.delete_splits(&index.index_uid, &ids).await?;
-            info!(index = %index.index_uid, count = ids.len(), "deleted staged splits left by a crash");
         }
+        Ok(failed)
+    }
+
+    /// [`Node::clean_staged_splits`] of one index.
+    async fn clean_staged_splits_of(&self, index: &IndexMetadata) -> Result<(), NodeError> {
+        let staged: Vec<Split> = self
+            .metastore
+            .list_splits(
+                ListSplitsQuery::for_index(index.index_uid.clone())
+                    .with_states(&[SplitState::Staged]),
+            )
+            .await?
+            .into_iter()
+            .filter(|s| s.split_metadata.node_id == self.config.node_id)
+            .collect();
+        if staged.is_empty() {
+            return Ok(());
+        }
+        let storage = self.index_storage(index)?;
+        let ids: Vec<String> = staged
+            .iter()
+            .map(|split| split.split_metadata.split_id.clone())
+            .collect();
+        // Mark first (only those still Staged): once marked, no late publish can
+        // succeed, so deleting the objects is safe.
+        let ids = self
+            .metastore
+            .mark_staged_splits_for_deletion(&index.index_uid, &ids)
+            .await?;
+        for split in &staged {
+            if ids.contains(&split.split_metadata.split_id) {
+                storage.delete(&split.split_metadata.object_key()).await?;
+            }
+        }
+        self.metastore.delete_splits(&index.index_uid, &ids).await?;
+        info!(index = %index.index_uid, count = ids.len(), "deleted staged splits left by a crash");
         Ok(())
     }
 

@@ -145,9 +145,9 @@ fn status(err: IngestError) -> Status {
         IngestError::IndexNotFound(_) => Status::not_found(message),
         IngestError::WrongIndexKind(_) => Status::invalid_argument(message),
         IngestError::RateLimited(_) => Status::resource_exhausted(message),
-        IngestError::NoShardAvailable { .. } | IngestError::DeletesUnconfirmed(_) => {
-            Status::unavailable(message)
-        }
+        IngestError::NoShardAvailable { .. }
+        | IngestError::DeletesUnconfirmed(_)
+        | IngestError::StorageUnavailable(_) => Status::unavailable(message),
         _ => Status::internal(message),
     }
 }

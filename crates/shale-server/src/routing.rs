@@ -185,6 +185,21 @@ impl IngestDispatcher {
         Ok(())
     }
 
+    /// Refuses an index whose storage cannot be reached lately (its documents could not
+    /// be published).
+    fn check_storage(&self, index: &IndexMetadata) -> Result<(), IngestError> {
+        match self
+            .router
+            .storages()
+            .unreachable(index.index_id(), index.index_config.index_uri.as_deref())
+        {
+            Some(unreachable) => Err(IngestError::StorageUnavailable(format!(
+                "{unreachable}; nothing was ingested"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Validates `docs` for `index_id` and hands the valid ones to a shard.
     pub async fn ingest(
         &self,
@@ -193,6 +208,7 @@ impl IngestDispatcher {
         commit: CommitMode,
     ) -> Result<IngestOutcome, IngestError> {
         let index = self.index(index_id).await?;
+        self.check_storage(&index)?;
         if index.index_config.metrics.is_some() {
             return Err(IngestError::WrongIndexKind(format!(
                 "`{index_id}` is a metrics index: it takes samples (Prometheus remote write at \
@@ -219,6 +235,7 @@ impl IngestDispatcher {
         commit: CommitMode,
     ) -> Result<(), IngestError> {
         let index = self.index(index_id).await?;
+        self.check_storage(&index)?;
         if index.index_config.metrics.is_none() {
             return Err(IngestError::WrongIndexKind(format!(
                 "`{index_id}` is not a metrics index: samples go to an index whose config has \

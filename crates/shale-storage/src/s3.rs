@@ -147,6 +147,12 @@ impl S3Storage {
         let path_style = options
             .force_path_style
             .unwrap_or(options.endpoint.is_some());
+        if let Some(max_retries) = options.max_retries {
+            builder = builder.with_retry(object_store::RetryConfig {
+                max_retries,
+                ..Default::default()
+            });
+        }
         builder = builder
             .with_virtual_hosted_style_request(!path_style)
             .with_http_connector(AnswerTimeoutConnector);
@@ -302,6 +308,16 @@ impl Storage for S3Storage {
         match self.store.head(&self.key(name)?).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn probe(&self, name: &str) -> StorageResult<()> {
+        match self.store.head(&self.key(name)?).await {
+            Ok(_)
+            | Err(object_store::Error::NotFound { .. })
+            | Err(object_store::Error::PermissionDenied { .. })
+            | Err(object_store::Error::Unauthenticated { .. }) => Ok(()),
             Err(err) => Err(err.into()),
         }
     }

@@ -64,6 +64,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 
     /// Names of the objects under this storage, sorted (uploads in progress are not listed).
     async fn list(&self) -> StorageResult<Vec<String>>;
+
+    /// Whether the store answers at all: asks for object `name` (which need not exist);
+    /// an error only when no answer came (an answer refusing access is an answer).
+    async fn probe(&self, name: &str) -> StorageResult<()> {
+        self.exists(name).await.map(|_| ())
+    }
 }
 
 /// A shared handle on a [`Storage`].
@@ -85,6 +91,9 @@ pub struct S3Options {
     pub force_path_style: Option<bool>,
     /// Allow plain HTTP endpoints.
     pub allow_http: Option<bool>,
+    /// Retries of a failed request (`None`: `object_store`'s default, 10 within 3 minutes).
+    #[serde(default)]
+    pub max_retries: Option<usize>,
 }
 
 impl std::fmt::Debug for S3Options {
@@ -99,6 +108,7 @@ impl std::fmt::Debug for S3Options {
             )
             .field("force_path_style", &self.force_path_style)
             .field("allow_http", &self.allow_http)
+            .field("max_retries", &self.max_retries)
             .finish()
     }
 }
@@ -195,10 +205,17 @@ impl StorageResolver {
 
 /// Where each index's splits live: its `index_uri` when set, else `{default root}/{index_id}`.
 /// Cheap to clone; storages are resolved once per URI.
+///
+/// It also tells which of them could not be reached lately (see
+/// [`IndexStorages::mark_unreachable`]): an index whose storage cannot be reached is
+/// answered "unavailable" at once instead of failing after the object store's retries,
+/// while the node goes on serving the others.
 #[derive(Clone, Debug)]
 pub struct IndexStorages {
     resolver: Arc<StorageResolver>,
     default_root: String,
+    /// By storage URI: why it could not be reached.
+    unreachable: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl IndexStorages {
@@ -207,7 +224,44 @@ impl IndexStorages {
         IndexStorages {
             resolver: Arc::new(resolver),
             default_root: default_root.into(),
+            unreachable: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    fn unreachable_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // Single inserts and removals: consistent even if a holder panicked.
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records that the index's storage could not be reached (`error` says why), until
+    /// [`IndexStorages::mark_reachable`].
+    pub fn mark_unreachable(&self, index_id: &str, index_uri: Option<&str>, error: &str) {
+        let uri = self.index_uri(index_id, index_uri);
+        self.unreachable_lock().insert(uri, error.to_string());
+    }
+
+    /// Records that the index's storage answered again.
+    pub fn mark_reachable(&self, index_id: &str, index_uri: Option<&str>) {
+        let uri = self.index_uri(index_id, index_uri);
+        self.unreachable_lock().remove(&uri);
+    }
+
+    /// Why the index's storage is unusable, if it could not be reached lately: a message
+    /// naming the index, its storage URI and the error.
+    pub fn unreachable(&self, index_id: &str, index_uri: Option<&str>) -> Option<String> {
+        let unreachable = self.unreachable_lock();
+        if unreachable.is_empty() {
+            return None;
+        }
+        let uri = self.index_uri(index_id, index_uri);
+        unreachable.get(&uri).map(|error| {
+            format!(
+                "the storage of index `{index_id}` ({uri}) cannot be reached: {error}; it is \
+                 retried in the background, retry later"
+            )
+        })
     }
 
     /// The URI of the index's storage.

@@ -17,6 +17,7 @@ async fn s3_storage_round_trips_large_files() {
         secret_access_key: Some(shale_testkit::s3::SECRET_KEY.into()),
         force_path_style: Some(true),
         allow_http: Some(true),
+        ..Default::default()
     });
     let storage = resolver
         .resolve(&format!("s3://{bucket}/indexes"))
@@ -70,6 +71,7 @@ async fn a_request_never_answered_is_retried_within_seconds() {
         secret_access_key: Some(shale_testkit::s3::SECRET_KEY.into()),
         force_path_style: Some(true),
         allow_http: Some(true),
+        ..Default::default()
     });
     let storage = resolver.resolve(&format!("s3://{bucket}/held")).unwrap();
     storage.put_bytes("a", b"hello".to_vec()).await.unwrap();

@@ -14,6 +14,10 @@
 //!   Published splits whose time range ends at or before `now - period` are marked for
 //!   deletion.
 //! - Finished merge tasks are forgotten after a day.
+//! - **Unreachable storage**: an index whose storage cannot be reached (an object store that
+//!   does not answer) is skipped, not the round: its storage is recorded as unreachable (its
+//!   searches and ingests are then answered "unavailable") and tried again with a growing
+//!   backoff, until it answers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +30,23 @@ use super::{CompactionEnv, CompactionError};
 
 /// Finished merge tasks are kept this long for the compaction API.
 const FINISHED_TASK_RETENTION_SECS: i64 = 24 * 3600;
+
+/// The first wait before an unreachable storage is tried again; doubled at each failure.
+const FIRST_STORAGE_RETRY_SECS: i64 = 10;
+/// The longest wait before an unreachable storage is tried again.
+const MAX_STORAGE_RETRY_SECS: i64 = 600;
+/// The object a janitor asks for to learn whether an index's storage answers (it need not
+/// exist: "not found" is an answer).
+const PROBE_OBJECT: &str = "shale-janitor-probe";
+
+/// An index whose storage could not be reached.
+#[derive(Debug, Clone, Copy)]
+struct StorageBackoff {
+    /// Consecutive failed attempts.
+    failures: u32,
+    /// When it is tried again (seconds since epoch).
+    retry_at: i64,
+}
 
 /// What a janitor round did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,12 +63,18 @@ pub struct JanitorReport {
     pub deleted_tasks: usize,
     /// Delete tasks forgotten (applied everywhere, outside every time-travel window).
     pub purged_delete_tasks: usize,
+    /// Indexes skipped because their storage could not be reached (now or lately).
+    pub unreachable_indexes: Vec<IndexUid>,
 }
 
 /// The janitor of a node; remembers when each index's retention is next due.
 pub struct Janitor {
     env: Arc<CompactionEnv>,
     next_retention: Mutex<HashMap<IndexUid, i64>>,
+    /// Indexes whose storage answered at least once (not probed again unless it fails).
+    reached: Mutex<std::collections::HashSet<IndexUid>>,
+    /// Indexes whose storage could not be reached, and when each is tried again.
+    unreachable: Mutex<HashMap<IndexUid, StorageBackoff>>,
 }
 
 impl Janitor {
@@ -56,6 +83,8 @@ impl Janitor {
         Janitor {
             env,
             next_retention: Mutex::new(HashMap::new()),
+            reached: Mutex::new(std::collections::HashSet::new()),
+            unreachable: Mutex::new(HashMap::new()),
         }
     }
 
@@ -91,7 +120,99 @@ impl Janitor {
         }
     }
 
+    fn unreachable(&self) -> std::sync::MutexGuard<'_, HashMap<IndexUid, StorageBackoff>> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn reached(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<IndexUid>> {
+        self.reached
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records that the storage of `index` failed at `now` (`error` says how): it is marked
+    /// unreachable and tried again after a backoff.
+    fn storage_failed(&self, index: &shale_metastore::IndexMetadata, now: i64, error: &str) {
+        self.reached().remove(&index.index_uid);
+        let mut unreachable = self.unreachable();
+        let failures = unreachable
+            .get(&index.index_uid)
+            .map_or(1, |backoff| backoff.failures.saturating_add(1));
+        let wait = FIRST_STORAGE_RETRY_SECS
+            .saturating_mul(1i64 << failures.saturating_sub(1).min(20))
+            .min(MAX_STORAGE_RETRY_SECS);
+        unreachable.insert(
+            index.index_uid.clone(),
+            StorageBackoff {
+                failures,
+                retry_at: now.saturating_add(wait),
+            },
+        );
+        drop(unreachable);
+        self.env.storages.mark_unreachable(
+            index.index_id(),
+            index.index_config.index_uri.as_deref(),
+            error,
+        );
+        warn!(
+            index = %index.index_uid,
+            %error,
+            failures,
+            retry_in_secs = wait,
+            "janitor: the index's storage cannot be reached; its searches and ingests answer \
+             unavailable until it answers again"
+        );
+    }
+
+    /// Records that the storage of `index` answered.
+    fn storage_answered(&self, index: &shale_metastore::IndexMetadata) {
+        if self.unreachable().remove(&index.index_uid).is_some() {
+            info!(index = %index.index_uid, "janitor: the index's storage answers again");
+        }
+        self.reached().insert(index.index_uid.clone());
+        self.env
+            .storages
+            .mark_reachable(index.index_id(), index.index_config.index_uri.as_deref());
+    }
+
+    /// The storage of `index` if it can be used in this round at `now`: resolved, and
+    /// answering a probe when it never answered or failed lately (then not before its
+    /// backoff is over). `None` when it cannot (recorded, see [`Janitor::storage_failed`]).
+    async fn usable_storage(
+        &self,
+        index: &shale_metastore::IndexMetadata,
+        now: i64,
+    ) -> Option<shale_storage::StorageRef> {
+        if let Some(backoff) = self.unreachable().get(&index.index_uid) {
+            if now < backoff.retry_at {
+                return None;
+            }
+        }
+        let storage = match self
+            .env
+            .storages
+            .for_index(index.index_id(), index.index_config.index_uri.as_deref())
+        {
+            Ok(storage) => storage,
+            Err(err) => {
+                self.storage_failed(index, now, &err.to_string());
+                return None;
+            }
+        };
+        if !self.reached().contains(&index.index_uid) {
+            if let Err(err) = storage.probe(PROBE_OBJECT).await {
+                self.storage_failed(index, now, &err.to_string());
+                return None;
+            }
+            self.storage_answered(index);
+        }
+        Some(storage)
+    }
+
     /// One round over every index at `now`, through `metastore` (the leader's fenced handle).
+    /// An index whose storage cannot be reached is skipped (see the module docs).
     pub async fn round(
         &self,
         metastore: &Arc<dyn Metastore>,
@@ -104,10 +225,15 @@ impl Janitor {
         let indexes = metastore.list_indexes().await?;
         self.next_retention()
             .retain(|uid, _| indexes.iter().any(|index| &index.index_uid == uid));
+        self.unreachable()
+            .retain(|uid, _| indexes.iter().any(|index| &index.index_uid == uid));
+        self.reached()
+            .retain(|uid| indexes.iter().any(|index| &index.index_uid == uid));
         for index in indexes {
-            let storage = env
-                .storages
-                .for_index(index.index_id(), index.index_config.index_uri.as_deref())?;
+            let Some(storage) = self.usable_storage(&index, now).await else {
+                report.unreachable_indexes.push(index.index_uid.clone());
+                continue;
+            };
 
             if let Some(retention) = &index.index_config.retention {
                 match (retention.period_secs(), retention.schedule()) {
@@ -145,15 +271,20 @@ impl Janitor {
             let keep = grace.max(index.index_config.time_travel_retention_secs());
             marked.update_timestamp_lte = Some(now - keep);
             let doomed: Vec<Split> = metastore.list_splits(marked).await?;
-            if !doomed.is_empty() {
-                self.delete_splits(
-                    metastore,
-                    &index.index_uid,
-                    storage.as_ref(),
-                    &doomed,
-                    &mut report,
-                )
-                .await?;
+            let deleted = doomed.is_empty()
+                || self
+                    .delete_splits(
+                        metastore,
+                        &index,
+                        storage.as_ref(),
+                        &doomed,
+                        &mut report,
+                        now,
+                    )
+                    .await?;
+            if !deleted {
+                report.unreachable_indexes.push(index.index_uid.clone());
+                continue;
             }
 
             // Stale uploads: mark first (only if still Staged); they are deleted in a later
@@ -183,21 +314,29 @@ impl Janitor {
         Ok(report)
     }
 
-    /// Deletes the objects, then the rows, of MarkedForDeletion splits.
+    /// Deletes the objects, then the rows, of MarkedForDeletion splits; `false` when the
+    /// storage failed the first deletion (then nothing more is tried: the storage is
+    /// recorded as unreachable, see [`Janitor::storage_failed`]).
     async fn delete_splits(
         &self,
         metastore: &Arc<dyn Metastore>,
-        index_uid: &IndexUid,
+        index: &shale_metastore::IndexMetadata,
         storage: &dyn shale_storage::Storage,
         doomed: &[Split],
         report: &mut JanitorReport,
-    ) -> Result<(), CompactionError> {
+        now: i64,
+    ) -> Result<bool, CompactionError> {
         let env = &self.env;
+        let index_uid = &index.index_uid;
         let mut deleted = Vec::with_capacity(doomed.len());
-        for split in doomed {
+        for (i, split) in doomed.iter().enumerate() {
             let split_id = &split.split_metadata.split_id;
             match storage.delete(&split.split_metadata.object_key()).await {
                 Ok(()) => deleted.push(split_id.clone()),
+                Err(err) if i == 0 => {
+                    self.storage_failed(index, now, &err.to_string());
+                    return Ok(false);
+                }
                 Err(err) => warn!(%split_id, %err, "cannot delete split object; will retry"),
             }
         }
@@ -206,7 +345,7 @@ impl Janitor {
             // Marked splits never go back to Published; refuse and retry next round anyway.
             Err(MetastoreError::FailedPrecondition(reason)) => {
                 warn!(%reason, "janitor: split rows changed meanwhile");
-                return Ok(());
+                return Ok(true);
             }
             Err(err) => return Err(err.into()),
         }
@@ -214,6 +353,6 @@ impl Janitor {
             env.cache.remove(split_id).await;
         }
         report.deleted_split_ids.extend(deleted);
-        Ok(())
+        Ok(true)
     }
 }

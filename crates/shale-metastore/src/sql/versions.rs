@@ -24,7 +24,7 @@ use crate::IndexVersion;
 const AFTER_ABANDONED_WRITE: Duration = Duration::from_secs(5);
 
 /// Whether this process is the database's only writer, asked before every kept version is
-/// used (it must be cheap: no query).
+/// used and after every write transaction ends (it must be cheap: no query).
 pub(crate) type Alone = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// Index versions kept between writes (see the module docs).
@@ -49,9 +49,13 @@ impl VersionCache {
         }
     }
 
-    /// Called when a write transaction ends; `abandoned` when it was dropped before it
-    /// committed or rolled back.
+    /// Called when a write transaction ends, before its caller hears of it; `abandoned` when
+    /// it was dropped before it committed or rolled back.
     pub(crate) fn write_ended(&self, abandoned: bool) {
+        // The check itself matters, not its answer: a backend that learns there that
+        // another process may think itself alone tells that process before this write is
+        // acknowledged (SQLite: joining a replaced users file).
+        let _ = (self.alone)();
         if abandoned {
             *self
                 .distrust_until
