@@ -323,8 +323,9 @@ fn routes() -> ApiRoutes {
         .post("/api/v1/{index_id}/search", Read, search_post)
         .post_put("/api/v1/_elastic/_bulk", Write, es::bulk)
         .post_put("/api/v1/_elastic/{index_id}/_bulk", Write, es::bulk_index)
-        .get("/api/v1/_elastic", Read, esr::cluster_info)
-        .get("/api/v1/_elastic/", Read, esr::cluster_info)
+        // Shippers check the cluster's version before sending: any role may read it.
+        .get("/api/v1/_elastic", Authenticated, esr::cluster_info)
+        .get("/api/v1/_elastic/", Authenticated, esr::cluster_info)
         .delete("/api/v1/_elastic/{index_id}", Admin, esr::delete_indexes)
         .get("/api/v1/_elastic/_stats", Read, esr::stats_all)
         .get_post("/api/v1/_elastic/_search/scroll", Read, esr::scroll)

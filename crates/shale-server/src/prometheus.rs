@@ -189,7 +189,11 @@ pub fn query_routes() -> ApiRoutes {
                 Admin,
                 clean_tombstones,
             )
-            .get(&format!("{prefix}/status/buildinfo"), Read, buildinfo);
+            .get(
+                &format!("{prefix}/status/buildinfo"),
+                Access::Authenticated,
+                buildinfo,
+            );
     }
     routes
 }

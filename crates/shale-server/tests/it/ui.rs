@@ -710,3 +710,70 @@ async fn with_an_api_token_the_page_is_behind_a_login() {
     keep_screenshot(&browser, "login-then-cluster").await;
     node.stop().await;
 }
+
+/// A page on another origin (served here on its own port) that sends a "simple" cross-site
+/// request — `fetch(…, {mode: "no-cors"})` with a `text/plain` body, which a browser sends
+/// without asking — to create a delete task `*` on a node without tokens: the node refuses it
+/// and deletes nothing. The node's own pages carry `X-Frame-Options: DENY` and a Content
+/// Security Policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_site_cannot_delete_documents() {
+    let Some(browser) = Browser::start(800, 600).await else {
+        return;
+    };
+    let node = TestNode::start().await;
+    node.create_index(LEGACY_INDEX).await;
+    node.ingest(
+        "legacy",
+        &format!("{}\n", json!({"ts": BUCKET0, "message": "keep me"})),
+        "force",
+    )
+    .await;
+    let target = node.url("/api/v1/legacy/delete-tasks");
+    let page = format!(
+        r#"<!doctype html><title>loading</title><script>
+fetch({target:?}, {{method: "POST", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: JSON.stringify({{query: "*"}})}})
+  .then(() => {{ document.title = "sent"; }})
+  .catch((err) => {{ document.title = "failed " + err; }});
+</script>"#
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other_site = format!("http://localhost:{}/", listener.local_addr().unwrap().port());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let refused_before = node
+        .metric_value("shale_requests_refused_total{reason=\"cross_site\"}")
+        .await;
+    browser.goto(&other_site).await.expect("navigate");
+    let title = browser
+        .wait_for(
+            "return document.title !== 'loading' && document.title;",
+            WAIT,
+        )
+        .await
+        .expect("the page's request settles");
+    assert_eq!(title, "sent", "the browser sent it (and could not read the answer)");
+    let refused = node
+        .metric_value("shale_requests_refused_total{reason=\"cross_site\"}")
+        .await;
+    assert_eq!(refused, refused_before + 1, "the node saw and refused it");
+    let (status, tasks) = node.get("/api/v1/legacy/delete-tasks").await;
+    assert_eq!(status, 200);
+    assert_eq!(tasks, json!([]), "no delete task was created");
+    assert_eq!(node.count("legacy", "*").await, 1);
+    // The node's pages may not be framed, and say where their scripts come from.
+    let response = node.client.get(node.url("/ui")).send().await.unwrap();
+    assert_eq!(response.headers()["x-frame-options"], "DENY");
+    let csp = response.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    node.stop().await;
+}
