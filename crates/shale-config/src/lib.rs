@@ -41,7 +41,8 @@ pub use merge_policy::{
     DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
 };
 pub use node_config::{
-    default_advertise_address, ApiToken, ClusterConfig, CompactionConfig, NodeConfig, RestConfig,
+    default_advertise_address, ApiToken, ClusterConfig, CompactionConfig, GrpcConfig, NodeConfig,
+    RestConfig, TlsConfig,
     Role, S3Config, ScopeMode, TokenRole, WalPersistPolicy, DEFAULT_CLUSTER_ID, DEFAULT_DATA_DIR,
     DEFAULT_ENABLE_OTLP_ENDPOINT, DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_CONCURRENT_SEARCHES,
     DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
