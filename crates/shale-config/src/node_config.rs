@@ -1112,12 +1112,24 @@ grpc:
                 "rest:\n  tls: {cert_path: c, key_path: k, verify_client_cert: true}",
                 "rest.tls.verify_client_cert",
             ),
-            ("rest:\n  tls: {cert_path: '', key_path: k}", "rest.tls.cert_path"),
-            ("grpc:\n  tls: {cert_path: c, key_path: ''}", "grpc.tls.key_path"),
-            ("grpc:\n  tls: {cert_path: c, key: k}", "unknown field `key`"),
+            (
+                "rest:\n  tls: {cert_path: '', key_path: k}",
+                "rest.tls.cert_path",
+            ),
+            (
+                "grpc:\n  tls: {cert_path: c, key_path: ''}",
+                "grpc.tls.key_path",
+            ),
+            (
+                "grpc:\n  tls: {cert_path: c, key: k}",
+                "unknown field `key`",
+            ),
             ("rest:\n  tls: {cert_path: c}", "key_path"),
             ("health_listen_address: 7281", "health_listen_address"),
-            ("health_listen_address: 127.0.0.1:7280", "health_listen_address"),
+            (
+                "health_listen_address: 127.0.0.1:7280",
+                "health_listen_address",
+            ),
         ] {
             let err = NodeConfig::from_yaml(bad.as_bytes())
                 .unwrap_err()

@@ -43,6 +43,7 @@ mod templates;
 mod time_filter;
 mod time_order;
 mod time_travel;
+mod tls;
 mod ui;
 mod update_safety;
 mod version;
