@@ -668,14 +668,16 @@ mod tests {
     use shale_config::ApiToken;
 
     fn gate(tokens: &[(&str, TokenRole)], secret: Option<&str>) -> Gate {
-        let mut config = NodeConfig::default();
-        config.api_tokens = tokens
-            .iter()
-            .map(|(token, role)| ApiToken {
-                token: token.to_string(),
-                role: *role,
-            })
-            .collect();
+        let mut config = NodeConfig {
+            api_tokens: tokens
+                .iter()
+                .map(|(token, role)| ApiToken {
+                    token: token.to_string(),
+                    role: *role,
+                })
+                .collect(),
+            ..NodeConfig::default()
+        };
         config.cluster.cluster_secret = secret.map(str::to_string);
         config.rest.cors_allow_origins = vec!["https://allowed.example".to_string()];
         Gate::new(&config, Arc::new(Credentials::new(&config)), &[])
