@@ -41,11 +41,12 @@ pub use merge_policy::{
     DEFAULT_MERGE_FACTOR, DEFAULT_MIN_LEVEL_NUM_DOCS,
 };
 pub use node_config::{
-    default_advertise_address, ApiToken, ClusterConfig, CompactionConfig, NodeConfig, RestConfig,
-    Role, S3Config, ScopeMode, TokenRole, WalPersistPolicy, DEFAULT_CLUSTER_ID, DEFAULT_DATA_DIR,
-    DEFAULT_ENABLE_OTLP_ENDPOINT, DEFAULT_LISTEN_ADDRESS, DEFAULT_MAX_CONCURRENT_SEARCHES,
-    DEFAULT_MAX_INGEST_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
-    DEFAULT_MAX_WAL_MEMORY_BYTES, DEFAULT_SPLIT_CACHE_MAX_BYTES, DEFAULT_WAL_PERSIST_INTERVAL_SECS,
+    default_advertise_address, ApiToken, ClusterConfig, CompactionConfig, GrpcConfig, NodeConfig,
+    RestConfig, Role, S3Config, ScopeMode, TlsConfig, TokenRole, WalPersistPolicy,
+    DEFAULT_CLUSTER_ID, DEFAULT_DATA_DIR, DEFAULT_ENABLE_OTLP_ENDPOINT, DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_MAX_CONCURRENT_SEARCHES, DEFAULT_MAX_INGEST_BODY_BYTES,
+    DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES, DEFAULT_MAX_WAL_MEMORY_BYTES,
+    DEFAULT_SPLIT_CACHE_MAX_BYTES, DEFAULT_WAL_PERSIST_INTERVAL_SECS,
 };
 pub use partition::{PartitionKey, OTHER_PARTITION_ID};
 pub use redact::{redact_uri, scrub, uri_secrets, REDACTED};

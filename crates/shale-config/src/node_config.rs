@@ -48,6 +48,15 @@
 //!   - {token: …, role: admin}          # everything
 //! rest:
 //!   cors_allow_origins: ["https://grafana.example.com"] # or ["*"]; default: none
+//!   tls:                               # HTTPS on listen_address (and HTTPS between nodes)
+//!     cert_path: /etc/shale/cert.pem   # PEM chain, leaf first; reloaded when it changes
+//!     key_path: /etc/shale/key.pem     # PEM private key (PKCS#8, PKCS#1 or SEC1)
+//!     ca_path: /etc/shale/ca.pem       # CA of client certs (and of peers' certs)
+//!     verify_client_cert: true         # mutual TLS: clients need a cert signed by ca_path
+//! grpc:
+//!   tls: {cert_path: …, key_path: …, ca_path: …, verify_client_cert: false} # OTLP/gRPC
+//! health_listen_address: 127.0.0.1:7281 # plaintext /health/livez and /health/readyz only;
+//!                                      # default: off
 //! enable_otlp_endpoint: true           # create the OTLP indexes at start (Quickwit's default)
 //! compaction:
 //!   scope: cluster                     # or node_local (Quickwit's behaviour)
@@ -270,6 +279,9 @@ pub struct NodeConfig {
     pub listen_address: String,
     /// `host:port` of the OTLP/gRPC services (logs, traces, metrics); `None`: not served.
     pub grpc_listen_address: Option<String>,
+    /// `host:port` of a plaintext listener serving only `/health/livez` and
+    /// `/health/readyz` (for probes when the REST API wants client certs); `None`: off.
+    pub health_listen_address: Option<String>,
     /// Local directory for the WAL, the split cache, scratch space and the default SQLite
     /// metastore and file storage.
     pub data_dir: PathBuf,
@@ -319,8 +331,10 @@ pub struct NodeConfig {
     pub api_token: Option<String>,
     /// Scoped tokens: each grants one [`TokenRole`] (`api_token` is an admin token).
     pub api_tokens: Vec<ApiToken>,
-    /// REST listener settings (CORS).
+    /// REST listener settings (CORS, TLS).
     pub rest: RestConfig,
+    /// OTLP/gRPC listener settings (TLS).
+    pub grpc: GrpcConfig,
     /// Create the OpenTelemetry indexes (`otel-logs-v0_9`, `otel-traces-v0_9`) at start when
     /// missing (Quickwit's `indexer.enable_otlp_endpoint`).
     pub enable_otlp_endpoint: bool,
@@ -342,6 +356,7 @@ impl fmt::Debug for NodeConfig {
             .field("roles", &self.roles)
             .field("listen_address", &self.listen_address)
             .field("grpc_listen_address", &self.grpc_listen_address)
+            .field("health_listen_address", &self.health_listen_address)
             .field("data_dir", &self.data_dir)
             .field("metastore_uri", &crate::redact_uri(&self.metastore_uri))
             .field(
@@ -375,6 +390,7 @@ impl fmt::Debug for NodeConfig {
             )
             .field("api_tokens", &self.api_tokens)
             .field("rest", &self.rest)
+            .field("grpc", &self.grpc)
             .field("enable_otlp_endpoint", &self.enable_otlp_endpoint)
             .finish()
     }
@@ -456,6 +472,66 @@ pub struct RestConfig {
     /// none (a cross-site request that changes something is refused either way).
     #[serde(default)]
     pub cors_allow_origins: Vec<String>,
+    /// HTTPS on the REST listener; also makes calls to other nodes use HTTPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+/// Settings of the OTLP/gRPC listener (Quickwit's `grpc` section).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// TLS on `grpc_listen_address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+/// TLS of a listener: the node's certificate and key (PEM files, reloaded when they change)
+/// and, for mutual TLS, the CA that client certificates must chain to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert_path: PathBuf,
+    /// PEM private key of the leaf certificate.
+    pub key_path: PathBuf,
+    /// PEM CA certificates: roots of client certificates (and, for `rest`, of other nodes').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_path: Option<PathBuf>,
+    /// Mutual TLS: a client must present a certificate that chains to `ca_path`.
+    #[serde(default)]
+    pub verify_client_cert: bool,
+}
+
+impl TlsConfig {
+    /// Checks the paths are given and that client verification has its CA; errors name
+    /// the key under `section` (e.g. `rest.tls`).
+    pub fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            field: format!("{section}.{key}"),
+            message: message.to_string(),
+        };
+        if self.cert_path.as_os_str().is_empty() {
+            return Err(invalid("cert_path", "must not be empty"));
+        }
+        if self.key_path.as_os_str().is_empty() {
+            return Err(invalid("key_path", "must not be empty"));
+        }
+        if self
+            .ca_path
+            .as_ref()
+            .is_some_and(|path| path.as_os_str().is_empty())
+        {
+            return Err(invalid("ca_path", "must not be empty when given"));
+        }
+        if self.verify_client_cert && self.ca_path.is_none() {
+            return Err(invalid(
+                "verify_client_cert",
+                "needs `ca_path` (the CA that client certificates must chain to)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Which splits may merge together.
@@ -574,6 +650,10 @@ struct NodeConfigFile {
     #[serde(default)]
     rest: Option<RestConfig>,
     #[serde(default)]
+    grpc: Option<GrpcConfig>,
+    #[serde(default)]
+    health_listen_address: Option<String>,
+    #[serde(default)]
     enable_otlp_endpoint: Option<bool>,
 }
 
@@ -674,6 +754,7 @@ impl NodeConfig {
             roles: file.roles.unwrap_or_else(|| Role::ALL.to_vec()),
             listen_address,
             grpc_listen_address: file.grpc_listen_address,
+            health_listen_address: file.health_listen_address,
             metastore_uri: file
                 .metastore_uri
                 .unwrap_or_else(|| Self::default_metastore_uri(&data_dir)),
@@ -719,6 +800,7 @@ impl NodeConfig {
             api_token: file.api_token,
             api_tokens: file.api_tokens,
             rest: file.rest.unwrap_or_default(),
+            grpc: file.grpc.unwrap_or_default(),
             enable_otlp_endpoint: file
                 .enable_otlp_endpoint
                 .unwrap_or(DEFAULT_ENABLE_OTLP_ENDPOINT),
@@ -866,6 +948,26 @@ impl NodeConfig {
                 ));
             }
         }
+        if let Some(health) = &self.health_listen_address {
+            let health_ok = health
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !health_ok
+                || health == &self.listen_address
+                || self.grpc_listen_address.as_ref() == Some(health)
+            {
+                return Err(invalid(
+                    "health_listen_address",
+                    format!("`{health}` is not a `host:port` of its own (e.g. `127.0.0.1:7281`)"),
+                ));
+            }
+        }
+        if let Some(tls) = &self.rest.tls {
+            tls.validate("rest.tls")?;
+        }
+        if let Some(tls) = &self.grpc.tls {
+            tls.validate("grpc.tls")?;
+        }
         let advertise_address = self.advertise_address();
         let advertise_ok = advertise_address
             .rsplit_once(':')
@@ -973,6 +1075,7 @@ impl Default for NodeConfig {
             roles: Role::ALL.to_vec(),
             listen_address: DEFAULT_LISTEN_ADDRESS.to_string(),
             grpc_listen_address: None,
+            health_listen_address: None,
             metastore_uri: Self::default_metastore_uri(&data_dir),
             default_index_root_uri: Self::default_storage_uri(&data_dir),
             data_dir,
@@ -994,6 +1097,7 @@ impl Default for NodeConfig {
             api_token: None,
             api_tokens: Vec::new(),
             rest: RestConfig::default(),
+            grpc: GrpcConfig::default(),
             enable_otlp_endpoint: DEFAULT_ENABLE_OTLP_ENDPOINT,
         }
     }
@@ -1049,6 +1153,67 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("grpc_listen_address"), "{err}");
+        }
+    }
+
+    #[test]
+    fn tls_sections_and_the_health_listener() {
+        let yaml = br#"
+listen_address: 127.0.0.1:7280
+grpc_listen_address: 127.0.0.1:4317
+health_listen_address: 127.0.0.1:7281
+rest:
+  cors_allow_origins: ["*"]
+  tls: {cert_path: /p/cert.pem, key_path: /p/key.pem, ca_path: /p/ca.pem, verify_client_cert: true}
+grpc:
+  tls: {cert_path: /p/cert.pem, key_path: /p/key.pem}
+"#;
+        let config = NodeConfig::from_yaml(yaml).unwrap();
+        let rest = config.rest.tls.as_ref().unwrap();
+        assert_eq!(rest.cert_path, PathBuf::from("/p/cert.pem"));
+        assert_eq!(rest.ca_path.as_deref(), Some(Path::new("/p/ca.pem")));
+        assert!(rest.verify_client_cert);
+        let grpc = config.grpc.tls.as_ref().unwrap();
+        assert!(!grpc.verify_client_cert && grpc.ca_path.is_none());
+        assert_eq!(
+            config.health_listen_address.as_deref(),
+            Some("127.0.0.1:7281")
+        );
+        // What --print-config shows reads back as the same config.
+        let printed = config.to_redacted_yaml();
+        assert!(printed.contains("verify_client_cert: true"), "{printed}");
+        let again = NodeConfig::from_yaml(printed.as_bytes()).unwrap();
+        assert_eq!(again.rest, config.rest);
+        assert_eq!(again.grpc, config.grpc);
+        assert!(format!("{config:?}").contains("health_listen_address"));
+        for (bad, needle) in [
+            (
+                "rest:\n  tls: {cert_path: c, key_path: k, verify_client_cert: true}",
+                "rest.tls.verify_client_cert",
+            ),
+            (
+                "rest:\n  tls: {cert_path: '', key_path: k}",
+                "rest.tls.cert_path",
+            ),
+            (
+                "grpc:\n  tls: {cert_path: c, key_path: ''}",
+                "grpc.tls.key_path",
+            ),
+            (
+                "grpc:\n  tls: {cert_path: c, key: k}",
+                "unknown field `key`",
+            ),
+            ("rest:\n  tls: {cert_path: c}", "key_path"),
+            ("health_listen_address: 7281", "health_listen_address"),
+            (
+                "health_listen_address: 127.0.0.1:7280",
+                "health_listen_address",
+            ),
+        ] {
+            let err = NodeConfig::from_yaml(bad.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{bad}: {err}");
         }
     }
 

@@ -259,18 +259,26 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     .into_response()
 }
 
+/// The health probes: all the plaintext health listener serves.
+pub fn health_routes() -> ApiRoutes {
+    ApiRoutes::new()
+        .get("/health/livez", Access::Public, || async {
+            Json(json!(true))
+        })
+        .get("/health/readyz", Access::Public, readyz)
+}
+
 fn routes() -> ApiRoutes {
     use crate::elastic as es;
     use crate::elastic_read as esr;
-    use Access::{Admin, Authenticated, Public, Read, Write};
+    use Access::{Admin, Authenticated, Read, Write};
     ApiRoutes::new()
         .merge(crate::internal::routes())
         .merge(crate::otlp_api::routes())
         .merge(crate::prometheus::query_routes())
         .merge(sql_routes())
         .merge(crate::ui::routes())
-        .get("/health/livez", Public, || async { Json(json!(true)) })
-        .get("/health/readyz", Public, readyz)
+        .merge(health_routes())
         .get("/metrics", Read, metrics)
         .get("/api/v1/version", Authenticated, version)
         .get("/api/v1/auth", Authenticated, crate::auth::whoami)

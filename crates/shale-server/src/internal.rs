@@ -280,21 +280,47 @@ fn err_nothing_appended(err: &InternalError) -> bool {
 pub struct InternalClient {
     http: reqwest::Client,
     secret: Option<String>,
+    /// `http` or, when the nodes' REST listeners have TLS, `https`.
+    scheme: &'static str,
 }
 
 impl InternalClient {
-    /// A client presenting `secret` (if any) with every call.
+    /// A plain HTTP client presenting `secret` (if any) with every call.
     pub fn new(secret: Option<String>) -> Result<Self, reqwest::Error> {
         Ok(InternalClient {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .pool_idle_timeout(Duration::from_secs(30))
-                .build()?,
+            http: Self::builder().build()?,
             secret,
+            scheme: "http",
         })
     }
 
-    /// POSTs `body` to `http://{address}{path}` and returns the JSON answer.
+    /// A client for nodes whose REST listeners have `tls` (HTTPS, trusting its `ca_path`,
+    /// with the node's certificate as client identity under mutual TLS), plain HTTP when
+    /// `None`.
+    pub fn with_tls(
+        secret: Option<String>,
+        tls: Option<&shale_config::TlsConfig>,
+    ) -> Result<Self, crate::tls::TlsError> {
+        let client_error = |err: reqwest::Error| crate::tls::TlsError::Client(err.to_string());
+        let Some(tls) = tls else {
+            return Self::new(secret).map_err(client_error);
+        };
+        Ok(InternalClient {
+            http: crate::tls::client_tls(Self::builder(), tls)?
+                .build()
+                .map_err(client_error)?,
+            secret,
+            scheme: "https",
+        })
+    }
+
+    fn builder() -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .pool_idle_timeout(Duration::from_secs(30))
+    }
+
+    /// POSTs `body` to `{scheme}://{address}{path}` and returns the JSON answer.
     pub(crate) async fn post(
         &self,
         address: &str,
@@ -305,7 +331,7 @@ impl InternalClient {
     ) -> Result<Value, InternalError> {
         let mut request = self
             .http
-            .post(format!("http://{address}{path}"))
+            .post(format!("{}://{address}{path}", self.scheme))
             .timeout(timeout)
             .body(body);
         if json_body {

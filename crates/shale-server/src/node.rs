@@ -399,8 +399,11 @@ impl Node {
             )
             .with_delete_stamp_lease(delete_stamp_lease(&config)),
         );
-        let client = InternalClient::new(config.cluster.cluster_secret.clone())
-            .map_err(|err| NodeError::Internal(err.to_string()))?;
+        let client = InternalClient::with_tls(
+            config.cluster.cluster_secret.clone(),
+            config.rest.tls.as_ref(),
+        )
+        .map_err(|err| NodeError::Internal(err.to_string()))?;
         let dispatcher = Arc::new(IngestDispatcher::new(
             metastore.clone(),
             router.clone(),

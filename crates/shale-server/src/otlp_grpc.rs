@@ -73,13 +73,19 @@ pub fn grpc_routes(node: Arc<Node>) -> ApiRoutes {
 }
 
 /// Serves the gRPC services on `listener` (HTTP/2, behind the same gate as the REST API)
-/// until `shutdown` resolves.
+/// until `shutdown` resolves: over TLS when `grpc.tls` is set.
 pub async fn serve_grpc(
     node: Arc<Node>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let tls = node.config.grpc.tls.clone();
     let app = crate::auth::guard(grpc_routes(node.clone()), AppState::new(node));
+    if let Some(tls) = tls {
+        let tls = crate::tls::ReloadingTls::start(&tls, crate::tls::Alpn::Grpc)
+            .map_err(|err| std::io::Error::other(format!("grpc.tls: {err}")))?;
+        return crate::tls::serve_tls(listener, app, tls, shutdown).await;
+    }
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -188,9 +188,31 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    let health_listener = match &config.health_listen_address {
+        Some(address) => Some((
+            address.clone(),
+            tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (health_listen_address)"))?,
+        )),
+        None => None,
+    };
+    // Certificates that cannot be used stop the node before it joins the cluster.
+    use shale_server::tls::{server_config, Alpn};
+    if let Some(tls) = &config.rest.tls {
+        server_config(tls, Alpn::Rest).context("rest.tls")?;
+    }
+    if let Some(tls) = &config.grpc.tls {
+        server_config(tls, Alpn::Grpc).context("grpc.tls")?;
+    }
+    let scheme = if config.rest.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     log_startup_summary(&config);
     let node = shale_server::Node::start_locked(config, lock).await?;
-    tracing::info!("shale node listening on http://{listen}");
+    tracing::info!("shale node listening on {scheme}://{listen}");
     // OTLP/gRPC, stopped when the REST API stops.
     let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some((address, grpc_listener)) = grpc_listener {
@@ -204,6 +226,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 shale_server::otlp_grpc::serve_grpc(node, grpc_listener, stopped).await
             {
                 tracing::error!(%err, "the OTLP/gRPC server failed");
+            }
+        });
+    }
+    // The plaintext health probes, stopped when the REST API stops.
+    let (health_stop, health_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some((address, health_listener)) = health_listener {
+        tracing::info!("health probes listening on http://{address}");
+        let node = node.clone();
+        tokio::spawn(async move {
+            let stopped = async {
+                let _ = health_stopped.await;
+            };
+            if let Err(err) = shale_server::serve_health(node, health_listener, stopped).await {
+                tracing::error!(%err, "the health listener failed");
             }
         });
     }
@@ -234,6 +270,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     shale_server::serve(node.clone(), listener, shutdown).await?;
     let _ = grpc_stop.send(());
+    let _ = health_stop.send(());
     if node.membership.is_superseded() {
         node.shutdown().await;
         anyhow::bail!(
@@ -256,6 +293,9 @@ fn log_startup_summary(config: &NodeConfig) {
     tracing::info!(
         listen = %config.listen_address,
         grpc = %config.grpc_listen_address.as_deref().unwrap_or("off"),
+        health = %config.health_listen_address.as_deref().unwrap_or("off"),
+        rest_tls = %tls_mode(config.rest.tls.as_ref()),
+        grpc_tls = %tls_mode(config.grpc.tls.as_ref()),
         data_dir = %config.data_dir.display(),
         metastore = %shale_config::redact_uri(&config.metastore_uri),
         storage = %shale_config::redact_uri(&config.default_index_root_uri),
@@ -264,6 +304,15 @@ fn log_startup_summary(config: &NodeConfig) {
         roles = %roles.join(","),
         "starting node"
     );
+}
+
+/// `off`, `tls` or `mtls`, for the startup line.
+fn tls_mode(tls: Option<&shale_config::TlsConfig>) -> &'static str {
+    match tls {
+        None => "off",
+        Some(tls) if tls.verify_client_cert => "mtls",
+        Some(_) => "tls",
+    }
 }
 
 /// How logs are written to stderr (`SHALE_LOG_FORMAT`).

@@ -45,6 +45,7 @@ mod templates;
 mod time_filter;
 mod time_order;
 mod time_travel;
+mod tls;
 mod ui;
 mod unreachable_storage;
 mod update_safety;
