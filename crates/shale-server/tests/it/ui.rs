@@ -739,7 +739,10 @@ fetch({target:?}, {{method: "POST", mode: "no-cors",
 </script>"#
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let other_site = format!("http://localhost:{}/", listener.local_addr().unwrap().port());
+    let other_site = format!(
+        "http://localhost:{}/",
+        listener.local_addr().unwrap().port()
+    );
     let app = axum::Router::new().route(
         "/",
         axum::routing::get(move || {
@@ -761,7 +764,10 @@ fetch({target:?}, {{method: "POST", mode: "no-cors",
         )
         .await
         .expect("the page's request settles");
-    assert_eq!(title, "sent", "the browser sent it (and could not read the answer)");
+    assert_eq!(
+        title, "sent",
+        "the browser sent it (and could not read the answer)"
+    );
     let refused = node
         .metric_value("shale_requests_refused_total{reason=\"cross_site\"}")
         .await;
@@ -773,7 +779,12 @@ fetch({target:?}, {{method: "POST", mode: "no-cors",
     // The node's pages may not be framed, and say where their scripts come from.
     let response = node.client.get(node.url("/ui")).send().await.unwrap();
     assert_eq!(response.headers()["x-frame-options"], "DENY");
-    let csp = response.headers()["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    let csp = response.headers()["content-security-policy"]
+        .to_str()
+        .unwrap();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
     node.stop().await;
 }
