@@ -53,7 +53,10 @@ impl From<SearchError> for EsError {
     fn from(err: SearchError) -> Self {
         match &err {
             SearchError::IndexNotFound(index) => index_not_found(index),
-            SearchError::InvalidRequest(_) => bad_request(err.to_string()),
+            SearchError::InvalidRequest(message) => {
+                crate::metrics::count_if_depth_limit(&message);
+                bad_request(message)
+            }
             _ => EsError::from(ApiError::from(err)),
         }
     }

@@ -94,7 +94,10 @@ impl From<NodeError> for ApiError {
     fn from(err: NodeError) -> Self {
         match err {
             NodeError::Metastore(err) => err.into(),
-            NodeError::InvalidRequest(message) => ApiError::bad_request(message),
+            NodeError::InvalidRequest(message) => {
+                crate::metrics::count_if_depth_limit(&message);
+                ApiError::bad_request(message)
+            }
             NodeError::Storage(err @ shale_storage::StorageError::InvalidUri { .. }) => {
                 ApiError::bad_request(err.to_string())
             }
@@ -129,7 +132,10 @@ impl From<SearchError> for ApiError {
     fn from(err: SearchError) -> Self {
         match err {
             SearchError::IndexNotFound(_) => ApiError::not_found(err.to_string()),
-            SearchError::InvalidRequest(_) => ApiError::bad_request(err.to_string()),
+            SearchError::InvalidRequest(message) => {
+                crate::metrics::count_if_depth_limit(&message);
+                ApiError::bad_request(message)
+            }
             SearchError::TooManyRequests { .. } => ApiError::too_many_requests(err.to_string()),
             SearchError::Unavailable(_) => ApiError {
                 retry_after_secs: Some(RETRY_AFTER_SECS),

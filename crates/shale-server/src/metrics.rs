@@ -150,6 +150,14 @@ pub fn count_refusal(reason: &'static str) {
     REQUESTS_REFUSED.with_label_values(&[reason]).inc();
 }
 
+/// Counts a 400 whose message is a depth limit's (each names "the maximum … depth": query,
+/// aggregation, PromQL, SQL).
+pub fn count_if_depth_limit(message: &str) {
+    if message.contains("the maximum") && message.contains(" depth") {
+        count_refusal("depth_limit");
+    }
+}
+
 /// HTTP requests answered, by route template, method and status.
 static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(

@@ -227,7 +227,10 @@ impl PromError {
 impl From<PromqlError> for PromError {
     fn from(err: PromqlError) -> Self {
         let (status, error_type) = match &err {
-            PromqlError::BadData(_) => (StatusCode::BAD_REQUEST, "bad_data"),
+            PromqlError::BadData(message) => {
+                crate::metrics::count_if_depth_limit(message);
+                (StatusCode::BAD_REQUEST, "bad_data")
+            }
             PromqlError::Execution(_) | PromqlError::TooManySamples(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "execution")
             }

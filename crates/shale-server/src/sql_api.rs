@@ -86,7 +86,10 @@ async fn run(state: AppState, headers: HeaderMap, body: Bytes) -> Result<Respons
         ApiError::bad_request(message)
     };
     let output = engine.execute(&query).await.map_err(|err| match err {
-        shale_sql::SqlError::Invalid(message) => ApiError::bad_request(message),
+        shale_sql::SqlError::Invalid(message) => {
+            crate::metrics::count_if_depth_limit(&message);
+            ApiError::bad_request(message)
+        }
         shale_sql::SqlError::TooLarge(message) => refused(message),
         shale_sql::SqlError::Internal(message) => ApiError::internal(message),
     })?;

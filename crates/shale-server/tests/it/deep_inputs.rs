@@ -165,5 +165,10 @@ async fn deeply_nested_inputs_are_refused_and_the_node_stays_up() {
     assert_eq!(status, 400, "{body}");
     still_up(&node).await;
 
+    // Every refusal above was counted.
+    let counted = node
+        .metric_value("shale_requests_refused_total{reason=\"depth_limit\"}")
+        .await;
+    assert!(counted >= 15, "{counted} depth-limit refusals counted");
     node.stop().await;
 }
