@@ -54,8 +54,8 @@ impl From<SearchError> for EsError {
         match &err {
             SearchError::IndexNotFound(index) => index_not_found(index),
             SearchError::InvalidRequest(message) => {
-                crate::metrics::count_if_depth_limit(&message);
-                bad_request(message)
+                crate::metrics::count_if_depth_limit(message);
+                bad_request(message.clone())
             }
             _ => EsError::from(ApiError::from(err)),
         }
