@@ -748,19 +748,16 @@ pub fn add_term_count_errors(into: &mut TermCountErrors, other: &TermCountErrors
 /// each top-level `terms` aggregation ordered by count: built once per search by
 /// [`term_error_plan`], applied per split by [`term_count_errors`].
 pub struct TermErrorPlan {
-    /// The search's aggregations, those `terms` rendered at their split size.
-    request: Aggregations,
-    /// Their names and split sizes.
-    split_sizes: Vec<(String, u32)>,
+    /// The `terms` aggregations: name, split size and `min_doc_count`.
+    split_sizes: Vec<(String, u32, u64)>,
 }
 
 /// The plan for `aggs`, or `None` when no top-level `terms` aggregation is ordered by count.
 pub fn term_error_plan(aggs: &Aggregations) -> Option<TermErrorPlan> {
     use tantivy::aggregation::agg_req::AggregationVariants;
-    let mut request = aggs.clone();
     let mut split_sizes = Vec::new();
-    for (name, agg) in request.iter_mut() {
-        let AggregationVariants::Terms(terms) = &mut agg.agg else {
+    for (name, agg) in aggs.iter() {
+        let AggregationVariants::Terms(terms) = &agg.agg else {
             continue;
         };
         let by_count = terms
@@ -779,45 +776,163 @@ pub fn term_error_plan(aggs: &Aggregations) -> Option<TermErrorPlan> {
             .segment_size
             .unwrap_or(size.saturating_mul(10))
             .max(size);
-        // Rendered at the split's size, the buckets are all those the split kept.
-        terms.size = Some(split_size);
-        split_sizes.push((name.clone(), split_size));
+        split_sizes.push((name.clone(), split_size, terms.min_doc_count.unwrap_or(1)));
     }
-    (!split_sizes.is_empty()).then_some(TermErrorPlan {
-        request,
-        split_sizes,
-    })
+    (!split_sizes.is_empty()).then_some(TermErrorPlan { split_sizes })
 }
 
 /// One split's share of Elasticsearch's `doc_count_error_upper_bound` for each aggregation of
-/// `plan`: when the split returned as many buckets as its `split_size` (`shard_size`,
-/// `segment_size`), the count of the last of them (a term it cut may have had up to that many
-/// documents), else 0. Tantivy's own bound counts the first bucket cut instead; Elasticsearch
-/// and Quickwit use this one.
+/// `plan`: when the split kept at least its `split_size` (`shard_size`, `segment_size`)
+/// buckets, the count of the `split_size`-th largest of them (a term it cut may have had up to
+/// that many documents), else 0. Tantivy's own bound counts the first bucket cut instead;
+/// Elasticsearch and Quickwit use this one. Read in place: the split's results are neither
+/// copied nor rendered.
 pub fn term_count_errors(
     plan: &TermErrorPlan,
     split: &IntermediateAggregationResults,
 ) -> TermCountErrors {
-    use tantivy::aggregation::agg_result::{AggregationResult, BucketResult};
-    let mut errors = TermCountErrors::new();
-    let Ok(results) = split
-        .clone()
-        .into_final_result(plan.request.clone(), limits())
-    else {
-        return errors;
+    use tantivy::aggregation::intermediate_agg_result::{
+        IntermediateAggregationResult, IntermediateBucketResult,
     };
-    for (name, split_size) in &plan.split_sizes {
-        let error = match results.0.get(name) {
-            Some(AggregationResult::BucketResult(BucketResult::Terms { buckets, .. }))
-                if buckets.len() >= *split_size as usize =>
-            {
-                buckets.iter().map(|b| b.doc_count).min().unwrap_or(0)
+    let mut errors = TermCountErrors::new();
+    for (name, split_size, min_doc_count) in &plan.split_sizes {
+        let split_size = *split_size as usize;
+        let error = match split.get(name) {
+            Some(IntermediateAggregationResult::Bucket(IntermediateBucketResult::Terms {
+                buckets,
+            })) => {
+                let mut counts: Vec<u64> = buckets
+                    .entries()
+                    .iter()
+                    .map(|(_, bucket)| bucket.doc_count)
+                    .filter(|count| count >= min_doc_count)
+                    .collect();
+                if split_size == 0 || counts.len() < split_size {
+                    0
+                } else {
+                    // The split_size-th largest count: the smallest of the buckets kept.
+                    let (_, nth, _) =
+                        counts.select_nth_unstable_by(split_size - 1, |a, b| b.cmp(a));
+                    *nth
+                }
             }
             _ => 0,
         };
         errors.insert(name.clone(), error);
     }
     errors
+}
+
+/// The heap `results` hold, estimated from their shape: the hash table of each level's named
+/// results (slots of Tantivy's result type, four at least), the vectors of buckets (up to
+/// twice their length after growth) and their keys, and for the variants not walked into
+/// (ranges, composite, multi-terms, metric sketches) the generic estimate of
+/// [`shale_types::heap`]. Checked against a counting allocator in the tests.
+pub fn estimated_heap_bytes(results: &IntermediateAggregationResults) -> u64 {
+    estimate(results).0
+}
+
+/// What rendering each bucket or named result takes at most (the final result's entry, then
+/// its JSON object), in bytes; measured at about 700.
+pub const RENDERED_BUCKET_BYTES: u64 = 1024;
+
+/// The heap `results` hold ([`estimated_heap_bytes`]) and the most their rendering can take
+/// ([`RENDERED_BUCKET_BYTES`] per bucket or named result, every bucket counted even those
+/// the final `size` cuts).
+pub fn estimated_bytes_with_rendering(results: &IntermediateAggregationResults) -> u64 {
+    let (heap, nodes) = estimate(results);
+    heap.saturating_add(nodes.saturating_mul(RENDERED_BUCKET_BYTES))
+}
+
+/// (heap bytes, buckets and named results).
+fn estimate(results: &IntermediateAggregationResults) -> (u64, u64) {
+    use tantivy::aggregation::intermediate_agg_result::{
+        IntermediateAggregationResult, IntermediateBucketResult, IntermediateKey,
+    };
+    let slot = (std::mem::size_of::<String>()
+        + std::mem::size_of::<IntermediateAggregationResult>()) as u64;
+    let mut total = 0u64;
+    let mut nodes = 0u64;
+    // Iterative: the levels are bounded (MAX_AGG_DEPTH) but the walk costs no stack anyway.
+    let mut pending: Vec<&IntermediateAggregationResults> = vec![results];
+    while let Some(level) = pending.pop() {
+        let names: Vec<&String> = level.keys().collect();
+        if !names.is_empty() {
+            // hashbrown: a power of two of slots, at least 4, at most 7/8 full; one control
+            // byte per slot and 16 more.
+            let slots = ((names.len() as u64 * 8).div_ceil(7))
+                .next_power_of_two()
+                .max(4);
+            total += slots * (slot + 1) + 16;
+        }
+        nodes += names.len() as u64;
+        for name in names {
+            total += name.len() as u64;
+            let Some(result) = level.get(name) else {
+                continue;
+            };
+            match result {
+                IntermediateAggregationResult::Bucket(IntermediateBucketResult::Terms {
+                    buckets,
+                }) => {
+                    let entries = buckets.entries();
+                    let entry = std::mem::size_of_val(
+                        entries
+                            .first()
+                            .unwrap_or(&(IntermediateKey::Bool(false), Default::default())),
+                    ) as u64;
+                    // The vector (up to twice its length) and the key index of merges.
+                    total += entries.len() as u64 * (2 * entry + 64);
+                    nodes += entries.len() as u64;
+                    for (key, bucket) in entries {
+                        if let IntermediateKey::Str(text) = key {
+                            total += text.len() as u64;
+                        }
+                        pending.push(&bucket.sub_aggregation);
+                    }
+                }
+                IntermediateAggregationResult::Bucket(IntermediateBucketResult::Histogram {
+                    buckets,
+                    ..
+                }) => {
+                    total += 2 * std::mem::size_of_val(buckets.as_slice()) as u64;
+                    nodes += buckets.len() as u64;
+                    pending.extend(buckets.iter().map(|bucket| &bucket.sub_aggregation));
+                }
+                IntermediateAggregationResult::Bucket(IntermediateBucketResult::Filter {
+                    sub_aggregations,
+                    ..
+                }) => pending.push(sub_aggregations),
+                other => total += shale_types::heap::estimated_heap_bytes(other),
+            }
+        }
+    }
+    (total, nodes)
+}
+
+/// Holds what `results` take more in `held` (nothing without a budget) — their heap, and
+/// with `rendering` what rendering them takes — or refuses with a message naming the budget.
+pub fn reserve_results(
+    held: &mut Option<shale_types::memory::Reservation>,
+    results: &IntermediateAggregationResults,
+    rendering: bool,
+) -> Result<(), String> {
+    let Some(held) = held.as_mut() else {
+        return Ok(());
+    };
+    let bytes = if rendering {
+        estimated_bytes_with_rendering(results)
+    } else {
+        estimated_heap_bytes(results)
+    };
+    held.try_grow(bytes).map_err(|err| {
+        format!(
+            "aggregation refused: its results need about {} MiB more and {err}; narrow the \
+             query or the time range, lower the `size` of terms aggregations or nest fewer \
+             levels",
+            bytes.div_ceil(1 << 20)
+        )
+    })
 }
 
 /// The final, Elasticsearch-shaped result of merged intermediate results; `term_errors` (from

@@ -208,6 +208,9 @@ pub enum LeafError {
     /// Something failed.
     #[error("{0}")]
     Internal(String),
+    /// The results the request would hold pass the node's query memory budget.
+    #[error("{0}")]
+    OverBudget(String),
 }
 
 /// What every split of a request is searched with.
@@ -268,6 +271,8 @@ pub struct Leaf {
             shale_types::memory::Reservation,
         )>,
     >,
+    /// With a memory budget: what each request's aggregation results are reserved from.
+    budget: Mutex<Option<shale_types::memory::MemoryBudget>>,
 }
 
 /// A field found in a split — a schema field or a path inside a json field (undeclared fields
@@ -316,6 +321,7 @@ impl Leaf {
             ranges: Mutex::new(None),
             partial_results: Mutex::new(Arc::new(crate::partial_cache::PartialResultCache::new(0))),
             agg_limits: Mutex::new(None),
+            budget: Mutex::new(None),
         }
     }
 
@@ -323,6 +329,7 @@ impl Leaf {
     /// Tantivy's aggregation limits count every aggregation running on this node against one
     /// counter, so concurrent requests share the memory instead of each having its own.
     pub fn set_memory_budget(&self, budget: &shale_types::memory::MemoryBudget) {
+        *self.budget.lock().unwrap_or_else(|p| p.into_inner()) = Some(budget.clone());
         let share = budget.total() / 2;
         let limits = crate::aggs::limits_of(share);
         let held = match budget.try_reserve(share) {
@@ -332,6 +339,15 @@ impl Leaf {
             Err(_) => return,
         };
         *self.agg_limits.lock().unwrap_or_else(|p| p.into_inner()) = Some((limits, held));
+    }
+
+    /// A reservation for one request's results (none without a budget).
+    pub(crate) fn results_reservation(&self) -> Option<shale_types::memory::Reservation> {
+        self.budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|budget| budget.try_reserve(0).ok())
     }
 
     /// The context split aggregations are built with: the node-wide shared limits when there
@@ -545,6 +561,9 @@ impl Leaf {
             .and_then(crate::aggs::term_error_plan)
             .map(Arc::new);
         let partial_results = self.partial_results();
+        // What the request's aggregation results take, held from the node's budget until
+        // the response is built.
+        let mut held = self.results_reservation();
         // Top k by the timestamp field, without aggregations: the splits are visited in the
         // order of their time ranges (newest first for a descending sort) and a split whose
         // range cannot hold a hit better than the current k-th is only counted — from its
@@ -713,6 +732,8 @@ impl Leaf {
                         &term_errors,
                     );
                     if let Some(aggs) = aggs {
+                        crate::aggs::reserve_results(&mut held, &aggs, false)
+                            .map_err(LeafError::OverBudget)?;
                         match merged_aggs.as_mut() {
                             None => merged_aggs = Some(aggs),
                             Some(merged) => merged.merge_fruits(aggs).map_err(|err| {
@@ -749,8 +770,12 @@ impl Leaf {
         }
         if prepared.aggs.is_some() {
             let merged = merged_aggs.unwrap_or_default();
-            response.intermediate_aggs =
-                Some(crate::aggs::encode(&merged).map_err(LeafError::Internal)?);
+            let encoded = crate::aggs::encode(&merged).map_err(LeafError::Internal)?;
+            drop(merged);
+            if let Some(held) = held.as_mut() {
+                held.force_grow(encoded.len() as u64);
+            }
+            response.intermediate_aggs = Some(encoded);
         }
         Ok(response)
     }
@@ -1270,9 +1295,9 @@ impl LeafSplitResult {
                         .sum::<usize>()
             })
             .sum();
-        // Aggregations: their encoded size, a fair proxy for their memory.
+        // Aggregations: the heap their nested maps hold.
         let aggs = self.aggs.as_ref().map_or(0, |aggs| {
-            postcard::to_allocvec(aggs).map_or(1 << 20, |v| v.len() * 2)
+            shale_types::heap::estimated_heap_bytes(aggs) as usize
         });
         (std::mem::size_of::<Self>() + hits + aggs + self.term_errors.len() * 64) as u64
     }

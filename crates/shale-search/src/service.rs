@@ -132,6 +132,9 @@ pub enum SearchError {
     /// retry later.
     #[error("{0}")]
     Unavailable(String),
+    /// The request's results would pass the node's query memory budget.
+    #[error("{0}")]
+    OverBudget(String),
     /// The node already runs as many searches as it allows; retry later.
     #[error("too many concurrent searches: this node runs at most {limit} at once (max_concurrent_searches); retry later")]
     TooManyRequests {
@@ -170,8 +173,23 @@ pub const MAX_PLACEMENT_IMBALANCE: f64 = 0.2;
 
 /// A failed call to a node.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NodeCallError(pub String);
+pub enum NodeCallError {
+    /// The call failed (the node, the network or the work): another node may serve it.
+    #[error("{0}")]
+    Failed(String),
+    /// The node refused: the results would pass its query memory budget.
+    #[error("{0}")]
+    OverBudget(String),
+}
+
+impl From<LeafError> for NodeCallError {
+    fn from(err: LeafError) -> Self {
+        match err {
+            LeafError::OverBudget(message) => NodeCallError::OverBudget(message),
+            other => NodeCallError::Failed(other.to_string()),
+        }
+    }
+}
 
 /// The searchers a root can use: this node's leaf and, in a cluster, the others'.
 #[async_trait]
@@ -213,10 +231,7 @@ impl SearchNodes for LocalNodes {
         _node: &str,
         request: LeafRequest,
     ) -> Result<LeafResponse, NodeCallError> {
-        self.leaf
-            .search(request)
-            .await
-            .map_err(|err| NodeCallError(err.to_string()))
+        self.leaf.search(request).await.map_err(NodeCallError::from)
     }
 
     async fn fetch_docs(
@@ -227,7 +242,7 @@ impl SearchNodes for LocalNodes {
         self.leaf
             .fetch_docs(request)
             .await
-            .map_err(|err| NodeCallError(err.to_string()))
+            .map_err(NodeCallError::from)
     }
 }
 
@@ -493,6 +508,7 @@ impl SearchService {
         let prepared = self.leaf.prepare(index, request).map_err(|err| match err {
             LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
             LeafError::Internal(message) => SearchError::Internal(message),
+            LeafError::OverBudget(message) => SearchError::OverBudget(message),
         })?;
         if let Some(aggs) = &prepared.aggs {
             self.leaf
@@ -500,6 +516,7 @@ impl SearchService {
                 .map_err(|err| match err {
                     LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
                     LeafError::Internal(message) => SearchError::Internal(message),
+                    LeafError::OverBudget(message) => SearchError::OverBudget(message),
                 })?;
         }
         Ok((view, prepared.doc_mapper, prepared.sort_by, prepared.aggs))
@@ -548,6 +565,7 @@ impl SearchService {
         let mut merged = SearchResponse::default();
         let mut hits: Vec<(PartialHit, serde_json::Value, String)> = Vec::new();
         let mut merged_aggs = IntermediateAggregationResults::default();
+        let mut held = self.leaf.results_reservation();
         let mut term_errors = crate::aggs::TermCountErrors::new();
         for response in responses {
             crate::aggs::add_term_count_errors(&mut term_errors, &response.term_count_errors);
@@ -557,6 +575,8 @@ impl SearchService {
             merged.num_splits_pruned += response.num_splits_pruned;
             merged.num_nodes = merged.num_nodes.max(response.num_nodes);
             if let Some(intermediate) = response.intermediate_aggs {
+                crate::aggs::reserve_results(&mut held, &intermediate, false)
+                    .map_err(SearchError::OverBudget)?;
                 merged_aggs
                     .merge_fruits(intermediate)
                     .map_err(|err| SearchError::Internal(format!("merging aggregations: {err}")))?;
@@ -582,6 +602,8 @@ impl SearchService {
             });
         }
         if let Some(aggs) = aggs {
+            crate::aggs::reserve_results(&mut held, &merged_aggs, true)
+                .map_err(SearchError::OverBudget)?;
             merged.aggregations = Some(
                 crate::aggs::finalize(aggs, merged_aggs, &term_errors)
                     .map_err(SearchError::InvalidRequest)?,
@@ -728,6 +750,7 @@ impl SearchService {
             .map_err(|err| match err {
                 LeafError::InvalidRequest(message) => SearchError::InvalidRequest(message),
                 LeafError::Internal(message) => SearchError::Internal(message),
+                LeafError::OverBudget(message) => SearchError::OverBudget(message),
             })
     }
 
@@ -797,6 +820,9 @@ impl SearchService {
         let mut unavailable = false;
         let mut top: Vec<PartialHit> = Vec::new();
         let mut merged_aggs = IntermediateAggregationResults::default();
+        // What the leaves' aggregation results and their rendering take, held from the
+        // node's budget until the response is built.
+        let mut held = self.leaf.results_reservation();
         let mut term_errors = crate::aggs::TermCountErrors::new();
         let by_id: HashMap<&str, usize> = splits
             .iter()
@@ -880,12 +906,17 @@ impl SearchService {
                                     searchers[node]
                                 ))
                             })?;
+                            crate::aggs::reserve_results(&mut held, &leaf_aggs, false)
+                                .map_err(SearchError::OverBudget)?;
                             merged_aggs.merge_fruits(leaf_aggs).map_err(|err| {
                                 SearchError::Internal(format!("merging aggregations: {err}"))
                             })?;
                         }
                         num_hits += response.num_hits;
                         top = merge_hits(std::mem::take(&mut top), response.hits, k, sort_by);
+                    }
+                    Err(NodeCallError::OverBudget(message)) => {
+                        return Err(SearchError::OverBudget(message));
                     }
                     Err(err) => {
                         for &split in &group {
@@ -944,6 +975,11 @@ impl SearchService {
                 index_id: index.index_id().to_string(),
             })
             .collect();
+        if aggs.is_some() && finalize_aggs {
+            // The final results, then their JSON.
+            crate::aggs::reserve_results(&mut held, &merged_aggs, true)
+                .map_err(SearchError::OverBudget)?;
+        }
         let (aggregations, intermediate_aggs) = match aggs {
             Some(aggs) if finalize_aggs => (
                 Some(

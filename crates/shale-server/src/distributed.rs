@@ -46,7 +46,7 @@ impl ClusterNodes {
             .view()
             .node(node)
             .map(|n| n.advertise_address.clone())
-            .ok_or_else(|| NodeCallError(format!("node {node} is not a member")))
+            .ok_or_else(|| NodeCallError::Failed(format!("node {node} is not a member")))
     }
 
     fn is_self(&self, node: &str) -> bool {
@@ -64,9 +64,17 @@ impl ClusterNodes {
             .client
             .post(&address, path, body.into(), LEAF_CALL, true)
             .await
-            .map_err(|err| NodeCallError(err.to_string()))?;
+            .map_err(|err| match err {
+                // A leaf refusing for its memory budget (see `leaf_error`).
+                crate::internal::InternalError::Status {
+                    status: 429,
+                    message,
+                    ..
+                } => NodeCallError::OverBudget(message),
+                err => NodeCallError::Failed(err.to_string()),
+            })?;
         serde_json::from_value(value).map_err(|err| {
-            NodeCallError(format!("node {node} answered in an unknown shape: {err}"))
+            NodeCallError::Failed(format!("node {node} answered in an unknown shape: {err}"))
         })
     }
 }
@@ -89,13 +97,10 @@ impl SearchNodes for ClusterNodes {
         request: LeafRequest,
     ) -> Result<LeafResponse, NodeCallError> {
         if self.is_self(node) {
-            return self
-                .leaf
-                .search(request)
-                .await
-                .map_err(|err| NodeCallError(err.to_string()));
+            return self.leaf.search(request).await.map_err(NodeCallError::from);
         }
-        let body = serde_json::to_vec(&request).map_err(|err| NodeCallError(err.to_string()))?;
+        let body =
+            serde_json::to_vec(&request).map_err(|err| NodeCallError::Failed(err.to_string()))?;
         self.call(node, "/internal/v1/search/leaf", body).await
     }
 
@@ -109,9 +114,10 @@ impl SearchNodes for ClusterNodes {
                 .leaf
                 .fetch_docs(request)
                 .await
-                .map_err(|err| NodeCallError(err.to_string()));
+                .map_err(NodeCallError::from);
         }
-        let body = serde_json::to_vec(&request).map_err(|err| NodeCallError(err.to_string()))?;
+        let body =
+            serde_json::to_vec(&request).map_err(|err| NodeCallError::Failed(err.to_string()))?;
         self.call(node, "/internal/v1/search/docs", body).await
     }
 }
@@ -120,6 +126,8 @@ fn leaf_error(err: LeafError) -> ApiError {
     match err {
         LeafError::InvalidRequest(message) => ApiError::bad_request(message),
         LeafError::Internal(message) => ApiError::internal(message),
+        // 429: the root tells this refusal from a failure by it (no retry elsewhere).
+        LeafError::OverBudget(message) => ApiError::too_many_requests(message),
     }
 }
 

@@ -137,6 +137,10 @@ impl From<SearchError> for ApiError {
                 ApiError::bad_request(message)
             }
             SearchError::TooManyRequests { .. } => ApiError::too_many_requests(err.to_string()),
+            SearchError::OverBudget(message) => {
+                crate::metrics::count_refusal("memory_budget");
+                ApiError::bad_request(message)
+            }
             SearchError::Unavailable(_) => ApiError {
                 retry_after_secs: Some(RETRY_AFTER_SECS),
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())

@@ -1,6 +1,7 @@
 //! The node: wiring of metastore, WAL, storage, ingest and search ([`Node`]), and the REST API
 //! ([`http::router`]), Quickwit- and Elasticsearch-compatible. The only crate that knows HTTP.
 
+pub mod allocator;
 pub mod auth;
 pub mod build_info;
 pub mod data_dir;

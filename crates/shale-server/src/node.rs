@@ -316,6 +316,7 @@ impl Node {
         config: NodeConfig,
         lock: crate::data_dir::DataDirLock,
     ) -> Result<Arc<Node>, NodeError> {
+        crate::allocator::limit_arenas();
         // Every metric family is scraped from the start, at zero.
         crate::metrics::register_all();
         let has_tokens = config.api_token.is_some() || !config.api_tokens.is_empty();

@@ -5,6 +5,7 @@
 mod checkpoint;
 pub mod clock;
 mod delete;
+pub mod heap;
 pub mod memory;
 mod metric;
 pub mod sort_key;

@@ -364,6 +364,8 @@ fn init_logging() -> anyhow::Result<LogFormat> {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Before any thread starts, so that every allocation follows it.
+    shale_server::allocator::limit_arenas();
     let log_format = match init_logging() {
         Ok(format) => format,
         Err(err) => {

@@ -190,3 +190,63 @@ async fn concurrent_deep_aggregations_are_refused_before_taking_memory() {
     assert_eq!(body["num_hits"], 3_000);
     node.stop().await;
 }
+
+/// 8 levels (the most allowed) of `terms` on fields with a value per document: an answer of
+/// 24 000 buckets (2.3 MB of JSON) whose intermediate results hold tens of MB.
+fn deep_terms_request() -> String {
+    let mut aggs = json!({"terms": {"field": "service", "size": 10000}});
+    for level in 0..7 {
+        let field = ["status", "service"][level % 2];
+        aggs = json!({"terms": {"field": field, "size": 10000}, "aggs": {"inner": aggs}});
+    }
+    json!({"query": "*", "max_hits": 0, "aggs": {"outer": aggs}}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_aggregations_within_the_depth_share_the_budget() {
+    let node = node_with_budget().await;
+    node.create_index(LOGS_INDEX).await;
+    let docs: String = (0..3_000)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"service\": \"s{i}\", \"status\": {i}, \"message\": \"m\"}}\n",
+                1_700_000_000 + i
+            )
+        })
+        .collect();
+    node.ingest("logs", &docs, "force").await;
+    let before = peak_rss();
+    let refused_before = refused_for_memory(&node).await;
+    // 8 at once: they once peaked at 650 MiB over the budget's 256, each answered 200. Now
+    // each is answered whole or refused with the budget named, and the peak stays under it.
+    // (The answers are read as text: 8 parsed answers would weigh more than the node.)
+    let request = deep_terms_request();
+    let calls = (0..8).map(|_| node.post_text("/api/v1/logs/search", request.clone()));
+    let answers: Vec<(u16, String)> = futures::future::join_all(calls).await;
+    let mut answered = 0;
+    let mut refused = 0;
+    for (status, body) in &answers {
+        match status {
+            200 => {
+                answered += 1;
+                assert!(body.len() > 2_000_000, "a whole answer: {} bytes", body.len());
+            }
+            400 => {
+                refused += 1;
+                assert!(body.contains("query_memory_budget_bytes"), "{body}");
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(answered >= 1, "at least one of them fits the budget");
+    assert_eq!(refused_for_memory(&node).await - refused_before, refused);
+    assert_peak_under_budget("aggregations within the depth", before);
+    // Nothing stays held once the answers are sent; alone, the request is answered whole.
+    assert_eq!(node.node.memory_budget.in_use(), BUDGET / 2);
+    let (status, body) = node.post("/api/v1/logs/search", request).await;
+    assert_eq!(status, 200);
+    let outer = body["aggregations"]["outer"]["buckets"].as_array().unwrap();
+    assert_eq!(outer.len(), 3_000);
+    assert_eq!(outer[0]["inner"]["buckets"][0]["doc_count"], 1, "{}", outer[0]);
+    node.stop().await;
+}

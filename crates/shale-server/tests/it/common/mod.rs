@@ -173,6 +173,20 @@ impl TestNode {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// Posts `body` and reads the answer as text, without parsing it (for answers whose
+    /// parsed form would weigh on the memory a test measures).
+    pub async fn post_text(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
+    }
+
     pub async fn put(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
         let resp = self
             .client
