@@ -281,6 +281,29 @@ pub struct SqlEngine {
     budget: Option<MemoryBudget>,
 }
 
+/// Plans `sql` against no tables (every name is unknown) on the SQL runtime: what a query's
+/// text goes through before any index is read — the nesting bounds, DataFusion's parser, its
+/// planner — without the metastore. The parsers' fuzz target runs it.
+pub async fn plan_without_tables(sql: &str) -> Result<(), SqlError> {
+    nesting::check(sql).map_err(SqlError::Invalid)?;
+    let sql = sql.to_string();
+    runtime()
+        .map_err(|err| SqlError::Internal(format!("cannot start the SQL runtime: {err}")))?
+        .spawn(async move {
+            let ctx = SessionContext::new();
+            let options = SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(false)
+                .with_allow_statements(false);
+            let frame = ctx.sql_with_options(&sql, options).await?;
+            // The optimizer recurses too.
+            frame.into_optimized_plan()?;
+            Ok(())
+        })
+        .await
+        .map_err(|err| SqlError::Internal(format!("the SQL query failed: {err}")))?
+}
+
 impl SqlEngine {
     /// An engine over `metastore`'s indexes, reading their objects through `storage_for`.
     pub fn new(metastore: Arc<dyn Metastore>, storage_for: StorageFor) -> Self {
