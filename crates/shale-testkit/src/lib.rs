@@ -1,12 +1,14 @@
 //! Test-only helpers that start the real servers integration tests need, on loopback:
 //! a private PostgreSQL cluster (`initdb` + `pg_ctl`), an S3-compatible server (moto) and a
 //! fault-injecting proxy in front of it ([`fault_proxy`]); headless Chromium through
-//! chromedriver ([`browser`]); and a test re-run under `strace` to
+//! chromedriver ([`browser`]); a certificate authority for TLS tests ([`pki`]); and a test
+//! re-run under `strace` to
 //! check fsync order on the system calls themselves.
 //! When `CI` is set, a server that cannot be started is a test failure, never a skip.
 
 pub mod browser;
 pub mod fault_proxy;
+pub mod pki;
 pub mod postgres;
 pub mod prometheus;
 pub mod s3;

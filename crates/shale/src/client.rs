@@ -1,5 +1,6 @@
 //! Client commands: they call a running node's REST API (`--endpoint`, default
-//! `http://127.0.0.1:7280`, or `SHALE_ENDPOINT`).
+//! `http://127.0.0.1:7280`, or `SHALE_ENDPOINT`), over HTTPS for an `https://` endpoint
+//! (`--ca-cert` for a private CA, `--client-cert`/`--client-key` under mutual TLS).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -19,6 +20,16 @@ pub struct Endpoint {
     /// The node's API token, if it has one (sent as `Authorization: Bearer …`).
     #[arg(long, env = "SHALE_API_TOKEN", hide_env_values = true)]
     api_token: Option<String>,
+    /// CA certificates (PEM) to trust for an `https://` endpoint besides the system's: the CA
+    /// of a node's `rest.tls` certificate when it is a private one.
+    #[arg(long, env = "SHALE_CA_CERT")]
+    ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM) to present, for a node with `verify_client_cert`.
+    #[arg(long, env = "SHALE_CLIENT_CERT", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "SHALE_CLIENT_KEY", requires = "client_cert")]
+    client_key: Option<PathBuf>,
 }
 
 impl Endpoint {
@@ -35,10 +46,39 @@ impl Endpoint {
             value.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, value);
         }
-        Ok(reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(600))
-            .default_headers(headers)
-            .build()?)
+            .default_headers(headers);
+        if let Some(path) = &self.ca_cert {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+            let roots = reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--ca-cert {}: not PEM certificates", path.display()))?;
+            if roots.is_empty() {
+                bail!("--ca-cert {}: no PEM certificate in it", path.display());
+            }
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
+            let mut pem = std::fs::read(key)
+                .with_context(|| format!("cannot read --client-key {}", key.display()))?;
+            pem.push(b'\n');
+            pem.extend(
+                std::fs::read(cert)
+                    .with_context(|| format!("cannot read --client-cert {}", cert.display()))?,
+            );
+            let identity = reqwest::Identity::from_pem(&pem).with_context(|| {
+                format!(
+                    "--client-cert {} with --client-key {}: not a PEM certificate and key",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+            builder = builder.identity(identity);
+        }
+        Ok(builder.build()?)
     }
 }
 

@@ -10,55 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{config_in, TestNode};
+use shale_testkit::pki::Ca;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as OtlpValue;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use shale_config::{ClusterConfig, NodeConfig, TlsConfig};
-
-/// A certificate authority of the tests.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Ca { issuer }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A certificate for 127.0.0.1 and localhost (server and client use): (cert, key) PEM.
-    fn leaf(&self, name: &str, serial: u64) -> (String, String) {
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.serial_number = Some(serial.into());
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &*self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
 
 /// The files of a node's TLS: the CA, the node's certificate and key, in `dir`.
 struct Pki {

@@ -14,4 +14,5 @@ mod metrics_crash;
 mod plan;
 mod secrets;
 mod simulate;
+mod tls;
 mod version;
