@@ -16,6 +16,7 @@
 //! own metastore, never from the caller.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -278,25 +279,33 @@ fn err_nothing_appended(err: &InternalError) -> bool {
 /// The client side of the internal API.
 #[derive(Clone, Debug)]
 pub struct InternalClient {
-    http: reqwest::Client,
+    http: Http,
     secret: Option<String>,
     /// `http` or, when the nodes' REST listeners have TLS, `https`.
     scheme: &'static str,
+}
+
+/// The HTTP client of the internal API: fixed for plain HTTP, rebuilt when its TLS files
+/// change for HTTPS.
+#[derive(Clone, Debug)]
+enum Http {
+    Plain(reqwest::Client),
+    Tls(Arc<crate::tls::ReloadingClient>),
 }
 
 impl InternalClient {
     /// A plain HTTP client presenting `secret` (if any) with every call.
     pub fn new(secret: Option<String>) -> Result<Self, reqwest::Error> {
         Ok(InternalClient {
-            http: Self::builder().build()?,
+            http: Http::Plain(Self::builder().build()?),
             secret,
             scheme: "http",
         })
     }
 
     /// A client for nodes whose REST listeners have `tls` (HTTPS, trusting its `ca_path`,
-    /// with the node's certificate as client identity under mutual TLS), plain HTTP when
-    /// `None`.
+    /// with the node's certificate as client identity under mutual TLS; rebuilt when those
+    /// files change), plain HTTP when `None`.
     pub fn with_tls(
         secret: Option<String>,
         tls: Option<&shale_config::TlsConfig>,
@@ -306,12 +315,18 @@ impl InternalClient {
             return Self::new(secret).map_err(client_error);
         };
         Ok(InternalClient {
-            http: crate::tls::client_tls(Self::builder(), tls)?
-                .build()
-                .map_err(client_error)?,
+            http: Http::Tls(crate::tls::ReloadingClient::start(tls, Self::builder)?),
             secret,
             scheme: "https",
         })
+    }
+
+    /// The client for one call.
+    fn http(&self) -> reqwest::Client {
+        match &self.http {
+            Http::Plain(client) => client.clone(),
+            Http::Tls(reloading) => reloading.current(),
+        }
     }
 
     fn builder() -> reqwest::ClientBuilder {
@@ -330,7 +345,7 @@ impl InternalClient {
         json_body: bool,
     ) -> Result<Value, InternalError> {
         let mut request = self
-            .http
+            .http()
             .post(format!("{}://{address}{path}", self.scheme))
             .timeout(timeout)
             .body(body);

@@ -194,8 +194,7 @@ impl ReloadingTls {
             current: RwLock::new(Arc::new(server)),
             seen: Mutex::new(seen),
         });
-        let weak = Arc::downgrade(&tls);
-        tokio::spawn(watch(weak));
+        watch_while_alive(&tls);
         Ok(tls)
     }
 
@@ -210,13 +209,8 @@ impl ReloadingTls {
     /// Rebuilds the config if its files changed since last looked at; returns whether a new
     /// config is in place. A file that cannot be used keeps the old config (a warning).
     pub fn reload_if_changed(&self) -> bool {
-        let digest = files_digest(&self.config);
-        {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if *seen == digest {
-                return false;
-            }
-            *seen = digest;
+        if !files_changed(&self.config, &self.seen) {
+            return false;
         }
         match server_config(&self.config, self.alpn) {
             Ok(server) => {
@@ -238,8 +232,40 @@ impl ReloadingTls {
     }
 }
 
-/// Checks the files of `tls` every reload interval until it is dropped.
-async fn watch(tls: Weak<ReloadingTls>) {
+/// Whether the files of `config` changed since `seen` (then updated) was taken.
+fn files_changed(config: &TlsConfig, seen: &Mutex<[u8; 32]>) -> bool {
+    let digest = files_digest(config);
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    if *seen == digest {
+        return false;
+    }
+    *seen = digest;
+    true
+}
+
+/// Something rebuilt from TLS files when they change.
+trait Reload: Send + Sync + 'static {
+    /// Rebuilds if the files changed; whether something new is in place.
+    fn reload_if_changed(&self) -> bool;
+}
+
+impl Reload for ReloadingTls {
+    fn reload_if_changed(&self) -> bool {
+        ReloadingTls::reload_if_changed(self)
+    }
+}
+
+/// Checks the files of `tls` every reload interval while it is alive (nothing outside a
+/// Tokio runtime).
+fn watch_while_alive<T: Reload>(tls: &Arc<T>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let tls = Arc::downgrade(tls);
+    runtime.spawn(watch(tls));
+}
+
+async fn watch<T: Reload>(tls: Weak<T>) {
     loop {
         tokio::time::sleep(reload_interval()).await;
         let Some(tls) = tls.upgrade() else { return };
@@ -248,6 +274,86 @@ async fn watch(tls: Weak<ReloadingTls>) {
         if let Err(err) = result {
             tracing::warn!(%err, "TLS reload check failed");
         }
+    }
+}
+
+/// An HTTPS client (the internal API's) under `config`, rebuilt when its files change: the
+/// CA it trusts and, under mutual TLS, the certificate it presents follow the files as the
+/// listeners' do.
+pub struct ReloadingClient {
+    config: TlsConfig,
+    builder: fn() -> reqwest::ClientBuilder,
+    current: RwLock<reqwest::Client>,
+    seen: Mutex<[u8; 32]>,
+}
+
+impl ReloadingClient {
+    /// Builds the client from `builder` and `config`'s files (an error if they are not
+    /// usable now) and checks them every reload interval while the returned value is alive.
+    pub fn start(
+        config: &TlsConfig,
+        builder: fn() -> reqwest::ClientBuilder,
+    ) -> Result<Arc<Self>, TlsError> {
+        let seen = files_digest(config);
+        let client = Self::build(config, builder)?;
+        let reloading = Arc::new(ReloadingClient {
+            config: config.clone(),
+            builder,
+            current: RwLock::new(client),
+            seen: Mutex::new(seen),
+        });
+        watch_while_alive(&reloading);
+        Ok(reloading)
+    }
+
+    fn build(
+        config: &TlsConfig,
+        builder: fn() -> reqwest::ClientBuilder,
+    ) -> Result<reqwest::Client, TlsError> {
+        client_tls(builder(), config)?
+            .build()
+            .map_err(|err| TlsError::Client(err.to_string()))
+    }
+
+    /// The client for a new call (cheap: clones share their connections).
+    pub fn current(&self) -> reqwest::Client {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl Reload for ReloadingClient {
+    fn reload_if_changed(&self) -> bool {
+        if !files_changed(&self.config, &self.seen) {
+            return false;
+        }
+        match Self::build(&self.config, self.builder) {
+            Ok(client) => {
+                *self
+                    .current
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = client;
+                tracing::info!(
+                    cert = %self.config.cert_path.display(),
+                    "TLS files of the internal client reloaded"
+                );
+                true
+            }
+            Err(err) => {
+                tracing::warn!(%err, "TLS files changed but cannot be used by the internal client: keeping the previous ones");
+                false
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ReloadingClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingClient")
+            .field("cert_path", &self.config.cert_path)
+            .finish_non_exhaustive()
     }
 }
 

@@ -229,7 +229,11 @@ async fn concurrent_aggregations_within_the_depth_share_the_budget() {
         match status {
             200 => {
                 answered += 1;
-                assert!(body.len() > 2_000_000, "a whole answer: {} bytes", body.len());
+                assert!(
+                    body.len() > 2_000_000,
+                    "a whole answer: {} bytes",
+                    body.len()
+                );
             }
             400 => {
                 refused += 1;
@@ -247,6 +251,10 @@ async fn concurrent_aggregations_within_the_depth_share_the_budget() {
     assert_eq!(status, 200);
     let outer = body["aggregations"]["outer"]["buckets"].as_array().unwrap();
     assert_eq!(outer.len(), 3_000);
-    assert_eq!(outer[0]["inner"]["buckets"][0]["doc_count"], 1, "{}", outer[0]);
+    assert_eq!(
+        outer[0]["inner"]["buckets"][0]["doc_count"], 1,
+        "{}",
+        outer[0]
+    );
     node.stop().await;
 }

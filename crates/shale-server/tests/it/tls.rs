@@ -1,7 +1,7 @@
 //! TLS and mutual TLS on every listener, with certificates made here (rcgen): REST over
 //! HTTPS, client certificates checked against the CA, OTLP/gRPC over TLS, the plaintext
-//! health listener, certificates reloaded without a restart, and node-to-node calls over
-//! mutual TLS.
+//! health listener, certificates reloaded without a restart (the listeners' and the internal
+//! client's), and node-to-node calls over mutual TLS.
 
 use crate::common;
 
@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{config_in, TestNode};
-use shale_testkit::pki::Ca;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as OtlpValue;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use shale_config::{ClusterConfig, NodeConfig, TlsConfig};
+use shale_testkit::pki::Ca;
 
 /// The files of a node's TLS: the CA, the node's certificate and key, in `dir`.
 struct Pki {
@@ -401,4 +401,55 @@ async fn nodes_search_each_others_splits_over_mutual_tls() {
     for node in [a, b] {
         node.stop().await;
     }
+}
+
+#[tokio::test]
+async fn the_internal_client_presents_its_certificate_file_as_it_changes() {
+    shale_server::tls::set_reload_interval(Duration::from_millis(100));
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let mut config = config_in(&tmp.path().join("node"));
+    config.cluster.cluster_secret = Some("a-cluster-secret-for-tls".to_string());
+    let node = tls_node(config, &pki, true, Some(&pki.ca.leaf("operator", 40))).await;
+    let address = node.base.trim_start_matches("https://").to_string();
+
+    // Another node's internal client, whose certificate is one the node's CA did not sign.
+    let client_dir = tmp.path().join("client");
+    std::fs::create_dir_all(&client_dir).unwrap();
+    let stranger = Ca::new("another CA");
+    let (cert, key) = stranger.leaf("stranger", 41);
+    replace(&client_dir.join("cert.pem"), &cert);
+    replace(&client_dir.join("key.pem"), &key);
+    let client_tls = TlsConfig {
+        cert_path: client_dir.join("cert.pem"),
+        key_path: client_dir.join("key.pem"),
+        ca_path: Some(tmp.path().join("ca.pem")),
+        verify_client_cert: true,
+    };
+    let client = shale_server::internal::InternalClient::with_tls(
+        Some("a-cluster-secret-for-tls".to_string()),
+        Some(&client_tls),
+    )
+    .unwrap();
+    assert!(
+        client.control_round(&address).await.is_err(),
+        "a certificate of another CA was let in"
+    );
+    // Its files are replaced by a certificate of the node's CA: the same client gets in,
+    // with no restart.
+    let (cert, key) = pki.ca.leaf("node-two", 42);
+    replace(&client_dir.join("key.pem"), &key);
+    replace(&client_dir.join("cert.pem"), &cert);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.control_round(&address).await {
+            Ok(()) => break,
+            Err(err) => assert!(
+                Instant::now() < deadline,
+                "the new certificate is never presented: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    node.stop().await;
 }
