@@ -1,6 +1,7 @@
 //! The Elasticsearch `_search` body: deserialized as the server does, translated by
 //! `shale_search::elastic::translate_search` for the representative index, then the
-//! resulting query parsed and searched as a leaf would.
+//! resulting query parsed and searched as a leaf would, its aggregations run as in the
+//! `aggs` target.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -24,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
                 request.start_timestamp,
                 request.end_timestamp,
             );
+            if let Some(aggs) = &request.aggs {
+                shale_fuzz::check_aggs(aggs);
+            }
         }
         Err(message) => assert!(!message.is_empty(), "an error without a message"),
     }

@@ -251,6 +251,38 @@ pub fn check_query(
     }
 }
 
+/// Parses `aggs` as the leaf does (`shale_search::aggs::parse_aggs`: the depth limit, the
+/// normalization, the field checks) for the representative index; what parses is collected on
+/// its split with the node's limits, encoded and decoded as leaf and root exchange it, its
+/// heap estimated and rendered. Errors must carry a message; panics fail.
+pub fn check_aggs(aggs: &Value) {
+    use tantivy::aggregation::DistributedAggregationCollector;
+    let parsed = match shale_search::aggs::parse_aggs(doc_mapper(), aggs) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            assert!(!message.is_empty(), "an error without a message");
+            return;
+        }
+    };
+    let searcher = split().reader().expect("a reader").searcher();
+    let collector = DistributedAggregationCollector::from_aggs(
+        parsed.clone(),
+        shale_search::aggs::context(),
+    );
+    let Ok(results) = searcher.search(&tantivy::query::AllQuery, &collector) else {
+        return;
+    };
+    let encoded = shale_search::aggs::encode(&results).expect("results encode");
+    let decoded = shale_search::aggs::decode(&encoded).expect("encoded results decode");
+    let _ = shale_search::aggs::estimated_bytes_with_rendering(&decoded);
+    if let Some(plan) = shale_search::aggs::term_error_plan(&parsed) {
+        let _ = shale_search::aggs::term_count_errors(&plan, &decoded);
+    }
+    if let Err(message) = shale_search::aggs::finalize(parsed, decoded, &Default::default()) {
+        assert!(!message.is_empty(), "an error without a message");
+    }
+}
+
 /// Writes `series` as one metrics split (sort label `job`), reads it back, and checks that
 /// every series comes back with exactly its samples: one per timestamp, the last written
 /// one, values bit for bit; and that a selector on one metric name returns exactly that
