@@ -76,7 +76,14 @@ pub(crate) fn eval_aggregate<'a>(
     }
     let input = ev.eval_vector(&agg.expr, t)?;
     let k = if matches!(op, AggOp::Topk | AggOp::Bottomk) {
-        if scalar_param.is_nan() || scalar_param < 1.0 {
+        // Go's convertibleToInt64 (NaN and ±Inf are not), then int64(k) < 1 is nothing.
+        if !(-9_223_372_036_854_775_808.0..=9_223_372_036_854_774_784.0).contains(&scalar_param) {
+            return Err(PromqlError::Execution(format!(
+                "Scalar value {} overflows int64",
+                crate::go_format::v_format(scalar_param)
+            )));
+        }
+        if scalar_param < 1.0 {
             return Ok(Val::Vector(Vec::new()));
         }
         // Go's int64 conversion truncates toward zero.
@@ -325,17 +332,7 @@ pub(crate) fn quantile(q: f64, values: &mut [f64]) -> f64 {
 
 /// A float as Go's `strconv.FormatFloat(v, 'f', -1, 64)` writes it.
 pub(crate) fn format_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".to_string()
-    } else if v.is_infinite() {
-        if v > 0.0 {
-            "+Inf".to_string()
-        } else {
-            "-Inf".to_string()
-        }
-    } else {
-        format!("{v}")
-    }
+    crate::go_format::f_format(v)
 }
 
 /// Whether `s` is a valid label name (`[a-zA-Z_][a-zA-Z0-9_]*`).

@@ -78,7 +78,7 @@ fn apply(op: Op, l: f64, r: f64) -> (f64, bool) {
         Op::Mul => (l * r, true),
         Op::Div => (l / r, true),
         Op::Mod => (l % r, true),
-        Op::Pow => (l.powf(r), true),
+        Op::Pow => (crate::go_math::pow(l, r), true),
         Op::Atan2 => (l.atan2(r), true),
         Op::Eq => (l, l == r),
         Op::Ne => (l, l != r),
@@ -276,6 +276,10 @@ fn vector_vector(
         Some(VectorMatchCardinality::OneToMany(l)) => (false, true, &l.labels),
         _ => (true, false, &[]),
     };
+    // Nothing can match when a side is empty: no duplicate is looked for (as Prometheus).
+    if lhs.is_empty() || rhs.is_empty() {
+        return Ok(Vec::new());
+    }
     // The "many" side is iterated; the other side must be unique per signature.
     let (many, one) = if swapped { (rhs, lhs) } else { (lhs, rhs) };
     let mut one_sigs: FastMap<Labels, &Elem> = FastMap::default();

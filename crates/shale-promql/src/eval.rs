@@ -469,14 +469,18 @@ impl Evaluator {
             Expr::Unary(u) => match self.eval(&u.expr, t)? {
                 Val::Scalar(v) => Ok(Val::Scalar(-v)),
                 Val::Vector(v) => {
-                    let out: Vec<Elem> = v
+                    // Prometheus checks the whole result (every step of a range query) for
+                    // two series that are one once their names are dropped.
+                    let key = u as *const _ as usize;
+                    let out = v
                         .into_iter()
-                        .map(|e| Elem {
-                            labels: e.labels.without_name(),
-                            value: -e.value,
+                        .map(|e| {
+                            Ok(Elem {
+                                labels: self.range_output_labels(key, &e.labels)?,
+                                value: -e.value,
+                            })
                         })
-                        .collect();
-                    check_unique(&out)?;
+                        .collect::<Result<Vec<Elem>, PromqlError>>()?;
                     Ok(Val::Vector(out))
                 }
                 other => Err(PromqlError::BadData(format!(

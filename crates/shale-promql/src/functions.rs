@@ -122,16 +122,13 @@ pub(crate) fn eval_call<'a>(
             let desc = name == "sort_desc";
             v.sort_by(|a, b| {
                 let (x, y) = (a.value, b.value);
-                let ord = match (x.is_nan(), y.is_nan()) {
+                // NaN last in both orders, as Prometheus's sorts place it.
+                match (x.is_nan(), y.is_nan()) {
                     (true, true) => std::cmp::Ordering::Equal,
-                    (true, false) => std::cmp::Ordering::Less,
-                    (false, true) => std::cmp::Ordering::Greater,
+                    (true, false) => std::cmp::Ordering::Greater,
+                    (false, true) => std::cmp::Ordering::Less,
+                    _ if desc => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
                     _ => x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal),
-                };
-                if desc {
-                    ord.reverse()
-                } else {
-                    ord
                 }
             });
             return Ok(Val::Vector(v));
@@ -245,9 +242,9 @@ fn simple_fn(name: &str) -> fn(f64) -> f64 {
         "floor" => f64::floor,
         "exp" => f64::exp,
         "sqrt" => f64::sqrt,
-        "ln" => f64::ln,
-        "log2" => f64::log2,
-        "log10" => f64::log10,
+        "ln" => crate::go_math::ln,
+        "log2" => crate::go_math::log2,
+        "log10" => crate::go_math::log10,
         "sin" => f64::sin,
         "cos" => f64::cos,
         "tan" => f64::tan,
@@ -298,48 +295,125 @@ fn absent_labels(expr: &Expr) -> Result<Labels, PromqlError> {
     Ok(Labels::new(pairs))
 }
 
-/// Days since the epoch → (year, month 1-12, day 1-31).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn is_leap(y: i64) -> bool {
-    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if is_leap(y) => 29,
-        _ => 28,
+/// Go's `int64(v)` on amd64, as Prometheus converts sample values to Unix seconds: toward
+/// zero, and the smallest int64 for NaN, ±Inf and values out of its range.
+fn go_int64(v: f64) -> i64 {
+    // 2^63: the first value past int64.
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v) {
+        i64::MIN
+    } else {
+        v as i64
     }
 }
 
-/// A date part of a Unix time in seconds (UTC), as Prometheus's date functions give it.
+/// A date of Go's `time.Unix(sec, 0).UTC()`, computed as Go 1.19/1.20 (Prometheus 2.42's)
+/// does, on its unsigned "absolute" seconds — so that times Go wraps around (the smallest
+/// int64, for NaN and ±Inf) give Go's answers too.
+struct GoDate {
+    year: i64,
+    /// 1 to 12.
+    month: i64,
+    /// 1 to 31.
+    day: i64,
+    /// 0-based day of the year.
+    yday: i64,
+    hour: i64,
+    minute: i64,
+    /// 0 (Sunday) to 6.
+    weekday: i64,
+}
+
+/// Go's `absoluteZeroYear`.
+const GO_ABSOLUTE_ZERO_YEAR: i64 = -292_277_022_399;
+/// Go's `unixToInternal + internalToAbsolute`.
+const GO_UNIX_TO_ABSOLUTE: i64 = 9_223_372_028_715_321_600;
+
+fn go_is_leap(year: i64) -> bool {
+    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+}
+
+/// Days before the start of each month of a non-leap year (Go's `daysBefore`).
+const GO_DAYS_BEFORE: [i64; 13] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334, 365];
+
+fn go_date(sec: i64) -> GoDate {
+    const DAY: u64 = 86_400;
+    const DAYS_PER_400_YEARS: u64 = 365 * 400 + 97;
+    const DAYS_PER_100_YEARS: u64 = 365 * 100 + 24;
+    const DAYS_PER_4_YEARS: u64 = 365 * 4 + 1;
+    let abs = sec.wrapping_add(GO_UNIX_TO_ABSOLUTE) as u64;
+    let mut d = abs / DAY;
+    let mut n = d / DAYS_PER_400_YEARS;
+    let mut y = 400 * n;
+    d -= DAYS_PER_400_YEARS * n;
+    n = d / DAYS_PER_100_YEARS;
+    n -= n >> 2;
+    y += 100 * n;
+    d -= DAYS_PER_100_YEARS * n;
+    n = d / DAYS_PER_4_YEARS;
+    y += 4 * n;
+    d -= DAYS_PER_4_YEARS * n;
+    n = d / 365;
+    n -= n >> 2;
+    y += n;
+    d -= 365 * n;
+    let year = (y as i64).wrapping_add(GO_ABSOLUTE_ZERO_YEAR);
+    let yday = d as i64;
+    let mut day = yday;
+    let (month, day) = 'month: {
+        if go_is_leap(year) {
+            if day == 31 + 29 - 1 {
+                break 'month (2, 29);
+            }
+            if day > 31 + 29 - 1 {
+                day -= 1;
+            }
+        }
+        let mut month = day / 31;
+        let end = GO_DAYS_BEFORE[(month + 1) as usize];
+        let begin = if day >= end {
+            month += 1;
+            end
+        } else {
+            GO_DAYS_BEFORE[month as usize]
+        };
+        (month + 1, day - begin + 1)
+    };
+    let in_day = abs % DAY;
+    // Go's absWeekday: the absolute epoch is a Monday.
+    let weekday = ((abs.wrapping_add(DAY) % (7 * DAY)) / DAY) as i64;
+    GoDate {
+        year,
+        month,
+        day,
+        yday,
+        hour: (in_day / 3600) as i64,
+        minute: (in_day % 3600 / 60) as i64,
+        weekday,
+    }
+}
+
+/// Days in `month` of `year` (Go's `time.Date(year, month, 32, …)` trick).
+fn go_days_in_month(year: i64, month: i64) -> i64 {
+    if month == 2 && go_is_leap(year) {
+        29
+    } else {
+        GO_DAYS_BEFORE[month as usize] - GO_DAYS_BEFORE[(month - 1) as usize]
+    }
+}
+
+/// A date part of a Unix time in seconds (UTC), as Prometheus's date functions give it (Go's
+/// conversions included: see [`go_int64`] and [`go_date`]).
 fn date_part(name: &str, value: f64) -> f64 {
-    let secs = value as i64;
-    let days = secs.div_euclid(86_400);
-    let in_day = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+    let date = go_date(go_int64(value));
     let v = match name {
-        "day_of_month" => d,
-        "day_of_week" => (days + 4).rem_euclid(7),
-        "day_of_year" => (1..m).map(|mm| days_in_month(y, mm)).sum::<i64>() + d,
-        "days_in_month" => days_in_month(y, m),
-        "hour" => in_day / 3600,
-        "minute" => (in_day % 3600) / 60,
-        "month" => m,
-        _ => y,
+        "day_of_month" => date.day,
+        "day_of_week" => date.weekday,
+        "day_of_year" => date.yday + 1,
+        "days_in_month" => go_days_in_month(date.year, date.month),
+        "hour" => date.hour,
+        "minute" => date.minute,
+        "month" => date.month,
+        _ => date.year,
     };
     v as f64
 }
@@ -430,7 +504,9 @@ fn bucket_quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
     }
     let mut rank = q * observations;
     let n = merged.len() - 1;
-    let b = merged[..n].partition_point(|x| x.1 < rank);
+    // Go's sort.Search, probe for probe: with a NaN count the predicate is not monotonic,
+    // and the bucket found depends on the probes.
+    let b = go_search(n, |i| merged[i].1 >= rank);
     if b == n {
         return merged[n - 1].0;
     }
@@ -446,6 +522,21 @@ fn bucket_quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
         rank -= merged[b - 1].1;
     }
     start + (end - start) * (rank / count)
+}
+
+/// Go's `sort.Search(n, f)`: the smallest index in `[0, n)` where `f` holds, by the same
+/// bisection (so the same answer when `f` is not monotonic).
+fn go_search(n: usize, f: impl Fn(usize) -> bool) -> usize {
+    let (mut i, mut j) = (0, n);
+    while i < j {
+        let h = (i + j) / 2;
+        if !f(h) {
+            i = h + 1;
+        } else {
+            j = h;
+        }
+    }
+    i
 }
 
 /// Neumaier's compensated summation step, as Prometheus uses it.
@@ -529,11 +620,12 @@ fn extrapolated_rate(w: Span, s: &[Sample], is_counter: bool, is_rate: bool) -> 
     } else {
         avg_step / 2.0
     };
-    result *= interval / sampled;
+    // One factor, then one product: Prometheus 2.42's order of operations, to the last digit.
+    let mut factor = interval / sampled;
     if is_rate {
-        result /= w.range_ms as f64 / 1000.0;
+        factor /= w.range_ms as f64 / 1000.0;
     }
-    Some(result)
+    Some(result * factor)
 }
 
 fn instant_delta(s: &[Sample], is_rate: bool) -> Option<f64> {
@@ -555,6 +647,22 @@ fn instant_delta(s: &[Sample], is_rate: bool) -> Option<f64> {
         result /= interval as f64 / 1000.0;
     }
     Some(result)
+}
+
+/// Prometheus's checks of `holt_winters`' smoothing and trend factors.
+fn check_holt_winters_factors(sf: f64, tf: f64) -> Result<(), PromqlError> {
+    // NaN fails neither comparison, as in Go.
+    if sf <= 0.0 || sf >= 1.0 {
+        return Err(PromqlError::Execution(format!(
+            "invalid smoothing factor. Expected: 0 < sf < 1, got: {sf:.6}"
+        )));
+    }
+    if tf <= 0.0 || tf >= 1.0 {
+        return Err(PromqlError::Execution(format!(
+            "invalid trend factor. Expected: 0 < tf < 1, got: {tf:.6}"
+        )));
+    }
+    Ok(())
 }
 
 fn holt_winters(s: &[Sample], sf: f64, tf: f64) -> Option<f64> {
@@ -612,19 +720,7 @@ fn range_function(
         _ => 0.0,
     };
     let (sf, tf) = if name == "holt_winters" {
-        let sf = scalar_at(1)?;
-        let tf = scalar_at(2)?;
-        if sf <= 0.0 || sf >= 1.0 {
-            return Err(PromqlError::Execution(format!(
-                "invalid smoothing factor. Expected: 0 < sf < 1, got: {sf:.6}"
-            )));
-        }
-        if tf <= 0.0 || tf >= 1.0 {
-            return Err(PromqlError::Execution(format!(
-                "invalid trend factor. Expected: 0 < tf < 1, got: {tf:.6}"
-            )));
-        }
-        (sf, tf)
+        (scalar_at(1)?, scalar_at(2)?)
     } else {
         (0.0, 0.0)
     };
@@ -638,6 +734,11 @@ fn range_function(
         }
     }
     let window = ev.eval_window(args[mi], t)?;
+    // Prometheus checks the factors in the function itself, called for each series with
+    // samples in the window: with none, bad factors are no error.
+    if name == "holt_winters" && window.series.iter().any(|s| !s.samples.is_empty()) {
+        check_holt_winters_factors(sf, tf)?;
+    }
     if name == "absent_over_time" {
         if window.series.iter().any(|s| !s.samples.is_empty()) {
             return Ok(Vec::new());
@@ -833,8 +934,7 @@ fn range_value(name: &str, w: Span, s: &[Sample], args: &RangeArgs) -> Option<f6
         ),
         "resets" => Some(s.windows(2).filter(|p| p[1].value < p[0].value).count() as f64),
         "avg_over_time" => {
-            let mut mean: f64 = 0.0;
-            let mut count = 0.0;
+            let (mut mean, mut c, mut count): (f64, f64, f64) = (0.0, 0.0, 0.0);
             for x in s {
                 count += 1.0;
                 if mean.is_infinite() {
@@ -845,9 +945,9 @@ fn range_value(name: &str, w: Span, s: &[Sample], args: &RangeArgs) -> Option<f6
                         continue;
                     }
                 }
-                mean += x.value / count - mean / count;
+                (mean, c) = kahan_inc(x.value / count - mean / count, mean, c);
             }
-            Some(mean)
+            Some(if mean.is_infinite() { mean } else { mean + c })
         }
         "min_over_time" => {
             let mut m = s[0].value;
@@ -867,7 +967,13 @@ fn range_value(name: &str, w: Span, s: &[Sample], args: &RangeArgs) -> Option<f6
             }
             Some(m)
         }
-        "sum_over_time" => Some(s.iter().map(|x| x.value).sum()),
+        "sum_over_time" => {
+            let (mut sum, mut c) = (0.0, 0.0);
+            for x in s {
+                (sum, c) = kahan_inc(x.value, sum, c);
+            }
+            Some(if sum.is_infinite() { sum } else { sum + c })
+        }
         "count_over_time" => Some(s.len() as f64),
         "stddev_over_time" | "stdvar_over_time" => {
             let (mut count, mut mean, mut c_mean, mut aux, mut c_aux) = (0.0, 0.0, 0.0, 0.0, 0.0);
@@ -891,5 +997,53 @@ fn range_value(name: &str, w: Span, s: &[Sample], args: &RangeArgs) -> Option<f6
             Some(quantile(param, &mut values))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(sec: i64) -> (i64, i64, i64, i64, i64, i64, i64) {
+        let d = go_date(sec);
+        (d.year, d.month, d.day, d.yday, d.hour, d.minute, d.weekday)
+    }
+
+    #[test]
+    fn dates_are_gos() {
+        // 1970-01-01 00:00 was a Thursday.
+        assert_eq!(parts(0), (1970, 1, 1, 0, 0, 0, 4));
+        // 2023-11-14 22:13:20, a Tuesday, day 318.
+        assert_eq!(parts(1_700_000_000), (2023, 11, 14, 317, 22, 13, 2));
+        // A leap day, and the day after.
+        assert_eq!(parts(951_782_400), (2000, 2, 29, 59, 0, 0, 2));
+        assert_eq!(parts(951_868_800), (2000, 3, 1, 60, 0, 0, 3));
+        // Before 1970: 1969-12-31 23:59:59, a Wednesday.
+        assert_eq!(parts(-1), (1969, 12, 31, 364, 23, 59, 3));
+        assert_eq!(go_days_in_month(2000, 2), 29);
+        assert_eq!(go_days_in_month(1900, 2), 28);
+        assert_eq!(go_days_in_month(2023, 4), 30);
+    }
+
+    #[test]
+    fn values_convert_to_seconds_as_go_does() {
+        assert_eq!(go_int64(1.9), 1);
+        assert_eq!(go_int64(-1.9), -1);
+        for odd in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e19, -1e19] {
+            assert_eq!(go_int64(odd), i64::MIN, "{odd}");
+        }
+        // The smallest int64 wraps around Go's absolute time: Go's
+        // time.Unix(math.MinInt64, 0).UTC() is 292277026596-12-04 15:30:08, a Sunday.
+        assert_eq!(parts(i64::MIN), (292_277_026_596, 12, 4, 338, 15, 30, 0));
+        let _ = go_date(i64::MAX);
+    }
+
+    #[test]
+    fn gos_search_follows_its_probes() {
+        let counts = [1.0, f64::NAN, 5.0, 9.0];
+        // Probe 2 (5 >= 4) holds, probe 1 (NaN) does not: index 2, where a
+        // partition point over the NaN would have said 1.
+        assert_eq!(go_search(4, |i| counts[i] >= 4.0), 2);
+        assert_eq!(go_search(0, |_| true), 0);
     }
 }

@@ -13,6 +13,8 @@ mod aggregate;
 mod binary;
 mod eval;
 mod functions;
+pub mod go_format;
+mod go_math;
 mod plan;
 
 /// Where selectors read their series.

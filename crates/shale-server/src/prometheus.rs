@@ -369,17 +369,9 @@ fn parse_duration_ms(name: &str, text: &str) -> Result<i64, PromError> {
     Ok(total)
 }
 
-/// A float as Prometheus writes sample values.
+/// A float as Prometheus writes sample values (see [`shale_promql::go_format::sample_value`]).
 pub fn format_value(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".to_string()
-    } else if value == f64::INFINITY {
-        "+Inf".to_string()
-    } else if value == f64::NEG_INFINITY {
-        "-Inf".to_string()
-    } else {
-        format!("{value}")
-    }
+    shale_promql::go_format::sample_value(value)
 }
 
 /// A timestamp as Prometheus writes it: Unix seconds, a JSON number.

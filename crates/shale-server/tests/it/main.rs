@@ -35,6 +35,7 @@ mod otlp_grpc;
 mod partial_cache;
 mod postgres_s3;
 mod promql_diff;
+mod promql_gen;
 mod query_errors;
 mod readme_examples;
 mod request_forms;
