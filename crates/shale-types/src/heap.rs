@@ -238,39 +238,31 @@ inline_compound!(
     SerializeTupleVariant::serialize_field
 );
 
-impl ser::SerializeStruct for &mut Counter {
-    type Ok = ();
-    type Error = Never;
+/// Structs (of variants too) live inline in their parent's slot as tuples do.
+macro_rules! inline_struct {
+    ($($trait:ident),*) => {
+        $(
+            impl ser::$trait for &mut Counter {
+                type Ok = ();
+                type Error = Never;
 
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), Never> {
-        value.serialize(&mut **self)
-    }
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    _key: &'static str,
+                    value: &T,
+                ) -> Result<(), Never> {
+                    value.serialize(&mut **self)
+                }
 
-    fn end(self) -> Result<(), Never> {
-        Ok(())
-    }
+                fn end(self) -> Result<(), Never> {
+                    Ok(())
+                }
+            }
+        )*
+    };
 }
 
-impl ser::SerializeStructVariant for &mut Counter {
-    type Ok = ();
-    type Error = Never;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _key: &'static str,
-        value: &T,
-    ) -> Result<(), Never> {
-        value.serialize(&mut **self)
-    }
-
-    fn end(self) -> Result<(), Never> {
-        Ok(())
-    }
-}
+inline_struct!(SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for &mut Counter {
     type Ok = ();

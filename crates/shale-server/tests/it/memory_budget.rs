@@ -148,16 +148,7 @@ async fn a_promql_subquery_of_millions_of_steps_is_refused_before_its_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_deep_aggregations_are_refused_before_taking_memory() {
     let node = node_with_budget().await;
-    node.create_index(LOGS_INDEX).await;
-    let docs: String = (0..3_000)
-        .map(|i| {
-            format!(
-                "{{\"timestamp\": {}, \"service\": \"s{i}\", \"status\": {i}, \"message\": \"m\"}}\n",
-                1_700_000_000 + i
-            )
-        })
-        .collect();
-    node.ingest("logs", &docs, "force").await;
+    ingest_a_value_per_document(&node).await;
     let before = peak_rss();
     // 30 levels of terms on fields with a value per document, 8 at once: they once peaked at
     // gigabytes before each ended as a 400.
@@ -191,6 +182,20 @@ async fn concurrent_deep_aggregations_are_refused_before_taking_memory() {
     node.stop().await;
 }
 
+/// 3 000 logs whose `service` and `status` differ from document to document.
+async fn ingest_a_value_per_document(node: &TestNode) {
+    node.create_index(LOGS_INDEX).await;
+    let docs: String = (0..3_000)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"service\": \"s{i}\", \"status\": {i}, \"message\": \"m\"}}\n",
+                1_700_000_000 + i
+            )
+        })
+        .collect();
+    node.ingest("logs", &docs, "force").await;
+}
+
 /// 8 levels (the most allowed) of `terms` on fields with a value per document: an answer of
 /// 24 000 buckets (2.3 MB of JSON) whose intermediate results hold tens of MB.
 fn deep_terms_request() -> String {
@@ -205,16 +210,7 @@ fn deep_terms_request() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_aggregations_within_the_depth_share_the_budget() {
     let node = node_with_budget().await;
-    node.create_index(LOGS_INDEX).await;
-    let docs: String = (0..3_000)
-        .map(|i| {
-            format!(
-                "{{\"timestamp\": {}, \"service\": \"s{i}\", \"status\": {i}, \"message\": \"m\"}}\n",
-                1_700_000_000 + i
-            )
-        })
-        .collect();
-    node.ingest("logs", &docs, "force").await;
+    ingest_a_value_per_document(&node).await;
     let before = peak_rss();
     let refused_before = refused_for_memory(&node).await;
     // 8 at once: they once peaked at 650 MiB over the budget's 256, each answered 200. Now

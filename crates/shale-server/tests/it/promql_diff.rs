@@ -9,6 +9,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 
+use crate::promql_gen::{AGGREGATIONS, ARITHMETIC, COMPARISONS, DATE_FUNCTIONS, INSTANT_FUNCTIONS};
 use common::TestNode;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -232,6 +233,25 @@ async fn write(client: &reqwest::Client, url: &str, request: &WriteRequest) {
     );
 }
 
+/// Range functions asked of counters.
+const COUNTER_FUNCTIONS: [&str; 5] = ["rate", "irate", "increase", "resets", "changes"];
+
+/// Range functions asked of gauges.
+const GAUGE_FUNCTIONS: [&str; 12] = [
+    "delta",
+    "idelta",
+    "deriv",
+    "avg_over_time",
+    "min_over_time",
+    "max_over_time",
+    "sum_over_time",
+    "count_over_time",
+    "last_over_time",
+    "stddev_over_time",
+    "stdvar_over_time",
+    "present_over_time",
+];
+
 /// The queries: every function and operator over the generated metrics.
 fn queries() -> Vec<String> {
     let mut q: Vec<String> = Vec::new();
@@ -254,23 +274,10 @@ fn queries() -> Vec<String> {
         q.push(format!("timestamp({selector})"));
     }
     for range in ["1m", "5m", "11m"] {
-        for f in ["rate", "irate", "increase", "resets", "changes"] {
+        for f in COUNTER_FUNCTIONS {
             q.push(format!("{f}({counter}[{range}])"));
         }
-        for f in [
-            "delta",
-            "idelta",
-            "deriv",
-            "avg_over_time",
-            "min_over_time",
-            "max_over_time",
-            "sum_over_time",
-            "count_over_time",
-            "last_over_time",
-            "stddev_over_time",
-            "stdvar_over_time",
-            "present_over_time",
-        ] {
+        for f in GAUGE_FUNCTIONS {
             q.push(format!("{f}({gauge}[{range}])"));
         }
         q.push(format!("quantile_over_time(0.9, {gauge}[{range}])"));
@@ -281,9 +288,7 @@ fn queries() -> Vec<String> {
             "absent_over_time({gauge}{{room=\"r2\",instance=\"a\"}}[{range}])"
         ));
     }
-    for agg in [
-        "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
-    ] {
+    for agg in AGGREGATIONS {
         q.push(format!("{agg}({gauge})"));
         q.push(format!("{agg} by (job) (rate({counter}[5m]))"));
         q.push(format!("{agg} without (instance, code) ({counter})"));
@@ -306,11 +311,11 @@ fn queries() -> Vec<String> {
     q.push(format!(
         "count_values by (job) (\"v\", floor({gauge} / 10))"
     ));
-    for op in ["+", "-", "*", "/", "%", "^", "atan2"] {
+    for op in ARITHMETIC {
         q.push(format!("{gauge} {op} 3"));
         q.push(format!("2 {op} {gauge}"));
     }
-    for op in ["==", "!=", ">", "<", ">=", "<="] {
+    for op in COMPARISONS {
         q.push(format!("{gauge} {op} 10"));
         q.push(format!("{gauge} {op} bool 10"));
         q.push(format!(
@@ -339,34 +344,10 @@ fn queries() -> Vec<String> {
     q.push(format!("-{gauge}"));
     q.push("1 + 2 * 3 ^ 2 ^ 0.5 % 4".to_string());
     q.push("(1 > bool 0) - (2 == bool 3)".to_string());
-    for f in [
-        "abs",
-        "ceil",
-        "floor",
-        "round",
-        "sgn",
-        "exp",
-        "sqrt",
-        "ln",
-        "log2",
-        "log10",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "tanh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "deg",
-        "rad",
-        "sort",
-        "sort_desc",
-    ] {
+    for f in INSTANT_FUNCTIONS
+        .iter()
+        .filter(|f| !matches!(**f, "round" | "timestamp" | "absent"))
+    {
         q.push(format!("{f}({gauge} / 40)"));
     }
     q.push(format!("round({gauge}, 0.3)"));
@@ -374,16 +355,7 @@ fn queries() -> Vec<String> {
     q.push(format!("clamp_min({gauge}, 5)"));
     q.push(format!("clamp_max({gauge}, 5)"));
     q.push(format!("clamp({gauge}, 20, 0)"));
-    for f in [
-        "hour",
-        "minute",
-        "month",
-        "year",
-        "day_of_month",
-        "day_of_week",
-        "day_of_year",
-        "days_in_month",
-    ] {
+    for f in DATE_FUNCTIONS {
         q.push(format!("{f}()"));
         q.push(format!("{f}(timestamp({gauge}))"));
     }
@@ -765,20 +737,10 @@ async fn function_values_equal_prometheus_to_the_last_digit() {
     let (counter, gauge) = ("http_requests_total", "temperature_celsius");
     let mut queries: Vec<String> = Vec::new();
     for range in ["1m", "5m", "11m"] {
-        for f in [
-            "rate", "irate", "increase", "delta", "idelta", "resets", "changes",
-        ] {
+        for f in COUNTER_FUNCTIONS {
             queries.push(format!("{f}({counter}[{range}])"));
         }
-        for f in [
-            "deriv",
-            "avg_over_time",
-            "sum_over_time",
-            "stddev_over_time",
-            "stdvar_over_time",
-            "min_over_time",
-            "max_over_time",
-        ] {
+        for f in GAUGE_FUNCTIONS {
             queries.push(format!("{f}({gauge}[{range}])"));
             queries.push(format!("{f}(odd_values[{range}])"));
         }

@@ -84,7 +84,7 @@ const RANGE_FUNCTIONS: &[&str] = &[
     "absent_over_time",
 ];
 
-const INSTANT_FUNCTIONS: &[&str] = &[
+pub const INSTANT_FUNCTIONS: &[&str] = &[
     "abs",
     "ceil",
     "floor",
@@ -115,7 +115,7 @@ const INSTANT_FUNCTIONS: &[&str] = &[
     "absent",
 ];
 
-const DATE_FUNCTIONS: &[&str] = &[
+pub const DATE_FUNCTIONS: &[&str] = &[
     "hour",
     "minute",
     "month",
@@ -126,12 +126,12 @@ const DATE_FUNCTIONS: &[&str] = &[
     "days_in_month",
 ];
 
-const AGGREGATIONS: &[&str] = &[
+pub const AGGREGATIONS: &[&str] = &[
     "sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
 ];
 
-const ARITHMETIC: &[&str] = &["+", "-", "*", "/", "%", "^", "atan2"];
-const COMPARISONS: &[&str] = &["==", "!=", ">", "<", ">=", "<="];
+pub const ARITHMETIC: &[&str] = &["+", "-", "*", "/", "%", "^", "atan2"];
+pub const COMPARISONS: &[&str] = &["==", "!=", ">", "<", ">=", "<="];
 const SET_OPERATORS: &[&str] = &["and", "or", "unless"];
 
 /// Scalars worth trying as parameters: ordinary values and the edges.

@@ -4,33 +4,17 @@
 //! list, cluster members, index delete, and a clear error for a bad config. And `shale run`'s
 //! logs: a one-line startup summary, no colour codes off a terminal, JSON lines on request.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Node(Child);
+use crate::common::{cli as shale, succeeded as stdout, NodeProcess};
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// A node of these tests (killed when dropped).
+fn node(child: Child) -> NodeProcess {
+    NodeProcess {
+        child,
+        base: String::new(),
     }
-}
-
-fn shale(args: &[&str], endpoint: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shale"))
-        .args(args)
-        .env("SHALE_ENDPOINT", endpoint)
-        .output()
-        .expect("run shale")
-}
-
-fn stdout(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "command failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).to_string()
 }
 
 #[test]
@@ -38,7 +22,7 @@ fn cli_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
     let port = shale_testkit::free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let _node = Node(
+    let _node = node(
         Command::new(env!("CARGO_BIN_EXE_shale"))
             .arg("run")
             .env("SHALE_DATA_DIR", tmp.path().join("data"))
@@ -322,7 +306,7 @@ fn the_cli_presents_the_api_token() {
     let tmp = tempfile::tempdir().unwrap();
     let port = shale_testkit::free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let _node = Node(
+    let _node = node(
         Command::new(env!("CARGO_BIN_EXE_shale"))
             .args(["run", "--api-token", "cli-token-123"])
             .env("SHALE_DATA_DIR", tmp.path().join("data"))

@@ -5,37 +5,17 @@
 //! listener.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use shale_testkit::pki::Ca;
 
-struct Node(Child);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::common::{cli, succeeded, NodeProcess};
 
 /// Runs the CLI against `endpoint` with the TLS flags `tls`.
 fn shale(args: &[&str], endpoint: &str, tls: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shale"))
-        .args(args)
-        .args(tls)
-        .env("SHALE_ENDPOINT", endpoint)
-        .output()
-        .expect("run shale")
-}
-
-fn succeeded(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "command failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).to_string()
+    let all: Vec<&str> = args.iter().chain(tls).copied().collect();
+    cli(&all, endpoint)
 }
 
 fn write(dir: &Path, name: &str, contents: &str) -> String {
@@ -72,8 +52,9 @@ fn the_cli_works_with_a_node_under_mutual_tls() {
              health_listen_address: 127.0.0.1:{health_port}\n"
         ),
     );
-    let _node = Node(
-        Command::new(env!("CARGO_BIN_EXE_shale"))
+    let _node = NodeProcess {
+        base: format!("https://localhost:{port}"),
+        child: Command::new(env!("CARGO_BIN_EXE_shale"))
             .args(["run", "--config", &config])
             .env("SHALE_DATA_DIR", dir.join("data"))
             .env("SHALE_LISTEN", format!("127.0.0.1:{port}"))
@@ -82,7 +63,7 @@ fn the_cli_works_with_a_node_under_mutual_tls() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
-    );
+    };
     // Probes: the plaintext health listener answers once the node is up.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

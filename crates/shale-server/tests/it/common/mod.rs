@@ -162,15 +162,8 @@ impl TestNode {
     }
 
     pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
-        let resp = self
-            .client
-            .post(self.url(path))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        let (status, text) = self.post_text(path, body).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
     /// Posts `body` and reads the answer as text, without parsing it (for answers whose

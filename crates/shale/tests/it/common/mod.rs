@@ -5,7 +5,7 @@
 pub mod cluster;
 
 use std::ffi::OsString;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `shale run`; killed (SIGKILL) and reaped when dropped.
@@ -125,4 +125,23 @@ pub async fn doc_id_counts(
         }
     }
     seen
+}
+
+/// The CLI run with `args` against the node at `endpoint` (`SHALE_ENDPOINT`).
+pub fn cli(args: &[&str], endpoint: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shale"))
+        .args(args)
+        .env("SHALE_ENDPOINT", endpoint)
+        .output()
+        .expect("run shale")
+}
+
+/// The standard output of a command that must have succeeded.
+pub fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "command failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).to_string()
 }
