@@ -1,9 +1,11 @@
 //! The process's allocator settings. glibc's malloc gives threads that contend arenas of their
 //! own (up to eight per core) and keeps what is freed in each for its thread: after concurrent
 //! queries the resident memory stays well above what they held, and their peaks add up. The
-//! node caps the arenas at the number of cores (at least two), which measured lowest peaks
-//! under concurrent aggregations with no loss of throughput on the benchmarks. An operator's
-//! `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` wins.
+//! node caps the arenas at the number of cores (at least two): eight concurrent 8-level
+//! aggregations under a 256 MiB budget then grew the resident memory by about 200 MiB instead
+//! of 250 (`memory_budget` tests). Threads may wait on an arena's lock a little more; that
+//! cost has not been measured on the benchmarks yet. An operator's `MALLOC_ARENA_MAX` or
+//! `GLIBC_TUNABLES` wins.
 
 /// Caps glibc's malloc arenas (once per process; nothing on other platforms).
 pub fn limit_arenas() {
