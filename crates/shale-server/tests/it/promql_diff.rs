@@ -626,6 +626,19 @@ async fn load(client: &reqwest::Client, prometheus: &Prometheus, node: &TestNode
     }
 }
 
+/// A node without compaction (its splits as written) holding the samples Prometheus holds.
+async fn loaded_node(
+    prometheus: &Prometheus,
+    dir: &std::path::Path,
+) -> (TestNode, reqwest::Client) {
+    let mut config = common::config_in(dir);
+    config.compaction.enabled = false;
+    let node = TestNode::start_with(config).await;
+    let client = reqwest::Client::new();
+    load(&client, prometheus, &node).await;
+    (node, client)
+}
+
 /// Random expressions (`promql_gen`, seeded) asked of Prometheus and of a node, instant at
 /// two times and over a range: every answer must agree. `SHALE_PROMQL_RANDOM_COUNT`
 /// expressions (200 by default), from `SHALE_PROMQL_RANDOM_SEED` (1).
@@ -643,11 +656,7 @@ async fn random_promql_expressions_equal_prometheus() {
     let count = env("SHALE_PROMQL_RANDOM_COUNT", 300) as usize;
     let seed = env("SHALE_PROMQL_RANDOM_SEED", 1);
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::config_in(tmp.path());
-    config.compaction.enabled = false;
-    let node = TestNode::start_with(config).await;
-    let client = reqwest::Client::new();
-    load(&client, &prometheus, &node).await;
+    let (node, client) = loaded_node(&prometheus, tmp.path()).await;
     let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
     let mut generator =
         crate::promql_gen::Generator::new(seed, T0 / 1000, (T0 + MINUTES * 60_000) / 1000);
@@ -729,11 +738,7 @@ async fn function_values_equal_prometheus_to_the_last_digit() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = common::config_in(tmp.path());
-    config.compaction.enabled = false;
-    let node = TestNode::start_with(config).await;
-    let client = reqwest::Client::new();
-    load(&client, &prometheus, &node).await;
+    let (node, client) = loaded_node(&prometheus, tmp.path()).await;
     let (counter, gauge) = ("http_requests_total", "temperature_celsius");
     let mut queries: Vec<String> = Vec::new();
     for range in ["1m", "5m", "11m"] {
