@@ -165,6 +165,18 @@ fn normalize_aggs(
                     normalize_bounds(body, bounds, &here)?;
                 }
             }
+            // Tantivy's range collector indexes its first range (a panic with none).
+            "range" | "date_range"
+                if body
+                    .get("ranges")
+                    .and_then(Value::as_array)
+                    .is_none_or(|ranges| ranges.is_empty()) =>
+            {
+                return Err(format!(
+                    "invalid aggregation request: `{kind}` aggregation `{here}` needs \
+                     `ranges`: a list of at least one range"
+                ));
+            }
             _ => {}
         }
     }

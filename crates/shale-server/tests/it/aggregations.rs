@@ -345,6 +345,12 @@ async fn bad_aggregations_are_400_naming_the_problem() {
             "between 0.0 and 100.0",
         ),
         (json!(["not", "an", "object"]), "object"),
+        // Found by the `aggs` fuzz target: Tantivy's range collector panicked on no range.
+        (
+            json!({"x": {"range": {"field": "latency", "ranges": []}}}),
+            "ranges",
+        ),
+        (json!({"x": {"range": {"field": "latency"}}}), "ranges"),
     ];
     for (aggs, needle) in cases {
         let (status, body) = node
