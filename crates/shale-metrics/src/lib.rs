@@ -14,6 +14,7 @@ mod prune;
 mod reader;
 pub mod remote_write;
 mod selector;
+mod series_index;
 mod split;
 pub mod wal;
 
@@ -26,6 +27,7 @@ pub use reader::{
     FetchRange, RangeReader, ReadStats, SplitRead,
 };
 pub use selector::{apply_deletes, parse_selector, SeriesDelete};
+pub use series_index::{SeriesIndex, MAX_INDEXED_SERIES};
 pub use split::{
     bucket_start_ms, footer_offsets, series_sort_key, sort_key_kinds, MetricsSplitWriter,
     SortedSplitWriter, SplitSummary, MAX_METRIC_NAME_TAGS, SERIES_ID_COLUMN, TIMESTAMP_COLUMN,

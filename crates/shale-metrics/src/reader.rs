@@ -1,11 +1,14 @@
-//! Reads the series of a metrics split that a selector matches within a time range. Before
-//! decoding anything it rules out row groups: by the statistics of `__timestamp__`, by the
-//! statistics of every label an `=` matcher requires, and by the bloom filters of
-//! `__name__` and the sort labels; then, within the row groups left, pages by the page index
-//! of the same columns. A matcher on a label the split has no column for is decided for the
-//! whole split. Parsed footers are cached by split id. A split is read from its bytes in
-//! memory, or by byte ranges ([`read_split_ranges`]: only the footer once, then the bloom
-//! filters and pages a read needs).
+//! Reads the series of a metrics split that a selector matches within a time range. With
+//! the split's series index (see [`crate::SeriesIndex`]), the matchers are decided on the
+//! index alone, the time window cuts the matching series' rows page by page, and only the
+//! timestamps and values of those rows are decoded. Without one (splits written before it),
+//! row groups are ruled out by the statistics of `__timestamp__` and of every label an `=`
+//! matcher requires and by the bloom filters of `__name__` and the sort labels, then pages by
+//! the page index of the same columns, and the label columns of the rows left are decoded to
+//! decide the matchers. A matcher on a label the split has no column for is decided for the
+//! whole split. Footers (with the parsed series index) are cached by split id. A split is
+//! read from its bytes in memory, or by byte ranges ([`read_split_ranges`]: only the footer
+//! once, then the pages a read needs).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -22,11 +25,13 @@ use parquet::arrow::arrow_reader::{
     RowSelector,
 };
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::ProjectionMask;
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::statistics::Statistics;
 
+use crate::series_index::{SeriesIndex, SERIES_INDEX_KEY};
 use crate::split::{FORMAT_VERSION, VERSION_KEY};
 use crate::{
     Labels, Matcher, MetricsError, Sample, SeriesSamples, METRIC_NAME_LABEL, TIMESTAMP_COLUMN,
@@ -78,32 +83,94 @@ pub fn read_split_with(
     read_split_cached(None, bytes, matchers, start_ms, end_ms, prune_row_groups)
 }
 
-/// Parsed footers (page index included) of the splits read before, by split id: a split
-/// never changes, so a query parses each footer once per node.
-static FOOTERS: LazyLock<Mutex<HashMap<String, ArrowReaderMetadata>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// A split's parsed footer (page index included) and its series index, if it has one.
+#[derive(Clone)]
+struct Footer {
+    metadata: ArrowReaderMetadata,
+    index: Option<Arc<SeriesIndex>>,
+    /// Heap bytes both hold (what the cache accounts).
+    bytes: usize,
+}
 
-/// Most footers kept (a footer with its page index is some tens of KiB).
-const MAX_FOOTERS: usize = 2048;
-
-/// The parsed footer of the split `bytes`, from the cache when `key` names a split read
-/// before.
-fn reader_metadata(key: Option<&str>, bytes: &Bytes) -> Result<ArrowReaderMetadata, MetricsError> {
-    if let Some(key) = key {
-        let footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(metadata) = footers.get(key) {
-            return Ok(metadata.clone());
-        }
+impl Footer {
+    fn new(metadata: ArrowReaderMetadata) -> Result<Footer, MetricsError> {
+        check_version(metadata.metadata())?;
+        // A damaged index is not fatal: the page index answers the same, slower.
+        let index = metadata
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kvs| kvs.iter().find(|kv| kv.key == SERIES_INDEX_KEY))
+            .and_then(|kv| kv.value.as_deref())
+            .and_then(|text| SeriesIndex::decode(text).ok())
+            .map(Arc::new);
+        let bytes = metadata.metadata().memory_size()
+            + index.as_ref().map_or(0, |index| index.heap_bytes());
+        Ok(Footer {
+            metadata,
+            index,
+            bytes,
+        })
     }
-    let metadata = ArrowReaderMetadata::load(
+}
+
+/// Footers of the splits read before, by split id: a split never changes, so a query
+/// parses each footer (and series index) once per node. Bounded by bytes; the oldest go
+/// first.
+static FOOTERS: LazyLock<Mutex<FooterCache>> = LazyLock::new(|| Mutex::new(FooterCache::default()));
+
+/// Most bytes of footers kept (a footer with its page index and series index is some tens
+/// to some hundreds of KiB).
+const MAX_FOOTER_BYTES: usize = 256 << 20;
+
+#[derive(Default)]
+struct FooterCache {
+    footers: HashMap<String, Footer>,
+    /// Keys in insertion order (evicted from the front).
+    order: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl FooterCache {
+    fn get(&self, key: &str) -> Option<Footer> {
+        self.footers.get(key).cloned()
+    }
+
+    fn insert(&mut self, key: &str, footer: &Footer) {
+        if self.footers.contains_key(key) || footer.bytes > MAX_FOOTER_BYTES {
+            return;
+        }
+        while self.bytes + footer.bytes > MAX_FOOTER_BYTES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(evicted) = self.footers.remove(&oldest) {
+                self.bytes -= evicted.bytes;
+            }
+        }
+        self.bytes += footer.bytes;
+        self.order.push_back(key.to_string());
+        self.footers.insert(key.to_string(), footer.clone());
+    }
+}
+
+/// The footer of the split `bytes`, from the cache when `key` names a split read before.
+fn load_footer(key: Option<&str>, bytes: &Bytes) -> Result<Footer, MetricsError> {
+    if let Some(footer) = key.and_then(cached_footer) {
+        return Ok(footer);
+    }
+    let footer = Footer::new(ArrowReaderMetadata::load(
         bytes,
         ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
-    )?;
-    check_version(metadata.metadata())?;
+    )?)?;
     if let Some(key) = key {
-        remember_footer(key, &metadata);
+        remember_footer(key, &footer);
     }
-    Ok(metadata)
+    Ok(footer)
+}
+
+fn cached_footer(key: &str) -> Option<Footer> {
+    FOOTERS.lock().unwrap_or_else(|p| p.into_inner()).get(key)
 }
 
 /// Bloom filters read before, by (split id, row group, column); `None` for a column chunk
@@ -134,13 +201,12 @@ fn remember_bloom(key: &str, row_group: usize, column: usize, filter: Option<Arc
     blooms.insert((key.to_string(), row_group, column), filter);
 }
 
-/// Caches the parsed footer of the split `key`.
-fn remember_footer(key: &str, metadata: &ArrowReaderMetadata) {
-    let mut footers = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
-    if footers.len() >= MAX_FOOTERS {
-        footers.clear();
-    }
-    footers.insert(key.to_string(), metadata.clone());
+/// Caches the footer of the split `key`.
+fn remember_footer(key: &str, footer: &Footer) {
+    FOOTERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, footer);
 }
 
 /// [`read_split_with`], the split's parsed footer cached under `key` (its split id): rows are
@@ -154,7 +220,24 @@ pub fn read_split_cached(
     end_ms: i64,
     prune_row_groups: bool,
 ) -> Result<SplitRead, MetricsError> {
-    let reader_metadata = reader_metadata(key, &bytes)?;
+    let footer = load_footer(key, &bytes)?;
+    if let (true, Some(index)) = (prune_row_groups, &footer.index) {
+        let Some(plan) = IndexedPlan::make(&footer.metadata, index, matchers, start_ms, end_ms)?
+        else {
+            return Ok(IndexedPlan::nothing(&footer.metadata));
+        };
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, footer.metadata)
+            .with_projection(plan.projection.clone())
+            .with_row_groups(plan.row_groups.clone())
+            .with_row_selection(plan.selection.clone())
+            .build()?;
+        let mut collector = plan.collector(index);
+        for batch in reader {
+            collector.add(&batch?)?;
+        }
+        return Ok(collector.finish());
+    }
+    let reader_metadata = footer.metadata;
     let metadata = reader_metadata.metadata().clone();
     let plan = match Plan::make(
         &reader_metadata,
@@ -313,24 +396,38 @@ pub async fn read_split_ranges(
     end_ms: i64,
     prune_row_groups: bool,
 ) -> Result<SplitRead, MetricsError> {
-    let cached = FOOTERS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(key)
-        .cloned();
-    let reader_metadata = match cached {
-        Some(metadata) => metadata,
+    let footer = match cached_footer(key) {
+        Some(footer) => footer,
         None => {
-            let metadata = ArrowReaderMetadata::load_async(
-                &mut reader,
-                ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
-            )
-            .await?;
-            check_version(metadata.metadata())?;
-            remember_footer(key, &metadata);
-            metadata
+            let footer = Footer::new(
+                ArrowReaderMetadata::load_async(
+                    &mut reader,
+                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+                )
+                .await?,
+            )?;
+            remember_footer(key, &footer);
+            footer
         }
     };
+    if let (true, Some(index)) = (prune_row_groups, &footer.index) {
+        let Some(plan) = IndexedPlan::make(&footer.metadata, index, matchers, start_ms, end_ms)?
+        else {
+            return Ok(IndexedPlan::nothing(&footer.metadata));
+        };
+        let mut stream =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer.metadata)
+                .with_projection(plan.projection.clone())
+                .with_row_groups(plan.row_groups.clone())
+                .with_row_selection(plan.selection.clone())
+                .build()?;
+        let mut collector = plan.collector(index);
+        while let Some(batch) = stream.next().await {
+            collector.add(&batch?)?;
+        }
+        return Ok(collector.finish());
+    }
+    let reader_metadata = footer.metadata;
     let metadata = reader_metadata.metadata().clone();
     let mut plan = match Plan::make(
         &reader_metadata,
@@ -388,6 +485,255 @@ pub async fn read_split_ranges(
         collect_batch(&batch, matchers, start_ms, end_ms, &mut series)?;
     }
     Ok(plan.finish(series))
+}
+
+/// A read planned on a split's series index: the matching series' rows, cut by the time
+/// window page by page, and only the timestamp and value columns decoded.
+struct IndexedPlan {
+    /// Row groups holding selected rows, in order.
+    row_groups: Vec<usize>,
+    /// The selected rows of those row groups.
+    selection: RowSelection,
+    /// Timestamps and values.
+    projection: ProjectionMask,
+    /// (series, selected rows), in row order: how the decoded rows split into series.
+    runs: Vec<(usize, usize)>,
+    row_groups_total: usize,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+impl IndexedPlan {
+    /// The empty read of a split in which nothing matches.
+    fn nothing(metadata: &ArrowReaderMetadata) -> SplitRead {
+        SplitRead {
+            stats: ReadStats {
+                row_groups: metadata.metadata().num_row_groups(),
+                ..ReadStats::default()
+            },
+            ..SplitRead::default()
+        }
+    }
+
+    /// The plan, `None` when no row of the split can match.
+    fn make(
+        reader_metadata: &ArrowReaderMetadata,
+        index: &SeriesIndex,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Option<IndexedPlan>, MetricsError> {
+        let metadata = reader_metadata.metadata();
+        let descr = metadata.file_metadata().schema_descr();
+        let column_of = |name: &str| {
+            descr
+                .columns()
+                .iter()
+                .position(|c| c.path().string() == name)
+                .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{name}` column")))
+        };
+        let timestamp_column = column_of(TIMESTAMP_COLUMN)?;
+        let value_column = column_of(VALUE_COLUMN)?;
+        let series = index.matching(matchers);
+        if series.is_empty() {
+            return Ok(None);
+        }
+        // The rows the time window may need, over the whole file: row groups by their
+        // statistics, then pages by the page index.
+        let mut allowed: Vec<Range<usize>> = Vec::new();
+        let mut group_starts = Vec::with_capacity(metadata.num_row_groups() + 1);
+        let mut offset = 0usize;
+        for (g, row_group) in metadata.row_groups().iter().enumerate() {
+            group_starts.push(offset);
+            let rows = usize::try_from(row_group.num_rows()).unwrap_or(0);
+            let overlaps = match row_group.column(timestamp_column).statistics() {
+                Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
+                    (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
+                    _ => true,
+                },
+                _ => true,
+            };
+            if overlaps {
+                for range in page_rows(metadata, g, timestamp_column, &[], start_ms, end_ms) {
+                    let range = offset + range.start..offset + range.end;
+                    match allowed.last_mut() {
+                        Some(last) if last.end == range.start => last.end = range.end,
+                        _ => allowed.push(range),
+                    }
+                }
+            }
+            offset += rows;
+        }
+        group_starts.push(offset);
+        // Each matching series' rows within the allowed ones, cut at row group bounds.
+        let mut cuts: Vec<(usize, Range<usize>)> = Vec::new();
+        let mut a = 0;
+        for s in series {
+            let rows = index.rows(s);
+            let rows = usize::try_from(rows.start).unwrap_or(usize::MAX)
+                ..usize::try_from(rows.end).unwrap_or(usize::MAX).min(offset);
+            while a < allowed.len() && allowed[a].end <= rows.start {
+                a += 1;
+            }
+            let mut b = a;
+            while b < allowed.len() && allowed[b].start < rows.end {
+                let start = allowed[b].start.max(rows.start);
+                let end = allowed[b].end.min(rows.end);
+                let mut at = start;
+                while at < end {
+                    let group = group_starts.partition_point(|&g| g <= at) - 1;
+                    let group_end = group_starts[group + 1].min(end);
+                    cuts.push((s, at..group_end));
+                    at = group_end;
+                }
+                b += 1;
+            }
+        }
+        if cuts.is_empty() {
+            return Ok(None);
+        }
+        let mut row_groups: Vec<usize> = Vec::new();
+        let mut selectors: Vec<RowSelector> = Vec::new();
+        let mut runs: Vec<(usize, usize)> = Vec::with_capacity(cuts.len());
+        // Position within the concatenation of the chosen row groups.
+        let mut at = 0usize;
+        for (s, range) in cuts {
+            let group = group_starts.partition_point(|&g| g <= range.start) - 1;
+            if row_groups.last() != Some(&group) {
+                if let Some(&previous) = row_groups.last() {
+                    // Skip the rest of the previous group.
+                    let end = group_starts[previous + 1];
+                    if end > at {
+                        selectors.push(RowSelector::skip(end - at));
+                    }
+                }
+                row_groups.push(group);
+                at = group_starts[group];
+            }
+            if range.start > at {
+                selectors.push(RowSelector::skip(range.start - at));
+            }
+            selectors.push(RowSelector::select(range.end - range.start));
+            at = range.end;
+            match runs.last_mut() {
+                Some((last, count)) if *last == s => *count += range.end - range.start,
+                _ => runs.push((s, range.end - range.start)),
+            }
+        }
+        if let Some(&last) = row_groups.last() {
+            let end = group_starts[last + 1];
+            if end > at {
+                selectors.push(RowSelector::skip(end - at));
+            }
+        }
+        Ok(Some(IndexedPlan {
+            row_groups,
+            selection: RowSelection::from(selectors),
+            projection: ProjectionMask::leaves(descr, [timestamp_column, value_column]),
+            runs,
+            row_groups_total: metadata.num_row_groups(),
+            start_ms,
+            end_ms,
+        }))
+    }
+
+    /// Splits the decoded rows into the plan's series.
+    fn collector(self, index: &SeriesIndex) -> IndexedCollector<'_> {
+        IndexedCollector {
+            index,
+            run: 0,
+            left: self.runs.first().map_or(0, |&(_, count)| count),
+            series: Vec::new(),
+            stats: ReadStats {
+                row_groups: self.row_groups_total,
+                row_groups_read: self.row_groups.len(),
+                ..ReadStats::default()
+            },
+            plan: self,
+        }
+    }
+}
+
+/// The samples of an indexed read, series by series, as batches come.
+struct IndexedCollector<'a> {
+    index: &'a SeriesIndex,
+    plan: IndexedPlan,
+    /// The run the next row belongs to, and its rows not yet seen.
+    run: usize,
+    left: usize,
+    /// (series, samples), in row order.
+    series: Vec<(usize, Vec<Sample>)>,
+    stats: ReadStats,
+}
+
+impl IndexedCollector<'_> {
+    fn add(&mut self, batch: &RecordBatch) -> Result<(), MetricsError> {
+        let column = |name: &str| batch.column_by_name(name);
+        let (Some(timestamps), Some(values)) = (
+            column(TIMESTAMP_COLUMN).and_then(|c| c.as_primitive_opt::<Int64Type>()),
+            column(VALUE_COLUMN).and_then(|c| c.as_primitive_opt::<Float64Type>()),
+        ) else {
+            return Err(MetricsError::InvalidSplit(
+                "no timestamp or value column".to_string(),
+            ));
+        };
+        let timestamps = timestamps.values();
+        let values = values.values();
+        self.stats.rows_read += batch.num_rows() as u64;
+        let mut row = 0;
+        while row < batch.num_rows() {
+            while self.left == 0 {
+                self.run += 1;
+                match self.plan.runs.get(self.run) {
+                    Some(&(_, count)) => self.left = count,
+                    None => {
+                        return Err(MetricsError::InvalidSplit(
+                            "the series index does not match the rows".to_string(),
+                        ))
+                    }
+                }
+            }
+            let s = self.plan.runs[self.run].0;
+            if self.series.last().map(|(last, _)| *last) != Some(s) {
+                self.series.push((s, Vec::new()));
+            }
+            let take = self.left.min(batch.num_rows() - row);
+            if let Some((_, samples)) = self.series.last_mut() {
+                for (&timestamp_ms, &value) in timestamps[row..row + take]
+                    .iter()
+                    .zip(&values[row..row + take])
+                {
+                    if timestamp_ms >= self.plan.start_ms && timestamp_ms <= self.plan.end_ms {
+                        samples.push(Sample {
+                            timestamp_ms,
+                            value,
+                        });
+                    }
+                }
+            }
+            self.left -= take;
+            row += take;
+        }
+        Ok(())
+    }
+
+    /// The read: series with samples in the window, sorted by labels.
+    fn finish(self) -> SplitRead {
+        let index = self.index;
+        let mut series: Vec<SeriesSamples> = self
+            .series
+            .into_iter()
+            .filter(|(_, samples)| !samples.is_empty())
+            .map(|(s, samples)| SeriesSamples {
+                labels: index.labels(s),
+                samples,
+            })
+            .collect();
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        let mut stats = self.stats;
+        stats.samples = series.iter().map(|s| s.samples.len() as u64).sum();
+        SplitRead { series, stats }
+    }
 }
 
 /// What a read of one split decided before fetching pages.

@@ -7,8 +7,9 @@
 //! is kept. Label columns are dictionary-encoded; timestamps delta-encoded; values
 //! byte-stream-split (floats of one series compress well once their bytes are grouped);
 //! everything zstd. Row groups carry statistics and a page index; `__name__` and the sort
-//! labels have bloom filters. The file's key-value metadata records the format version and the
-//! sort labels.
+//! labels have bloom filters. The file's key-value metadata records the format version, the
+//! sort labels and the series index (every series' first row and label values: see
+//! [`crate::SeriesIndex`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use shale_types::sort_key::{self, SortFieldType, SortValue};
 
+use crate::series_index::{SeriesIndexBuilder, SERIES_INDEX_KEY};
 use crate::{Labels, MetricsError, Sample, METRIC_NAME_LABEL};
 
 /// The column of series ids.
@@ -43,6 +45,8 @@ pub(crate) const FORMAT_VERSION: &str = "1";
 const ROW_GROUP_ROWS: usize = 256 * 1024;
 /// Rows per data page (the unit of the page index).
 const PAGE_ROWS: usize = 8 * 1024;
+/// Bytes of a page of values before compression (2 Ki values).
+const VALUE_PAGE_BYTES: usize = 16 * 1024;
 /// Rows per Arrow batch handed to the writer.
 const BATCH_ROWS: usize = 64 * 1024;
 
@@ -124,6 +128,7 @@ pub struct MetricsSplitWriter {
     sort_labels: Vec<String>,
     series: HashMap<Labels, Vec<Sample>>,
     num_added: u64,
+    series_index: bool,
 }
 
 impl MetricsSplitWriter {
@@ -133,7 +138,15 @@ impl MetricsSplitWriter {
             sort_labels,
             series: HashMap::new(),
             num_added: 0,
+            series_index: true,
         }
+    }
+
+    /// Writes the split without a series index, as versions before it did (reads then rule
+    /// rows out by the page index: for checking that both give the same answers).
+    pub fn without_series_index(mut self) -> MetricsSplitWriter {
+        self.series_index = false;
+        self
     }
 
     /// Adds samples of a series; a later sample with the timestamp of an earlier one
@@ -209,6 +222,9 @@ impl MetricsSplitWriter {
         let other_columns: Vec<String> = others.into_iter().map(str::to_string).collect();
         let distinct_counts: Vec<u64> = distinct.iter().map(|d| d.len() as u64).collect();
         let mut writer = SortedSplitWriter::new(sort_labels, &other_columns, &distinct_counts)?;
+        if !self.series_index {
+            writer.index = None;
+        }
         for (labels, id, samples) in &series {
             writer.push_series(labels, *id, samples)?;
         }
@@ -257,6 +273,8 @@ pub struct SortedSplitWriter {
     first_prefix: Option<Vec<u8>>,
     last_prefix: Option<Vec<u8>>,
     metric_names: BTreeSet<String>,
+    /// `None`: the split is written without a series index.
+    index: Option<SeriesIndexBuilder>,
 }
 
 impl std::fmt::Debug for SortedSplitWriter {
@@ -317,6 +335,11 @@ impl SortedSplitWriter {
                     serde_json::to_string(sort_labels).unwrap_or_else(|_| "[]".to_string()),
                 ),
             ]));
+        // Values: smaller pages (a one-series read decompresses the pages of its rows
+        // only), without page statistics (no query prunes by value).
+        builder = builder
+            .set_column_data_page_size_limit(ColumnPath::from(VALUE_COLUMN), VALUE_PAGE_BYTES)
+            .set_column_statistics_enabled(ColumnPath::from(VALUE_COLUMN), EnabledStatistics::Chunk);
         for column in [TIMESTAMP_COLUMN, VALUE_COLUMN] {
             let path = ColumnPath::from(column);
             builder = builder
@@ -346,6 +369,7 @@ impl SortedSplitWriter {
         Ok(SortedSplitWriter {
             sort_labels: sort_labels.to_vec(),
             rows: Rows::new(label_columns.len()),
+            index: Some(SeriesIndexBuilder::new(&label_columns)),
             label_columns,
             schema,
             writer,
@@ -371,6 +395,9 @@ impl SortedSplitWriter {
             return Ok(());
         };
         self.metric_names.insert(labels.metric_name().to_string());
+        if let Some(index) = &mut self.index {
+            index.push(labels, self.num_samples);
+        }
         self.num_samples += samples.len() as u64;
         self.num_series += 1;
         self.time_range = Some(match self.time_range {
@@ -423,6 +450,12 @@ impl SortedSplitWriter {
     pub fn finish(mut self) -> Result<(Vec<u8>, SplitSummary), MetricsError> {
         if self.rows.len > 0 {
             self.writer.write(&self.rows.finish(&self.schema)?)?;
+        }
+        if let Some(index) = self.index.and_then(|index| index.finish(self.num_samples)) {
+            self.writer.append_key_value_metadata(KeyValue::new(
+                SERIES_INDEX_KEY.to_string(),
+                index.encode()?,
+            ));
         }
         let out = self.writer.into_inner()?;
         let summary = SplitSummary {
