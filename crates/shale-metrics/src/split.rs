@@ -339,7 +339,10 @@ impl SortedSplitWriter {
         // only), without page statistics (no query prunes by value).
         builder = builder
             .set_column_data_page_size_limit(ColumnPath::from(VALUE_COLUMN), VALUE_PAGE_BYTES)
-            .set_column_statistics_enabled(ColumnPath::from(VALUE_COLUMN), EnabledStatistics::Chunk);
+            .set_column_statistics_enabled(
+                ColumnPath::from(VALUE_COLUMN),
+                EnabledStatistics::Chunk,
+            );
         for column in [TIMESTAMP_COLUMN, VALUE_COLUMN] {
             let path = ColumnPath::from(column);
             builder = builder

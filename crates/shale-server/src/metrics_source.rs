@@ -175,9 +175,10 @@ async fn read_one(
 ) -> Result<SplitSeries, String> {
     let matchers = matchers.to_vec();
     let key = split.split_id.clone();
-    let fetch = shale_storage::range_fetcher(storage.clone(), split.object_key());
+    let fetch = shale_storage::blocking_range_fetcher(storage.clone(), split.object_key());
     let reader = shale_metrics::RangeReader::new(split.size_bytes, fetch);
     let runtime = tokio::runtime::Handle::current();
+    // On the blocking pool: the decoding, and on a local storage the reads of the file too.
     let read = tokio::task::spawn_blocking(move || {
         runtime.block_on(shale_metrics::read_split_ranges(
             &key, reader, &matchers, start_ms, end_ms, prune,

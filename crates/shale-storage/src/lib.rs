@@ -43,6 +43,42 @@ pub fn range_fetcher(storage: StorageRef, name: String) -> RangeFetcher {
     })
 }
 
+/// [`range_fetcher`] for a caller that already runs on a blocking thread (a split decoded on
+/// the blocking pool): on a local storage the object's file is opened once and each range
+/// read in place, synchronously (no hop to another thread per range); on object storage,
+/// the same as [`range_fetcher`].
+pub fn blocking_range_fetcher(storage: StorageRef, name: String) -> RangeFetcher {
+    let Some(path) = storage.local_path(&name) else {
+        return range_fetcher(storage, name);
+    };
+    let file: std::sync::Arc<std::sync::OnceLock<Result<std::fs::File, String>>> =
+        Default::default();
+    std::sync::Arc::new(move |range: std::ops::Range<u64>| {
+        use std::os::unix::fs::FileExt;
+        let read = (|| {
+            let file = file
+                .get_or_init(|| {
+                    std::fs::File::open(&path).map_err(|err| {
+                        if err.kind() == std::io::ErrorKind::NotFound {
+                            StorageError::NotFound(name.clone()).to_string()
+                        } else {
+                            format!("{}: {err}", path.display())
+                        }
+                    })
+                })
+                .as_ref()
+                .map_err(Clone::clone)?;
+            let len = usize::try_from(range.end.saturating_sub(range.start))
+                .map_err(|_| format!("range {range:?} of `{name}` is too large"))?;
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, range.start)
+                .map_err(|err| format!("{}: {err}", path.display()))?;
+            Ok(bytes::Bytes::from(buf))
+        })();
+        Box::pin(std::future::ready(read))
+    })
+}
+
 /// Errors of storage operations.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {

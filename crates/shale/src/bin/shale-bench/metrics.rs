@@ -341,7 +341,11 @@ impl Shape {
     /// The query and window of run `run`.
     fn at(&self, run: usize, (start, end): (i64, i64)) -> (String, (i64, i64)) {
         let query = self.variants[run % self.variants.len().max(1)].clone();
-        let back = if self.moving_window { run as i64 * 60 } else { 0 };
+        let back = if self.moving_window {
+            run as i64 * 60
+        } else {
+            0
+        };
         (query, (start - back, end - back))
     }
 }
@@ -607,13 +611,7 @@ async fn measure_queries(
     );
     let mut timings = Vec::new();
     for shape in &plan.shapes {
-        let timing = time_varied(
-            client,
-            api,
-            &|run| shape.at(run, plan.window),
-            plan.runs,
-        )
-        .await?;
+        let timing = time_varied(client, api, &|run| shape.at(run, plan.window), plan.runs).await?;
         println!(
             "  {label} query_range {}: p50 {:.1} ms, p99 {:.1} ms{} ({} series, {} points)",
             shape.name,
