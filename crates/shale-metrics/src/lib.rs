@@ -16,6 +16,7 @@ pub mod remote_write;
 mod selector;
 mod series_index;
 mod split;
+mod varint;
 pub mod wal;
 
 pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};

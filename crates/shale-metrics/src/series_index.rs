@@ -15,6 +15,15 @@ use std::ops::Range;
 
 use base64::Engine;
 
+use crate::varint::{put_str, put_varint, ReadError, Reader};
+
+/// A read of the binary form failed: the index is damaged (the only binary form this crate
+/// reads into a [`MetricsError`]).
+impl From<ReadError> for MetricsError {
+    fn from(err: ReadError) -> Self {
+        MetricsError::InvalidSplit(format!("series index: {err}"))
+    }
+}
 use crate::{Labels, MatchOp, Matcher, MetricsError, METRIC_NAME_LABEL};
 
 /// Key-value metadata: the series index.
@@ -155,22 +164,22 @@ impl SeriesIndex {
     /// The index as key-value metadata text: the binary form, zstd, base64.
     pub(crate) fn encode(&self) -> Result<String, MetricsError> {
         let mut out = vec![ENCODING_VERSION];
-        put(&mut out, self.columns.len() as u64);
+        put_varint(&mut out, self.columns.len() as u64);
         for (column, values) in self.columns.iter().zip(&self.values) {
             put_str(&mut out, column);
-            put(&mut out, values.len() as u64);
+            put_varint(&mut out, values.len() as u64);
             for value in values {
                 put_str(&mut out, value);
             }
         }
-        put(&mut out, self.num_series() as u64);
+        put_varint(&mut out, self.num_series() as u64);
         let mut previous = 0;
         for &start in &self.starts {
-            put(&mut out, start - previous);
+            put_varint(&mut out, start - previous);
             previous = start;
         }
         for &key in &self.keys {
-            put(&mut out, u64::from(key));
+            put_varint(&mut out, u64::from(key));
         }
         let compressed = zstd::bulk::compress(&out, ZSTD_LEVEL)
             .map_err(|err| MetricsError::InvalidSplit(format!("series index: {err}")))?;
@@ -193,10 +202,7 @@ impl SeriesIndex {
         if bytes.len() as u64 > MAX_DECODED_BYTES {
             return Err(invalid("too large"));
         }
-        let mut at = Cursor {
-            bytes: &bytes,
-            at: 0,
-        };
+        let mut at = Reader::new(&bytes);
         if at.byte()? != ENCODING_VERSION {
             return Err(invalid("unknown encoding version"));
         }
@@ -321,70 +327,6 @@ impl SeriesIndexBuilder {
     }
 }
 
-fn put(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, value: &str) {
-    put(out, value.len() as u64);
-    out.extend_from_slice(value.as_bytes());
-}
-
-/// Reads the binary form, every read checked.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn invalid() -> MetricsError {
-        MetricsError::InvalidSplit("series index: truncated".to_string())
-    }
-
-    fn left(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    fn byte(&mut self) -> Result<u8, MetricsError> {
-        let byte = *self.bytes.get(self.at).ok_or_else(Self::invalid)?;
-        self.at += 1;
-        Ok(byte)
-    }
-
-    fn varint(&mut self) -> Result<u64, MetricsError> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte()?;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(Self::invalid())
-    }
-
-    /// A count of items of at least one byte each: never more than the bytes left.
-    fn count(&mut self) -> Result<usize, MetricsError> {
-        let n = self.varint()?;
-        usize::try_from(n)
-            .ok()
-            .filter(|&n| n <= self.left())
-            .ok_or_else(Self::invalid)
-    }
-
-    fn string(&mut self) -> Result<String, MetricsError> {
-        let len = self.count()?;
-        let bytes = &self.bytes[self.at..self.at + len];
-        self.at += len;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| MetricsError::InvalidSplit("series index: a label is not UTF-8".into()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,7 +391,7 @@ mod tests {
         assert!(SeriesIndex::decode("!!").is_err());
         // A count larger than the bytes left.
         let mut raw = vec![ENCODING_VERSION];
-        put(&mut raw, u64::MAX);
+        put_varint(&mut raw, u64::MAX);
         let text = base64::engine::general_purpose::STANDARD_NO_PAD
             .encode(zstd::bulk::compress(&raw, 1).expect("compresses"));
         assert!(SeriesIndex::decode(&text).is_err());

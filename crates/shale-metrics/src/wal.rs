@@ -8,6 +8,7 @@
 //! that NaN payloads such as the staleness marker survive bit for bit). Counts and lengths
 //! are LEB128 varints.
 
+use crate::varint::{put_str, put_varint, ReadError, Reader};
 use crate::{Labels, Sample};
 
 /// First byte of a metrics record.
@@ -70,7 +71,7 @@ pub fn encode_record(series: &[(Labels, Vec<Sample>)]) -> Vec<u8> {
 
 /// Decodes a record written by [`encode_record`].
 pub fn decode_record(bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalRecordError> {
-    let mut reader = Reader { bytes, pos: 0 };
+    let mut reader = Reader::new(bytes);
     if reader.byte()? != MARKER {
         return Err(WalRecordError("not a metrics record".to_string()));
     }
@@ -104,79 +105,15 @@ pub fn decode_record(bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalReco
         }
         series.push((Labels::new(pairs), samples));
     }
-    if reader.pos != bytes.len() {
+    if reader.left() != 0 {
         return Err(WalRecordError("trailing bytes".to_string()));
     }
     Ok(series)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, text: &str) {
-    put_varint(out, text.len() as u64);
-    out.extend_from_slice(text.as_bytes());
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn truncated() -> WalRecordError {
-        WalRecordError("truncated".to_string())
-    }
-
-    fn byte(&mut self) -> Result<u8, WalRecordError> {
-        let byte = *self.bytes.get(self.pos).ok_or_else(Self::truncated)?;
-        self.pos += 1;
-        Ok(byte)
-    }
-
-    fn varint(&mut self) -> Result<u64, WalRecordError> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte()?;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(WalRecordError("varint too long".to_string()))
-    }
-
-    /// A count or length, bounded by the bytes left (each item takes at least one byte).
-    fn count(&mut self) -> Result<usize, WalRecordError> {
-        let value = self.varint()?;
-        let left = (self.bytes.len() - self.pos) as u64;
-        if value > left {
-            return Err(Self::truncated());
-        }
-        Ok(value as usize)
-    }
-
-    fn string(&mut self) -> Result<String, WalRecordError> {
-        let len = self.count()?;
-        let bytes = &self.bytes[self.pos..self.pos + len];
-        self.pos += len;
-        String::from_utf8(bytes.to_vec()).map_err(|_| WalRecordError("label is not UTF-8".into()))
-    }
-
-    fn array(&mut self) -> Result<[u8; 8], WalRecordError> {
-        let bytes = self
-            .bytes
-            .get(self.pos..self.pos + 8)
-            .ok_or_else(Self::truncated)?;
-        self.pos += 8;
-        let mut out = [0u8; 8];
-        out.copy_from_slice(bytes);
-        Ok(out)
+impl From<ReadError> for WalRecordError {
+    fn from(err: ReadError) -> Self {
+        WalRecordError(err.to_string())
     }
 }
 
