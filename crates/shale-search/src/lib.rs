@@ -17,6 +17,6 @@ pub use request::{
     HitMeta, SearchRequest, SearchResponse, SortBy, SortField, SortOrder, MAX_SORT_FIELDS,
 };
 pub use service::{
-    register_metrics, LocalNodes, NodeCallError, SearchError, SearchNodes, SearchService,
-    LOCAL_NODE, MAX_HITS_LIMIT, MAX_PLACEMENT_IMBALANCE,
+    register_metrics, IndexView, LocalNodes, NodeCallError, SearchError, SearchNodes,
+    SearchService, LOCAL_NODE, MAX_HITS_LIMIT, MAX_PLACEMENT_IMBALANCE,
 };

@@ -264,7 +264,8 @@ pub struct SearchService {
 /// splits and its delete tasks. A search checks the index's version (one read of one row)
 /// and, while it holds, lists, prunes and applies deletes from here. When the version moved,
 /// the view is brought up to date from the changes alone ([`Metastore::index_changes`]).
-struct IndexView {
+/// PromQL reads its metrics indexes through the same views ([`SearchService::index_view`]).
+pub struct IndexView {
     version: shale_metastore::IndexVersion,
     index: IndexMetadata,
     /// By split id (the order searches list them in).
@@ -273,14 +274,30 @@ struct IndexView {
 }
 
 impl IndexView {
+    /// The index's metadata (without checkpoints).
+    pub fn index(&self) -> &IndexMetadata {
+        &self.index
+    }
+
+    /// Its Published splits that may hold data of `[start, end)` (Unix seconds; the
+    /// metastore's time filter: a split without a time range always may), by split id.
+    pub fn splits_overlapping(&self, start: Option<i64>, end: Option<i64>) -> Vec<SplitMetadata> {
+        self.splits
+            .values()
+            .filter(|split| overlaps(split, start, end))
+            .map(|split| SplitMetadata::clone(split))
+            .collect()
+    }
+
+    /// The index's delete tasks.
+    pub fn delete_tasks(&self) -> &[DeleteTask] {
+        &self.delete_tasks
+    }
+
     /// Its splits that may hold documents of the request's time range (the metastore's time
     /// filter: a split without a time range always may).
     fn splits_of(&self, request: &SearchRequest) -> Vec<SplitMetadata> {
-        self.splits
-            .values()
-            .filter(|split| overlaps(split, request.start_timestamp, request.end_timestamp))
-            .map(|split| SplitMetadata::clone(split))
-            .collect()
+        self.splits_overlapping(request.start_timestamp, request.end_timestamp)
     }
 
     /// The highest opstamp of its delete tasks (0 without any).
@@ -431,6 +448,13 @@ impl SearchService {
             .map_err(|_| SearchError::TooManyRequests {
                 limit: self.max_concurrent_searches,
             })
+    }
+
+    /// The current view of `index_id` (see [`IndexView`]): what a reader of the index as it
+    /// is now lists its splits and delete tasks from, without reading them again while the
+    /// index's version holds.
+    pub async fn index_view(&self, index_id: &str) -> Result<Arc<IndexView>, SearchError> {
+        self.view(index_id).await
     }
 
     /// The current view of `index_id`: the one kept if the index's version still holds, else

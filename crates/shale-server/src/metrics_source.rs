@@ -60,6 +60,10 @@ pub struct SplitSource {
     /// Time travel: the index as it was at the end of this second (Unix seconds): the
     /// splits published then, and the delete tasks that existed then.
     as_of: Option<i64>,
+    /// The index as it is now, kept by the search service while its version holds: the
+    /// splits and delete tasks of a query without time travel (else read from the
+    /// metastore).
+    view: Option<Arc<shale_search::IndexView>>,
 }
 
 /// How a query reaches the other searchers of its cluster.
@@ -223,7 +227,20 @@ impl SplitSource {
             deletes: tokio::sync::OnceCell::new(),
             prune: true,
             as_of: None,
+            view: None,
         }
+    }
+
+    /// Lists splits and delete tasks from `view` (the index as it is now) rather than from
+    /// the metastore, unless the query travels in time.
+    pub fn with_view(mut self, view: Arc<shale_search::IndexView>) -> Self {
+        self.view = Some(view);
+        self
+    }
+
+    /// The view to list from: set, and no time travel.
+    fn current_view(&self) -> Option<&shale_search::IndexView> {
+        self.view.as_deref().filter(|_| self.as_of.is_none())
     }
 
     /// Reads the index as it was at `as_of` (Unix seconds, checked against its time-travel
@@ -329,11 +346,16 @@ impl SplitSource {
         let deletes = self
             .deletes
             .get_or_try_init(|| async {
-                let tasks = self
-                    .metastore
-                    .list_delete_tasks(&self.index_uid, 0)
-                    .await
-                    .map_err(|err| PromqlError::Source(format!("listing delete tasks: {err}")))?;
+                let tasks = match self.current_view() {
+                    Some(view) => view.delete_tasks().to_vec(),
+                    None => self
+                        .metastore
+                        .list_delete_tasks(&self.index_uid, 0)
+                        .await
+                        .map_err(|err| {
+                            PromqlError::Source(format!("listing delete tasks: {err}"))
+                        })?,
+                };
                 tasks
                     .iter()
                     .filter(|task| self.as_of.is_none_or(|at| task.create_timestamp <= at))
@@ -365,18 +387,29 @@ impl SeriesSource for SplitSource {
         start_ms: i64,
         end_ms: i64,
     ) -> Result<Vec<SeriesSamples>, PromqlError> {
-        let mut query = ListSplitsQuery::for_index(self.index_uid.clone())
-            .with_states(&[SplitState::Published]);
-        query.visible_at = self.as_of;
-        query.time_range_start = Some(start_ms.div_euclid(1000));
-        query.time_range_end = Some(end_ms.div_euclid(1000).saturating_add(1));
-        let mut splits: Vec<SplitMetadata> = self
-            .metastore
-            .list_splits(query)
-            .await
-            .map_err(|err| PromqlError::Source(format!("listing splits: {err}")))?
+        let (start_s, end_s) = (
+            start_ms.div_euclid(1000),
+            end_ms.div_euclid(1000).saturating_add(1),
+        );
+        let listed: Vec<SplitMetadata> = match self.current_view() {
+            Some(view) => view.splits_overlapping(Some(start_s), Some(end_s)),
+            None => {
+                let mut query = ListSplitsQuery::for_index(self.index_uid.clone())
+                    .with_states(&[SplitState::Published]);
+                query.visible_at = self.as_of;
+                query.time_range_start = Some(start_s);
+                query.time_range_end = Some(end_s);
+                self.metastore
+                    .list_splits(query)
+                    .await
+                    .map_err(|err| PromqlError::Source(format!("listing splits: {err}")))?
+                    .into_iter()
+                    .map(|split| split.split_metadata)
+                    .collect()
+            }
+        };
+        let mut splits: Vec<SplitMetadata> = listed
             .into_iter()
-            .map(|split| split.split_metadata)
             .filter(|split| split.format == shale_types::SplitFormat::Parquet)
             .collect();
         // Oldest first: a later split's sample replaces an earlier one's at one timestamp.

@@ -400,9 +400,11 @@ async fn metrics_index(
     params: &Params,
 ) -> Result<(IndexMetadata, SplitSource), PromError> {
     let index_id = index_id.unwrap_or_else(|| OTEL_METRICS_INDEX_ID.to_string());
-    let index = match state.node.metastore.index_metadata(&index_id).await {
-        Ok(index) => index,
-        Err(MetastoreError::NotFound { .. }) => {
+    // The index as this node last saw it, while its version holds (no metastore read of
+    // its splits and delete tasks per query).
+    let view = match state.node.search.index_view(&index_id).await {
+        Ok(view) => view,
+        Err(shale_search::SearchError::IndexNotFound(_)) => {
             return Err(PromError {
                 status: StatusCode::NOT_FOUND,
                 error_type: "not_found",
@@ -411,6 +413,7 @@ async fn metrics_index(
         }
         Err(err) => return Err(PromError::internal(err.to_string())),
     };
+    let index = view.index().clone();
     if index.index_config.metrics.is_none() {
         return Err(PromError::bad_data(format!(
             "`{index_id}` is not a metrics index: PromQL reads indexes with a `metrics` section"
@@ -428,7 +431,8 @@ async fn metrics_index(
     .with_leaves(crate::metrics_source::Leaves {
         membership: state.node.membership.clone(),
         client: state.node.client.clone(),
-    });
+    })
+    .with_view(view);
     let as_of = match params.get("as_of") {
         Some(text) => {
             let ms = parse_time("as_of", text)?;
