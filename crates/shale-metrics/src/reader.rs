@@ -526,10 +526,7 @@ impl IndexedPlan {
         let metadata = reader_metadata.metadata();
         let descr = metadata.file_metadata().schema_descr();
         let column_of = |name: &str| {
-            descr
-                .columns()
-                .iter()
-                .position(|c| c.path().string() == name)
+            leaf_column(metadata, name)
                 .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{name}` column")))
         };
         let timestamp_column = column_of(TIMESTAMP_COLUMN)?;
@@ -546,13 +543,7 @@ impl IndexedPlan {
         for (g, row_group) in metadata.row_groups().iter().enumerate() {
             group_starts.push(offset);
             let rows = usize::try_from(row_group.num_rows()).unwrap_or(0);
-            let overlaps = match row_group.column(timestamp_column).statistics() {
-                Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
-                    (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
-                    _ => true,
-                },
-                _ => true,
-            };
+            let overlaps = may_hold_time(row_group, timestamp_column, start_ms, end_ms);
             if overlaps {
                 for range in page_rows(metadata, g, timestamp_column, &[], start_ms, end_ms) {
                     let range = offset + range.start..offset + range.end;
@@ -783,14 +774,7 @@ impl Plan {
         {
             return Ok(Planned::Nothing(read));
         }
-        let column_of = |name: &str| -> Option<usize> {
-            metadata
-                .file_metadata()
-                .schema_descr()
-                .columns()
-                .iter()
-                .position(|c| c.path().string() == name)
-        };
+        let column_of = |name: &str| leaf_column(metadata, name);
         let timestamp_column = column_of(TIMESTAMP_COLUMN)
             .ok_or_else(|| MetricsError::InvalidSplit(format!("no `{TIMESTAMP_COLUMN}` column")))?;
         let required: Vec<(usize, String)> = matchers
@@ -799,13 +783,7 @@ impl Plan {
             .collect();
         let mut candidates = Vec::new();
         for (i, row_group) in metadata.row_groups().iter().enumerate() {
-            let overlaps_time = match row_group.column(timestamp_column).statistics() {
-                Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
-                    (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
-                    _ => true,
-                },
-                _ => true,
-            };
+            let overlaps_time = may_hold_time(row_group, timestamp_column, start_ms, end_ms);
             let within_stats = required.iter().all(|(column, value)| {
                 match row_group.column(*column).statistics() {
                     Some(Statistics::ByteArray(stats)) => {
@@ -902,6 +880,32 @@ impl Plan {
         self.read.stats.samples = out.iter().map(|s| s.samples.len() as u64).sum();
         self.read.series = out;
         self.read
+    }
+}
+
+/// The leaf column named `name` of a split.
+fn leaf_column(metadata: &ParquetMetaData, name: &str) -> Option<usize> {
+    metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().string() == name)
+}
+
+/// Whether a row group may hold a timestamp in `[start_ms, end_ms]`, by its statistics.
+fn may_hold_time(
+    row_group: &parquet::file::metadata::RowGroupMetaData,
+    timestamp_column: usize,
+    start_ms: i64,
+    end_ms: i64,
+) -> bool {
+    match row_group.column(timestamp_column).statistics() {
+        Some(Statistics::Int64(stats)) => match (stats.min_opt(), stats.max_opt()) {
+            (Some(min), Some(max)) => *min <= end_ms && *max >= start_ms,
+            _ => true,
+        },
+        _ => true,
     }
 }
 

@@ -54,27 +54,13 @@ pub fn blocking_range_fetcher(storage: StorageRef, name: String) -> RangeFetcher
     let file: std::sync::Arc<std::sync::OnceLock<Result<std::fs::File, String>>> =
         Default::default();
     std::sync::Arc::new(move |range: std::ops::Range<u64>| {
-        use std::os::unix::fs::FileExt;
-        let read = (|| {
-            let file = file
-                .get_or_init(|| {
-                    std::fs::File::open(&path).map_err(|err| {
-                        if err.kind() == std::io::ErrorKind::NotFound {
-                            StorageError::NotFound(name.clone()).to_string()
-                        } else {
-                            format!("{}: {err}", path.display())
-                        }
-                    })
-                })
-                .as_ref()
-                .map_err(Clone::clone)?;
-            let len = usize::try_from(range.end.saturating_sub(range.start))
-                .map_err(|_| format!("range {range:?} of `{name}` is too large"))?;
-            let mut buf = vec![0u8; len];
-            file.read_exact_at(&mut buf, range.start)
-                .map_err(|err| format!("{}: {err}", path.display()))?;
-            Ok(bytes::Bytes::from(buf))
-        })();
+        let read = file
+            .get_or_init(|| local::open_object(&path, &name).map_err(|err| err.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|file| {
+                local::read_range(file, &path, &name, range).map_err(|err| err.to_string())
+            });
         Box::pin(std::future::ready(read))
     })
 }

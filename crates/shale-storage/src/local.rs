@@ -126,6 +126,28 @@ fn not_found_or(name: &str, path: &Path, err: std::io::Error) -> StorageError {
     }
 }
 
+/// Opens the file of object `name` for reading.
+pub(crate) fn open_object(path: &Path, name: &str) -> StorageResult<File> {
+    File::open(path).map_err(|err| not_found_or(name, path, err))
+}
+
+/// Bytes `range` of `file` (object `name` at `path`), read in place.
+pub(crate) fn read_range(
+    file: &File,
+    path: &Path,
+    name: &str,
+    range: Range<u64>,
+) -> StorageResult<bytes::Bytes> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| {
+        StorageError::ObjectStore(format!("range {range:?} of `{name}` is too large"))
+    })?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, range.start)
+        .map_err(|err| io_err(path, err))?;
+    Ok(bytes::Bytes::from(buf))
+}
+
 fn list_dir(root: &Path, dir: &Path, names: &mut Vec<String>) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -216,18 +238,7 @@ impl Storage for LocalStorage {
     async fn get_range(&self, name: &str, range: Range<u64>) -> StorageResult<bytes::Bytes> {
         let path = self.path(name)?;
         let name = name.to_string();
-        blocking(move || {
-            use std::os::unix::fs::FileExt;
-            let file = File::open(&path).map_err(|err| not_found_or(&name, &path, err))?;
-            let len = usize::try_from(range.end.saturating_sub(range.start)).map_err(|_| {
-                StorageError::ObjectStore(format!("range {range:?} of `{name}` is too large"))
-            })?;
-            let mut buf = vec![0u8; len];
-            file.read_exact_at(&mut buf, range.start)
-                .map_err(|err| io_err(&path, err))?;
-            Ok(bytes::Bytes::from(buf))
-        })
-        .await
+        blocking(move || read_range(&open_object(&path, &name)?, &path, &name, range)).await
     }
 
     fn is_local(&self) -> bool {
