@@ -3,12 +3,14 @@
 //! splits: WAL → parse → split builder (per partition) → upload → publish with the checkpoint
 //! delta (one metastore transaction) → truncate the WAL.
 
+pub mod live;
 pub mod metrics;
 pub mod opstamps;
 pub mod pipeline;
 pub mod router;
 pub mod wal;
 
+pub use live::{LiveError, LiveSamples};
 pub use opstamps::DeleteOpstamps;
 pub use pipeline::{PipelineEnv, PipelineHandle, PipelineParams};
 pub use router::{

@@ -49,6 +49,14 @@ metric!(DEAD_LETTERS: IntCounter = register_int_counter!(
     "shale_indexing_dead_letters_total", "WAL records that could not be indexed, kept in the data directory's dead letters with their position."));
 metric!(INGEST_REJECTED_REQUESTS: IntCounterVec = register_int_counter_vec!(
     "shale_ingest_rejected_requests_total", "Ingest requests (or bulk items) refused with 429, by limit.", &["limit"]));
+metric!(LIVE_BYTES: IntGauge = register_int_gauge!(
+    "shale_metrics_live_bytes", "Estimated memory of the acknowledged samples not yet in published splits, kept for PromQL (at most live_samples_max_bytes)."));
+metric!(LIVE_SAMPLES: IntGauge = register_int_gauge!(
+    "shale_metrics_live_samples", "Acknowledged samples kept in memory for PromQL until their split is published."));
+metric!(LIVE_SERIES: IntGauge = register_int_gauge!(
+    "shale_metrics_live_series", "Series of the samples kept in memory for PromQL (once per shard)."));
+metric!(LIVE_SAMPLES_NOT_KEPT: IntCounter = register_int_counter!(
+    "shale_metrics_live_samples_not_kept_total", "Acknowledged samples not kept in memory because live_samples_max_bytes was reached (visible once published)."));
 
 /// The stages of the indexing pipeline (`stage` of [`PIPELINE_STAGE_SECONDS`] and
 /// [`PIPELINE_ERRORS`]).
@@ -84,6 +92,10 @@ pub fn register() {
     LazyLock::force(&WAL_APPENDS);
     LazyLock::force(&WAL_REOPENS);
     LazyLock::force(&INGEST_REJECTED_REQUESTS);
+    LazyLock::force(&LIVE_BYTES);
+    LazyLock::force(&LIVE_SAMPLES);
+    LazyLock::force(&LIVE_SERIES);
+    LazyLock::force(&LIVE_SAMPLES_NOT_KEPT);
 }
 
 /// Runs one pipeline stage, recording its duration and, on failure, an error of that stage.

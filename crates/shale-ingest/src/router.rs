@@ -539,7 +539,24 @@ impl IngestRouter {
             .into_iter()
             .find(|(name, _)| name == &queue)
             .map_or(0, |(_, next)| next);
+        let is_metrics = params.metrics.is_some();
         let pipeline = spawn_pipeline(self.env.clone(), params, queue.clone(), position);
+        if is_metrics && self.env.live.enabled() {
+            // What the WAL holds unpublished is readable again, as before a restart.
+            let index_uid = key.index_uid.to_string();
+            self.env.live.serve(&index_uid, &queue, position);
+            let load = self.env.live.clone().load_from_wal(
+                self.env.wal.clone(),
+                index_uid,
+                queue.clone(),
+                position.map_or(0, |p| p + 1),
+            );
+            tokio::spawn(async move {
+                if let Err(err) = load.await {
+                    warn!(%err, "reading a metrics shard's unpublished samples from the WAL failed: they are visible once published");
+                }
+            });
+        }
         info!(shard = %queue, open, "serving shard");
         shards.insert(
             queue,
@@ -604,6 +621,9 @@ impl IngestRouter {
     async fn drop_shard(&self, queue: &str) -> Result<(), IngestError> {
         if let Some(served) = self.shards.write().await.remove(queue) {
             served.pipeline.stop();
+            self.env
+                .live
+                .forget(&served.key.index_uid.to_string(), queue);
         }
         self.env.wal.delete_queue(queue).await?;
         Ok(())
@@ -721,6 +741,9 @@ impl IngestRouter {
                 .record(first, opstamp);
         }
         drop(opstamps);
+        if let (Some((first, _)), true) = (positions, served.config.metrics.is_some()) {
+            self.keep_live(&served, &queue, first, opstamp, raw).await;
+        }
         // The knowledge lapsed while the records were written: a delete created meanwhile may
         // have been acknowledged without this node, and reach them.
         let lapsed = self.opstamps.check_confirmed().is_err();
@@ -840,10 +863,42 @@ impl IngestRouter {
         out
     }
 
-    /// Refreshes the WAL size gauges.
+    /// Keeps the metrics records just appended at `first` for PromQL, before they are
+    /// acknowledged; when memory for them is short, the shard cuts its batch early.
+    async fn keep_live(
+        &self,
+        served: &ServedShard,
+        queue: &str,
+        first: u64,
+        opstamp: u64,
+        raw: &[bytes::Bytes],
+    ) {
+        if !self.env.live.enabled() {
+            return;
+        }
+        let (live, index_uid, queue) = (
+            self.env.live.clone(),
+            served.key.index_uid.to_string(),
+            queue.to_string(),
+        );
+        let records = raw.to_vec();
+        let kept = tokio::task::spawn_blocking(move || {
+            live.insert_encoded(&index_uid, &queue, first, opstamp, &records)
+        })
+        .await;
+        if !matches!(kept, Ok(true)) {
+            served.pipeline.force_commit();
+        }
+    }
+
+    /// Refreshes the WAL size gauges and those of the samples kept for PromQL.
     pub async fn update_wal_metrics(&self) {
         metrics::WAL_MEMORY_BYTES.set(self.env.wal.memory_size().await as i64);
         metrics::WAL_BACKLOG_BYTES.set(self.env.wal.backlog_bytes() as i64);
+        let live = self.env.live.stats();
+        metrics::LIVE_BYTES.set(live.bytes as i64);
+        metrics::LIVE_SAMPLES.set(live.samples as i64);
+        metrics::LIVE_SERIES.set(live.series as i64);
     }
 }
 

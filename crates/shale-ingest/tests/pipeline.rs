@@ -1,5 +1,6 @@
 //! The indexing pipeline on real parts (SQLite metastore, local storage, WAL on disk).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use shale_config::IndexConfig;
@@ -65,6 +66,7 @@ async fn commit_timeout_cuts_splits_while_a_backlog_is_drained() {
         writer_heap_bytes: 20_000_000,
         writer_threads: 1,
         on_publish: None,
+        live: Arc::new(shale_ingest::LiveSamples::new(0)),
     };
     let handle = spawn_pipeline(env, params, queue.clone(), None);
     tokio::time::timeout(Duration::from_secs(120), handle.wait_published(39_999))
@@ -194,6 +196,7 @@ async fn records_are_indexed_with_the_mapping_they_were_accepted_under() {
         writer_heap_bytes: 20_000_000,
         writer_threads: 1,
         on_publish: None,
+        live: Arc::new(shale_ingest::LiveSamples::new(0)),
     };
     let dead_before = shale_ingest::metrics::DEAD_LETTERS.get();
     let handle = spawn_pipeline(env, params, queue.clone(), None);

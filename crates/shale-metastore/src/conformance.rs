@@ -418,7 +418,11 @@ impl View {
             }
         };
         assert_eq!(changes.index.index_config.index_id, index_id);
-        assert!(changes.index.checkpoints.is_empty());
+        let now = metastore.index_metadata(index_id).await.expect("index");
+        assert_eq!(
+            changes.index.checkpoints, now.checkpoints,
+            "the splits' checkpoints"
+        );
         self.delete_tasks
             .extend(changes.delete_tasks.iter().map(|task| task.opstamp));
         self.version = Some(changes.version);
@@ -473,6 +477,25 @@ pub async fn index_changes_bring_a_view_to_the_listed_splits(metastore: Arc<dyn 
     publish(&metastore, &uid, &["a", "b"]).await;
     assert_eq!(view.refresh(&metastore, "viewed").await, (false, 2));
     view.assert_current(&metastore, &uid).await;
+    // A publish with a checkpoint: the changes say what the splits cover, in the same
+    // snapshot.
+    stage(&metastore, &uid, &["p"]).await;
+    metastore
+        .publish_splits(
+            &uid,
+            &ids(&["p"]),
+            &[],
+            Some(("src".to_string(), CheckpointDelta::single("q", None, 9))),
+        )
+        .await
+        .expect("publish with a checkpoint");
+    let changes = metastore
+        .index_changes("viewed", None, 0)
+        .await
+        .expect("changes");
+    assert_eq!(changes.index.checkpoint("src").position("q"), Some(9));
+    assert_eq!(view.refresh(&metastore, "viewed").await, (false, 1));
+    view.assert_current(&metastore, &uid).await;
     // Nothing written: nothing to apply; another index's writes are not this one's.
     stage(&metastore, &other.index_uid, &["z"]).await;
     assert_eq!(view.refresh(&metastore, "viewed").await, (false, 0));
@@ -511,7 +534,7 @@ pub async fn index_changes_bring_a_view_to_the_listed_splits(metastore: Arc<dyn 
         .expect("publish_merge");
     assert_eq!(view.refresh(&metastore, "viewed").await, (false, 3));
     view.assert_current(&metastore, &uid).await;
-    assert_eq!(view.splits.keys().collect::<Vec<_>>(), ["bc"]);
+    assert_eq!(view.splits.keys().collect::<Vec<_>>(), ["bc", "p"]);
 
     // Metadata rewritten in place: maturity, delete opstamp.
     let mut bc = view.splits["bc"].clone();
@@ -560,7 +583,8 @@ pub async fn index_changes_bring_a_view_to_the_listed_splits(metastore: Arc<dyn 
     // A view from before `d` was marked cannot learn of it from changes: the index whole.
     let mut stale = old_view;
     assert!(stale.splits.contains_key("d"));
-    assert_eq!(stale.refresh(&metastore, "viewed").await, (true, 1));
+    // What is left: `bc` and `p`.
+    assert_eq!(stale.refresh(&metastore, "viewed").await, (true, 2));
     stale.assert_current(&metastore, &uid).await;
 
     // The index deleted and created again: a view of the old one gets the new one whole.

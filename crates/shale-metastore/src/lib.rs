@@ -234,7 +234,8 @@ pub struct IndexVersion {
 pub struct IndexChanges {
     /// Where the index stands: once applied, the view is that of this version.
     pub version: IndexVersion,
-    /// The index's metadata, without checkpoints.
+    /// The index's metadata with its checkpoints: the positions its Published splits
+    /// cover.
     pub index: IndexMetadata,
     /// The splits to apply.
     pub splits: SplitChanges,
@@ -289,7 +290,7 @@ pub trait Metastore: Send + Sync + 'static {
     ) -> MetastoreResult<IndexChanges> {
         let _ = (since, delete_opstamp_gt);
         let version = self.index_version(index_id).await?;
-        let index = self.index_metadata_without_checkpoints(index_id).await?;
+        let index = self.index_metadata(index_id).await?;
         let splits = self
             .list_splits(
                 ListSplitsQuery::for_index(index.index_uid.clone())

@@ -869,7 +869,10 @@ where
                     id: index_id.to_string(),
                 });
             };
-            let index = Self::decode_index(&row)?;
+            let mut index = Self::decode_index(&row)?;
+            // What the splits cover: a reader of the shards' unpublished records starts
+            // after it.
+            index.checkpoints = Self::load_checkpoints(&mut read.tx, &index.index_uid).await?;
             let version = crate::IndexVersion {
                 index_uid: index.index_uid.clone(),
                 version: from_db(row.try_get::<i64, _>("version")?),

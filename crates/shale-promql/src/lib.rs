@@ -84,6 +84,9 @@ pub enum PromqlError {
     /// The source failed (`internal`, HTTP 500).
     #[error("{0}")]
     Source(String),
+    /// The source cannot answer now but may on a retry (`unavailable`, HTTP 503).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// One sample of an instant vector.

@@ -260,8 +260,8 @@ pub struct SearchService {
     views: std::sync::Mutex<HashMap<String, Arc<IndexView>>>,
 }
 
-/// An index as a root saw it at one version: its metadata (no checkpoints), its Published
-/// splits and its delete tasks. A search checks the index's version (one read of one row)
+/// An index as a root saw it at one version: its metadata (with the checkpoints its splits
+/// cover), its Published splits and its delete tasks. A search checks the index's version (one read of one row)
 /// and, while it holds, lists, prunes and applies deletes from here. When the version moved,
 /// the view is brought up to date from the changes alone ([`Metastore::index_changes`]).
 /// PromQL reads its metrics indexes through the same views ([`SearchService::index_view`]).
@@ -274,7 +274,8 @@ pub struct IndexView {
 }
 
 impl IndexView {
-    /// The index's metadata (without checkpoints).
+    /// The index's metadata, with the checkpoints of the view's splits (what a reader of
+    /// the shards' unpublished samples starts after).
     pub fn index(&self) -> &IndexMetadata {
         &self.index
     }

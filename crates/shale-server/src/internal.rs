@@ -8,6 +8,7 @@
 //! | `POST /internal/v1/search/leaf` | search some splits for another node's search |
 //! | `POST /internal/v1/search/docs` | fetch documents of splits for another node's search |
 //! | `POST /internal/v1/metrics/select` | read metrics splits for another node's PromQL query: their series matching a selector in a window |
+//! | `POST /internal/v1/metrics/live` | this indexer's samples not yet in published splits, after the query's checkpoint, matching a selector in a window |
 //!
 //! When the node has a `cluster_secret`, every internal call must carry it in the
 //! `x-shale-cluster-secret` header; calls without it get a 401. A node with API tokens and
@@ -66,6 +67,7 @@ pub fn routes() -> ApiRoutes {
             crate::distributed::fetch_docs,
         )
         .post("/internal/v1/metrics/select", Internal, metrics_select)
+        .post("/internal/v1/metrics/live", Internal, metrics_live)
         // Leaf requests carry split metadata: allow large bodies.
         .layer(axum::extract::DefaultBodyLimit::max(INTERNAL_BODY_LIMIT))
 }
@@ -132,6 +134,31 @@ async fn metrics_select(
     Ok(Json(
         serde_json::to_value(SelectResponse { splits })
             .map_err(|err| ApiError::internal(err.to_string()))?,
+    ))
+}
+
+/// `POST /internal/v1/metrics/live`: this node's acknowledged samples not yet in published
+/// splits, for another node's PromQL query (503 when its view of the index is older than
+/// what this node still holds).
+async fn metrics_live(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use crate::metrics_source::{read_live, LiveRequest, ReadLiveError};
+    let request: LiveRequest = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("invalid live request: {err}")))?;
+    let live = state.node.live.clone();
+    let response = tokio::task::spawn_blocking(move || read_live(&live, &request))
+        .await
+        .map_err(|err| ApiError::internal(format!("reading live samples failed: {err}")))?
+        .map_err(|err| match err {
+            ReadLiveError::Invalid(message) => ApiError::bad_request(message),
+            ReadLiveError::Stale(err) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
+            }
+        })?;
+    Ok(Json(
+        serde_json::to_value(response).map_err(|err| ApiError::internal(err.to_string()))?,
     ))
 }
 

@@ -13,6 +13,12 @@
 //! node's cache), which reads it and answers its matching series through the internal API
 //! (`/internal/v1/metrics/select`); this node merges them and finishes the query. A leaf that
 //! fails or does not answer has its splits read here instead.
+//!
+//! A query without time travel also reads the samples acknowledged but not yet in a
+//! published split ([`shale_ingest::LiveSamples`]): from the records after the checkpoint of
+//! the index view it listed its splits from, so that each sample is read once, from a split
+//! or from memory. They come from this node and, on a cluster, from every other live
+//! indexer (`/internal/v1/metrics/live`); they are merged as the newest split.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,6 +29,9 @@ use shale_metrics::{Labels, MatchOp, Matcher, Sample, SeriesSamples};
 use shale_promql::{PromqlError, SeriesSource};
 use shale_storage::StorageRef;
 use shale_types::{IndexUid, SplitMetadata, SplitState};
+
+/// How long another indexer has to answer with its unpublished samples.
+const LIVE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a query's selectors did with splits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +48,10 @@ pub struct SourceStats {
     pub row_groups_pruned: u64,
     /// Calls to other nodes that read splits placed on them.
     pub leaf_calls: u64,
+    /// Samples read from memory (acknowledged, not yet in a published split).
+    pub live_samples: u64,
+    /// Calls to other indexers for theirs.
+    pub live_calls: u64,
 }
 
 /// The published splits of one metrics index, read for one query.
@@ -64,6 +77,8 @@ pub struct SplitSource {
     /// splits and delete tasks of a query without time travel (else read from the
     /// metastore).
     view: Option<Arc<shale_search::IndexView>>,
+    /// This node's samples not yet in published splits (none: only published samples).
+    live: Option<Arc<shale_ingest::LiveSamples>>,
 }
 
 /// How a query reaches the other searchers of its cluster.
@@ -95,6 +110,94 @@ pub struct SelectRequest {
 
 fn pruning_on() -> bool {
     true
+}
+
+/// A selector to evaluate on another indexer's samples not yet in published splits.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LiveRequest {
+    /// The index.
+    pub index_uid: IndexUid,
+    /// The checkpoint of the splits the query reads: the records after it are wanted.
+    pub checkpoint: shale_types::SourceCheckpoint,
+    /// The matchers, as in [`SelectRequest`].
+    pub matchers: Vec<(String, String, String)>,
+    /// First millisecond of the window.
+    pub start_ms: i64,
+    /// Last millisecond of the window (inclusive).
+    pub end_ms: i64,
+    /// The index's delete tasks as the query sees them.
+    pub delete_tasks: Vec<shale_types::DeleteTask>,
+}
+
+/// An indexer's answer: its matching series.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct LiveResponse {
+    /// Series with samples as (timestamp ms, IEEE bits of the value), by timestamp.
+    pub series: Vec<WireSeries>,
+}
+
+/// Reads the matching samples of `live` for a [`LiveRequest`] (an indexer's side).
+pub fn read_live(
+    live: &shale_ingest::LiveSamples,
+    request: &LiveRequest,
+) -> Result<LiveResponse, ReadLiveError> {
+    let matchers = wire_matchers(&request.matchers).map_err(ReadLiveError::Invalid)?;
+    let deletes = request
+        .delete_tasks
+        .iter()
+        .map(shale_metrics::SeriesDelete::from_task)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| ReadLiveError::Invalid(err.to_string()))?;
+    let series = live.select(
+        &request.index_uid.to_string(),
+        &request.checkpoint,
+        &matchers,
+        request.start_ms,
+        request.end_ms,
+        &deletes,
+    )?;
+    Ok(LiveResponse {
+        series: series.iter().map(to_wire).collect(),
+    })
+}
+
+/// Why an indexer could not read its samples for a [`LiveRequest`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReadLiveError {
+    /// The request does not parse.
+    #[error("invalid live request: {0}")]
+    Invalid(String),
+    /// The query's view of the index is older than what memory still holds.
+    #[error("{0}")]
+    Stale(#[from] shale_ingest::LiveError),
+}
+
+fn to_wire(series: &SeriesSamples) -> WireSeries {
+    (
+        series
+            .labels
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        series
+            .samples
+            .iter()
+            .map(|p| (p.timestamp_ms, p.value.to_bits()))
+            .collect(),
+    )
+}
+
+fn from_wire((pairs, samples): WireSeries) -> SeriesSamples {
+    SeriesSamples {
+        labels: Labels::new(pairs),
+        samples: samples
+            .into_iter()
+            .map(|(timestamp_ms, bits)| Sample {
+                timestamp_ms,
+                value: f64::from_bits(bits),
+            })
+            .collect(),
+    }
 }
 
 /// A leaf's answer: per split, its matching series with samples as (timestamp, value bits).
@@ -132,8 +235,19 @@ fn op_name(op: MatchOp) -> &'static str {
 
 /// The matchers of a request, built again (regexes compiled) on the leaf.
 pub fn request_matchers(request: &SelectRequest) -> Result<Vec<Matcher>, String> {
-    request
-        .matchers
+    wire_matchers(&request.matchers)
+}
+
+fn to_wire_matchers(matchers: &[Matcher]) -> Vec<(String, String, String)> {
+    matchers
+        .iter()
+        .map(|m| (m.name.clone(), op_name(m.op).to_string(), m.value.clone()))
+        .collect()
+}
+
+/// Matchers sent as (label, operator, value), built again (regexes compiled).
+fn wire_matchers(matchers: &[(String, String, String)]) -> Result<Vec<Matcher>, String> {
+    matchers
         .iter()
         .map(|(name, op, value)| {
             let op = match op.as_str() {
@@ -195,22 +309,7 @@ async fn read_one(
         split_id: split.split_id.clone(),
         row_groups: read.stats.row_groups as u64,
         row_groups_read: read.stats.row_groups_read as u64,
-        series: read
-            .series
-            .into_iter()
-            .map(|s| {
-                (
-                    s.labels
-                        .iter()
-                        .map(|(n, v)| (n.to_string(), v.to_string()))
-                        .collect(),
-                    s.samples
-                        .iter()
-                        .map(|p| (p.timestamp_ms, p.value.to_bits()))
-                        .collect(),
-                )
-            })
-            .collect(),
+        series: read.series.iter().map(to_wire).collect(),
     })
 }
 
@@ -228,7 +327,15 @@ impl SplitSource {
             prune: true,
             as_of: None,
             view: None,
+            live: None,
         }
+    }
+
+    /// Also reads the samples not yet in published splits: `live` (this node's) and, on a
+    /// cluster, those of the other live indexers.
+    pub fn with_live(mut self, live: Arc<shale_ingest::LiveSamples>) -> Self {
+        self.live = Some(live);
+        self
     }
 
     /// Lists splits and delete tasks from `view` (the index as it is now) rather than from
@@ -373,6 +480,101 @@ impl SplitSource {
         Ok(deletes)
     }
 
+    /// The matching samples acknowledged after the view's checkpoint: this node's, then
+    /// each other live indexer's (one that does not answer is left out, with a warning).
+    async fn live_series(
+        &self,
+        matchers: &[Matcher],
+        start_ms: i64,
+        end_ms: i64,
+    ) -> Result<Vec<SeriesSamples>, PromqlError> {
+        let (Some(live), Some(view)) = (&self.live, self.current_view()) else {
+            return Ok(Vec::new());
+        };
+        let checkpoint = view
+            .index()
+            .checkpoint(shale_types::INGEST_API_SOURCE_ID)
+            .clone();
+        let deletes = self.deletes().await?;
+        let mut series = live
+            .select(
+                &self.index_uid.to_string(),
+                &checkpoint,
+                matchers,
+                start_ms,
+                end_ms,
+                deletes,
+            )
+            .map_err(|err| PromqlError::Unavailable(err.to_string()))?;
+        if let Some(leaves) = &self.leaves {
+            let cluster = leaves.membership.view();
+            let me = cluster.self_identity.node_id.clone();
+            let mut indexers: Vec<(String, String)> = cluster
+                .live_with_role(shale_config::Role::Indexer)
+                .filter(|node| node.node_id != me)
+                .map(|node| (node.node_id.clone(), node.advertise_address.clone()))
+                .collect();
+            indexers.sort();
+            let body = serde_json::to_vec(&LiveRequest {
+                index_uid: self.index_uid.clone(),
+                checkpoint,
+                matchers: to_wire_matchers(matchers),
+                start_ms,
+                end_ms,
+                delete_tasks: view.delete_tasks().to_vec(),
+            })
+            .map_err(|err| PromqlError::Source(err.to_string()))?;
+            let calls = indexers.iter().map(|(node, address)| {
+                let body = reqwest::Body::from(body.clone());
+                async move {
+                    let answer = leaves
+                        .client
+                        .post(
+                            address,
+                            "/internal/v1/metrics/live",
+                            body,
+                            LIVE_CALL_TIMEOUT,
+                            true,
+                        )
+                        .await
+                        .map_err(|err| match err {
+                            // Its samples after the checkpoint are gone: answering without
+                            // them would leave a gap.
+                            crate::internal::InternalError::Status { status: 503, .. } => {
+                                PromqlError::Unavailable(err.to_string())
+                            }
+                            err => PromqlError::Source(err.to_string()),
+                        })
+                        .and_then(|value| {
+                            serde_json::from_value::<LiveResponse>(value)
+                                .map_err(|err| PromqlError::Source(err.to_string()))
+                        });
+                    (node, answer)
+                }
+            });
+            for (node, answer) in futures::future::join_all(calls).await {
+                self.stats
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .live_calls += 1;
+                match answer {
+                    Ok(response) => series.extend(response.series.into_iter().map(from_wire)),
+                    Err(err @ PromqlError::Unavailable(_)) => return Err(err),
+                    Err(err) => tracing::warn!(
+                        indexer = %node,
+                        %err,
+                        "an indexer did not answer with its unpublished samples: they are left out"
+                    ),
+                }
+            }
+        }
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live_samples += series.iter().map(|s| s.samples.len() as u64).sum::<u64>();
+        Ok(series)
+    }
+
     /// What the selectors did so far.
     pub fn stats(&self) -> SourceStats {
         *self.stats.lock().unwrap_or_else(|p| p.into_inner())
@@ -430,10 +632,7 @@ impl SeriesSource for SplitSource {
             let request = SelectRequest {
                 index_uid: self.index_uid.clone(),
                 splits: indexes.iter().map(|&i| splits[i].clone()).collect(),
-                matchers: matchers
-                    .iter()
-                    .map(|m| (m.name.clone(), op_name(m.op).to_string(), m.value.clone()))
-                    .collect(),
+                matchers: to_wire_matchers(matchers),
                 start_ms,
                 end_ms,
                 prune: self.prune,
@@ -494,15 +693,11 @@ impl SeriesSource for SplitSource {
                 stats.row_groups_read += read.row_groups_read;
                 stats.row_groups_pruned += read.row_groups - read.row_groups_read;
             }
-            for (pairs, samples) in read.series {
-                let labels = Labels::new(pairs);
-                let mut samples: Vec<Sample> = samples
-                    .into_iter()
-                    .map(|(timestamp_ms, bits)| Sample {
-                        timestamp_ms,
-                        value: f64::from_bits(bits),
-                    })
-                    .collect();
+            for wire in read.series {
+                let SeriesSamples {
+                    labels,
+                    mut samples,
+                } = from_wire(wire);
                 if !pending.is_empty() {
                     shale_metrics::apply_deletes(&pending, &labels, &mut samples);
                     if samples.is_empty() {
@@ -516,6 +711,16 @@ impl SeriesSource for SplitSource {
                         order.push(labels.clone());
                         merged.insert(labels, samples.collect());
                     }
+                }
+            }
+        }
+        // The samples not in published splits yet, as the newest split.
+        for series in self.live_series(matchers, start_ms, end_ms).await? {
+            match merged.get_mut(&series.labels) {
+                Some(existing) => existing.extend(series.samples),
+                None => {
+                    order.push(series.labels.clone());
+                    merged.insert(series.labels, series.samples);
                 }
             }
         }

@@ -84,6 +84,9 @@ pub struct Node {
     pub search: Arc<SearchService>,
     /// The WAL.
     pub wal: Arc<Wal>,
+    /// The acknowledged samples of this node's metrics shards not yet in published splits,
+    /// which PromQL reads with the splits.
+    pub live: Arc<shale_ingest::LiveSamples>,
     /// Merge planner and workers.
     pub compaction: CompactionService,
     /// This node's membership in its cluster (a cluster of one by default).
@@ -388,7 +391,11 @@ impl Node {
             writer_heap_bytes: usize::try_from(config.indexer_heap_bytes).unwrap_or(usize::MAX),
             writer_threads: config.indexer_threads,
             on_publish: Some(compaction.planner_notify()),
+            live: Arc::new(shale_ingest::LiveSamples::new(
+                config.live_samples_max_bytes,
+            )),
         };
+        let live = env.live.clone();
         let router = Arc::new(
             IngestRouter::new(
                 env,
@@ -458,6 +465,7 @@ impl Node {
             metastore,
             storages,
             wal,
+            live,
             compaction,
             membership: membership.clone(),
             data_dir_lock: std::sync::Mutex::new(Some(lock)),

@@ -240,6 +240,7 @@ impl From<PromqlError> for PromError {
             }
             PromqlError::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             PromqlError::Source(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            PromqlError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         };
         PromError {
             status,
@@ -432,7 +433,8 @@ async fn metrics_index(
         membership: state.node.membership.clone(),
         client: state.node.client.clone(),
     })
-    .with_view(view);
+    .with_view(view)
+    .with_live(state.node.live.clone());
     let as_of = match params.get("as_of") {
         Some(text) => {
             let ms = parse_time("as_of", text)?;
@@ -484,6 +486,7 @@ fn success(
             ("x-shale-splits-pruned", counts.splits_pruned.to_string()),
             ("x-shale-splits-opened", counts.splits_opened.to_string()),
             ("x-shale-leaf-calls", counts.leaf_calls.to_string()),
+            ("x-shale-live-samples", counts.live_samples.to_string()),
         ],
         Json(body),
     )
@@ -505,6 +508,10 @@ fn query_stats(params: &Params, output: &QueryOutput, source: &SplitSource) -> O
             "rowGroupsRead": counts.row_groups_read,
             "rowGroupsPruned": counts.row_groups_pruned,
             "leafCalls": counts.leaf_calls,
+        },
+        "live": {
+            "samples": counts.live_samples,
+            "indexerCalls": counts.live_calls,
         },
     }))
 }

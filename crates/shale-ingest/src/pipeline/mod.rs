@@ -101,6 +101,9 @@ pub struct PipelineEnv {
     pub writer_threads: usize,
     /// Notified after every publish (the merge planner listens).
     pub on_publish: Option<Arc<Notify>>,
+    /// The acknowledged samples of metrics shards not yet published, kept for PromQL: a
+    /// publish lets them go.
+    pub live: Arc<crate::LiveSamples>,
 }
 
 /// Documents the router already parsed while validating them, handed to the pipeline in
@@ -286,6 +289,7 @@ pub fn spawn_pipeline(
             checkpoint,
             published_tx,
             on_publish: env.on_publish.clone(),
+            live: env.live.clone(),
         })),
     };
     let task = tokio::spawn(pipeline.run());

@@ -25,6 +25,8 @@ pub(super) struct Publisher {
     pub(super) checkpoint: Option<u64>,
     pub(super) published_tx: watch::Sender<Option<u64>>,
     pub(super) on_publish: Option<Arc<Notify>>,
+    /// Told what is published, so that it lets those samples go.
+    pub(super) live: Arc<crate::LiveSamples>,
 }
 
 impl Publisher {
@@ -52,6 +54,11 @@ impl Publisher {
         );
         self.checkpoint = Some(batch.last_position);
         self.published_tx.send_replace(self.checkpoint);
+        self.live.published(
+            &self.index_uid.to_string(),
+            &self.queue,
+            batch.last_position,
+        );
         if let (Some(listener), false) = (&self.on_publish, split_ids.is_empty()) {
             listener.notify_one();
         }

@@ -911,3 +911,127 @@ async fn metrics_splits_of_every_node_merge_into_one_per_bucket() {
         node.stop().await;
     }
 }
+
+/// Fresh samples across a cluster: samples acknowledged by three indexers and not published
+/// yet (an hour-long commit timeout) answer a PromQL query on any node — its own from memory,
+/// the others' through the internal API — and once published they are counted once.
+#[tokio::test]
+async fn promql_reads_every_indexer_s_unpublished_samples() {
+    use shale_metrics::remote_write::{
+        encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metastore = format!("sqlite://{}/shared.db", dir.path().display());
+    let nodes = three_nodes(dir.path(), &metastore).await;
+    let (status, body) = nodes[0]
+        .post(
+            "/api/v1/indexes",
+            "index_id: live\nmetrics:\n  sort_labels: [job]\nindexing_settings:\n  commit_timeout_secs: 3600\n",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    wait_open_shards_on(&nodes[0], &["a", "b", "c"]).await;
+    let t0: i64 = 1_780_084_800_000;
+    let write = |node: &TestNode, job: String, points: i64, commit: &'static str| {
+        let request = WriteRequest {
+            timeseries: (0..points.min(1))
+                .map(|_| TimeSeries {
+                    labels: vec![
+                        Label {
+                            name: "__name__".into(),
+                            value: "jobs_total".into(),
+                        },
+                        Label {
+                            name: "job".into(),
+                            value: job.clone(),
+                        },
+                    ],
+                    samples: (0..points)
+                        .map(|i| ProtoSample {
+                            value: i as f64,
+                            timestamp: t0 + i * 15_000,
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let client = node.client.clone();
+        let url = node.url(&format!("/prometheus/live/api/v1/write?commit={commit}"));
+        async move {
+            let resp = client
+                .post(url)
+                .header("Content-Encoding", "snappy")
+                .body(encode_remote_write(&request))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                resp.status().as_u16(),
+                204,
+                "{}",
+                resp.text().await.unwrap()
+            );
+        }
+    };
+    for (i, node) in nodes.iter().enumerate() {
+        write(node, format!("job-{i}"), 4 + i as i64, "auto").await;
+    }
+    let total = 4 + 5 + 6;
+    let held: Vec<usize> = nodes.iter().map(|n| n.node.live.stats().samples).collect();
+    assert_eq!(held.iter().sum::<usize>(), total, "{held:?}");
+    assert!(held[0] < total, "every write landed on a: {held:?}");
+    let query = |node: &TestNode| {
+        let client = node.client.clone();
+        let url = node.url("/prometheus/live/api/v1/query");
+        async move {
+            let resp = client
+                .get(url)
+                .query(&[
+                    ("query", "count_over_time(jobs_total[1h])".to_string()),
+                    ("time", ((t0 + 3_600_000) / 1000).to_string()),
+                    ("stats", "all".to_string()),
+                ])
+                .send()
+                .await
+                .unwrap();
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["status"], "success", "{body}");
+            let mut counts: Vec<(String, String)> = body["data"]["result"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"]["job"].as_str().unwrap().to_string(),
+                        r["value"][1].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            counts.sort();
+            (counts, body["data"]["stats"]["live"].clone())
+        }
+    };
+    let expected: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("job-{i}"), (4 + i).to_string()))
+        .collect();
+    for node in &nodes {
+        let (counts, live) = query(node).await;
+        assert_eq!(counts, expected);
+        assert_eq!(live["samples"], total, "{live}");
+        assert_eq!(live["indexerCalls"], 2, "{live}");
+    }
+    // Published on every node: the same counts, none read from memory.
+    for node in &nodes {
+        write(node, String::new(), 0, "force").await;
+    }
+    for node in &nodes {
+        let (counts, live) = query(node).await;
+        assert_eq!(counts, expected);
+        assert_eq!(live["samples"], 0, "{live}");
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}

@@ -28,6 +28,7 @@ mod locality;
 mod memory_budget;
 mod metrics_compaction;
 mod metrics_endpoint;
+mod metrics_fresh;
 mod metrics_ingest;
 mod otel_sdk;
 mod otlp;

@@ -24,9 +24,11 @@
 //!    same, ingest timed until the last acknowledgement plus `/internal/force_flush`, bytes
 //!    per sample of its data directory once it stopped changing after the flush.
 //! 4. Shale, a node in this process (embedded defaults: SQLite, local FS) with automatic
-//!    compaction off: ingest at `/prometheus/api/v1/write` timed until a final `commit=force`
-//!    and every sample in a published split; bytes per sample of the published splits; the
-//!    sample check; the queries (with the splits each opened) — "before compaction".
+//!    compaction off: ingest at `/prometheus/api/v1/write` timed until every acknowledged
+//!    sample answers PromQL (the sample check, polled: from memory or from splits), then
+//!    until a final `commit=force` has every sample in a published split; bytes per sample
+//!    of the published splits; the sample check again; the queries (with the splits each
+//!    opened) — "before compaction".
 //! 5. Shale's metrics merge, in process, on the published splits of one bucket:
 //!    `shale_metrics::merge_splits` (streaming k-way merge) vs `read_sort_write` (decode
 //!    everything, sort, write), samples/s of each.
@@ -36,6 +38,8 @@
 //! 7. A 3-node cluster (PostgreSQL + S3-compatible server, `--cluster-series` series, scrapes
 //!    spread over the nodes): splits opened by a one-series 1 h query and its p50 before
 //!    compaction and once it settles (see `metrics/cluster.rs`).
+//!    Every system: freshness, five one-sample writes of a new series each timed from the
+//!    acknowledgement until an instant query finds the sample.
 //! 8. The table of every figure, the ratios Shale/Prometheus and Shale/VictoriaMetrics, the
 //!    targets with PASS/MISS (the cluster's: ≥ 20x fewer splits opened), and a check that
 //!    Shale answers the queries as Prometheus does.
@@ -318,6 +322,80 @@ async fn remote_write(
     Ok(())
 }
 
+/// Times, `FRESHNESS_PROBES` times, how long after a one-sample write is acknowledged an
+/// instant query at the sample's time finds it (a new series each time, polled every 2 ms,
+/// given up after `FRESHNESS_PATIENCE`); prints and returns the p50 and the worst (ms).
+async fn freshness(
+    client: &reqwest::Client,
+    write_url: &str,
+    api: &str,
+) -> anyhow::Result<Option<(f64, f64)>> {
+    let mut took = Vec::new();
+    for probe in 0..FRESHNESS_PROBES {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .context("clock before 1970")?
+            .as_millis() as i64;
+        let run = format!("{}-{probe}", now_ms);
+        let request = WriteRequest {
+            timeseries: vec![TimeSeries {
+                labels: vec![
+                    Label {
+                        name: "__name__".into(),
+                        value: "bench_freshness_probe".into(),
+                    },
+                    Label {
+                        name: "probe".into(),
+                        value: run.clone(),
+                    },
+                ],
+                samples: vec![ProtoSample {
+                    value: 1.0,
+                    timestamp: now_ms,
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        remote_write(
+            client,
+            write_url,
+            &[vec![Bytes::from(encode_remote_write(&request))]],
+        )
+        .await?;
+        let acked = Instant::now();
+        let query = format!("bench_freshness_probe{{probe=\"{run}\"}}");
+        loop {
+            if !instant(client, api, &query, now_ms / 1000 + 1)
+                .await?
+                .is_empty()
+            {
+                took.push(acked.elapsed().as_secs_f64() * 1000.0);
+                break;
+            }
+            if acked.elapsed() > FRESHNESS_PATIENCE {
+                println!(
+                    "  freshness: a sample not visible {} s after its write was acknowledged",
+                    FRESHNESS_PATIENCE.as_secs()
+                );
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    took.sort_by(f64::total_cmp);
+    let (p50, worst) = (percentile(&took, 0.5), took.last().copied().unwrap_or(0.0));
+    println!(
+        "  freshness: write acknowledged → visible to an instant query, {FRESHNESS_PROBES} one-sample writes: p50 {p50:.1} ms, worst {worst:.1} ms"
+    );
+    Ok(Some((p50, worst)))
+}
+
+/// One-sample writes timed by [`freshness`].
+const FRESHNESS_PROBES: usize = 5;
+/// How long [`freshness`] waits for a sample.
+const FRESHNESS_PATIENCE: Duration = Duration::from_secs(40);
+
 /// The machine's load averages (1, 5, 15 min), as `/proc/loadavg` says: the cores may be
 /// shared with other work.
 fn load_average() -> String {
@@ -529,6 +607,8 @@ struct Plan {
 struct Column {
     /// Samples/s by remote write, until queryable.
     ingest: Option<f64>,
+    /// Write acknowledged → visible to an instant query, p50 and worst (ms).
+    freshness_ms: Option<(f64, f64)>,
     bytes_per_sample: Option<f64>,
     /// One per shape.
     timings: Vec<Timing>,
@@ -676,9 +756,12 @@ async fn run_prometheus(
         bytes as f64 / 1e6
     );
     let timings = measure_queries(client, &api, plan, "Prometheus").await?;
+    let freshness_ms =
+        freshness(client, &format!("{}/api/v1/write", prometheus.base), &api).await?;
     drop(prometheus);
     Ok(Column {
         ingest: Some(rate),
+        freshness_ms,
         bytes_per_sample: Some(bytes_per_sample),
         timings,
     })
@@ -728,9 +811,11 @@ async fn run_victoria_metrics(
         bytes as f64 / 1e6
     );
     let timings = measure_queries(client, &api, plan, "VictoriaMetrics").await?;
+    let freshness_ms = freshness(client, &format!("{}/api/v1/write", vm.base), &api).await?;
     drop(vm);
     Ok(Column {
         ingest: Some(rate),
+        freshness_ms,
         bytes_per_sample: Some(bytes_per_sample),
         timings,
     })
@@ -889,6 +974,11 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     let started = Instant::now();
     remote_write(&client, &url, &workload.bodies).await?;
     let acked = started.elapsed();
+    // Until every acknowledged sample answers PromQL (from memory or from published
+    // splits), as the other stores are timed; then until every one is in a published split.
+    let complete = check_samples(&client, &api, workload, plan, Duration::from_secs(3600)).await?;
+    anyhow::ensure!(complete, "Shale: acknowledged samples never all queryable");
+    let queryable = started.elapsed();
     let resp = client
         .post(format!("{url}?commit=force"))
         .header("Content-Encoding", "snappy")
@@ -917,12 +1007,14 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let elapsed = started.elapsed();
-    let rate = workload.samples as f64 / elapsed.as_secs_f64();
+    let rate = workload.samples as f64 / queryable.as_secs_f64();
     println!(
-        "  ingest: {} clients, acknowledged after {:.2} s, every sample published after {:.2} s: {rate:.0} samples/s",
+        "  ingest: {} clients, acknowledged after {:.2} s, every sample queryable after {:.2} s ({rate:.0} samples/s), every sample published after {:.2} s ({:.0} samples/s)",
         workload.bodies.len(),
         acked.as_secs_f64(),
+        queryable.as_secs_f64(),
         elapsed.as_secs_f64(),
+        workload.samples as f64 / elapsed.as_secs_f64(),
     );
     let stored = sum_field(&published, "num_docs");
     let bytes = sum_field(&published, "size_bytes");
@@ -941,8 +1033,10 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     );
     check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
     let timings = measure_queries(&client, &api, plan, "Shale before compaction").await?;
+    let freshness_ms = freshness(&client, &url, &api).await?;
     let before = Column {
         ingest: Some(rate),
+        freshness_ms,
         bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
         timings,
     };
@@ -1049,6 +1143,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
         before,
         after: Column {
             ingest: None,
+            freshness_ms: None,
             bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
             timings,
         },
@@ -1105,10 +1200,22 @@ fn print_summary(
         );
     };
     row(
-        "ingest, samples/s (higher is better)",
+        "ingest until queryable, samples/s",
         [before.ingest, after.ingest, prom.ingest, vmc.ingest],
         0,
         before.ingest,
+    );
+    row(
+        "freshness p50 ms (ack → visible)",
+        [before, after, prom, vmc].map(|c| c.freshness_ms.map(|f| f.0)),
+        1,
+        before.freshness_ms.map(|f| f.0),
+    );
+    row(
+        "freshness worst ms",
+        [before, after, prom, vmc].map(|c| c.freshness_ms.map(|f| f.1)),
+        1,
+        before.freshness_ms.map(|f| f.1),
     );
     row(
         "bytes/sample on storage",
@@ -1214,6 +1321,16 @@ fn print_summary(
             false,
         ),
     ];
+    let fresh = before.freshness_ms.map(|f| f.1);
+    println!(
+        "  {:<38} {}",
+        "freshness ≤ 1000 ms (worst probe)",
+        match fresh {
+            Some(ms) if ms <= 1000.0 => format!("PASS ({ms:.1} ms)"),
+            Some(ms) => format!("MISS ({ms:.1} ms)"),
+            None => "MISS (not visible)".to_string(),
+        }
+    );
     for (label, shale_value, prom_value, vm_value, limit, vm_limit, at_least) in lines {
         let vm = match vm_limit {
             Some(vm_limit) => target(shale_value, vm_value, vm_limit, at_least),
