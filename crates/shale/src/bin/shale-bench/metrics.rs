@@ -39,7 +39,10 @@
 //!    spread over the nodes): splits opened by a one-series 1 h query and its p50 before
 //!    compaction and once it settles (see `metrics/cluster.rs`).
 //!    Every system: freshness, five one-sample writes of a new series each timed from the
-//!    acknowledgement until an instant query finds the sample.
+//!    acknowledgement until an instant query finds the sample; a dashboard mix, 20 clients
+//!    at once each asking 8 range queries of the four shapes in turn (queries/s, p50, p99);
+//!    peak resident memory (`VmHWM`; Shale's: the bench process's peak above what it held
+//!    before its node started, over ingest and queries before compaction).
 //! 8. The table of every figure, the ratios Shale/Prometheus and Shale/VictoriaMetrics, the
 //!    targets with PASS/MISS (the cluster's: ≥ 20x fewer splits opened), and a check that
 //!    Shale answers the queries as Prometheus does.
@@ -506,41 +509,9 @@ async fn time_varied(
     let mut opened = None;
     let mut answer = Answer::default();
     for run in 0..WARMUP_RUNS + runs {
-        let (query, (start, end)) = vary(run);
-        let query = query.as_str();
-        let started = Instant::now();
-        let resp = client
-            .get(format!("{api}/query_range"))
-            .query(&[
-                ("query", query.to_string()),
-                ("start", start.to_string()),
-                ("end", end.to_string()),
-                ("step", STEP_SECS.to_string()),
-            ])
-            .send()
-            .await
-            .with_context(|| format!("query_range {query} at {api}"))?;
-        let status = resp.status();
-        opened = resp
-            .headers()
-            .get("x-shale-splits-opened")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let bytes = resp
-            .bytes()
-            .await
-            .with_context(|| format!("query_range {query} at {api}: reading the answer"))?;
-        let elapsed = started.elapsed();
-        let body: Value = serde_json::from_slice(&bytes).with_context(|| {
-            format!(
-                "query_range {query} at {api}: {status} {}",
-                String::from_utf8_lossy(&bytes)
-            )
-        })?;
-        anyhow::ensure!(
-            status.is_success() && body["status"] == "success",
-            "query_range {query} at {api}: {status} {body}"
-        );
+        let (query, window) = vary(run);
+        let (elapsed, splits_opened, body) = query_range(client, api, &query, window).await?;
+        opened = splits_opened;
         if run >= WARMUP_RUNS {
             times.push(elapsed.as_secs_f64() * 1000.0);
         }
@@ -553,6 +524,131 @@ async fn time_varied(
         opened,
         answer,
     })
+}
+
+/// One `query_range` of `query` over `[start, end]` (s) at a 15 s step: the time until the
+/// answer's bytes are in (parsing them is not timed), Shale's `x-shale-splits-opened`, the
+/// answer.
+async fn query_range(
+    client: &reqwest::Client,
+    api: &str,
+    query: &str,
+    (start, end): (i64, i64),
+) -> anyhow::Result<(Duration, Option<String>, Value)> {
+    let started = Instant::now();
+    let resp = client
+        .get(format!("{api}/query_range"))
+        .query(&[
+            ("query", query.to_string()),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", STEP_SECS.to_string()),
+        ])
+        .send()
+        .await
+        .with_context(|| format!("query_range {query} at {api}"))?;
+    let status = resp.status();
+    let opened = resp
+        .headers()
+        .get("x-shale-splits-opened")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = resp
+        .bytes()
+        .await
+        .with_context(|| format!("query_range {query} at {api}: reading the answer"))?;
+    let elapsed = started.elapsed();
+    let body: Value = serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "query_range {query} at {api}: {status} {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    })?;
+    anyhow::ensure!(
+        status.is_success() && body["status"] == "success",
+        "query_range {query} at {api}: {status} {body}"
+    );
+    Ok((elapsed, opened, body))
+}
+
+/// Throughput and latency of a dashboard's load.
+#[derive(Clone, Copy, Debug)]
+struct Mix {
+    queries_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Clients of the dashboard mix, each asking its queries one after the other.
+const DASHBOARD_CLIENTS: usize = 20;
+/// Queries per client of the dashboard mix.
+const DASHBOARD_QUERIES: usize = 8;
+
+/// A dashboard refreshed by [`DASHBOARD_CLIENTS`] viewers at once: each client asks
+/// [`DASHBOARD_QUERIES`] range queries in turn, cycling through the plan's shapes (client `c`
+/// starting at shape `c`) and their variants and windows; the throughput over the whole
+/// run and the latency percentiles over every query.
+async fn dashboard(client: &reqwest::Client, api: &str, plan: &Plan) -> anyhow::Result<Mix> {
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..DASHBOARD_CLIENTS {
+        let queries: Vec<(String, (i64, i64))> = (0..DASHBOARD_QUERIES)
+            .map(|k| {
+                let shape = &plan.shapes[(c + k) % plan.shapes.len()];
+                shape.at((c * DASHBOARD_QUERIES + k) % 60, plan.window)
+            })
+            .collect();
+        let (client, api) = (client.clone(), api.to_string());
+        tasks.spawn(async move {
+            let mut times = Vec::new();
+            for (query, window) in queries {
+                let (elapsed, _, _) = query_range(&client, &api, &query, window).await?;
+                times.push(elapsed.as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(times)
+        });
+    }
+    let mut times = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        times.extend(done.context("a dashboard client panicked")??);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    times.sort_by(f64::total_cmp);
+    let mix = Mix {
+        queries_per_sec: times.len() as f64 / wall,
+        p50_ms: percentile(&times, 0.5),
+        p99_ms: percentile(&times, 0.99),
+    };
+    println!(
+        "  dashboard: {DASHBOARD_CLIENTS} clients × {DASHBOARD_QUERIES} range queries (the four shapes in turn): {:.1} queries/s, p50 {:.1} ms, p99 {:.1} ms",
+        mix.queries_per_sec, mix.p50_ms, mix.p99_ms
+    );
+    Ok(mix)
+}
+
+/// `VmHWM` (peak resident memory) of a `/proc/<pid>/status` file, in bytes.
+fn vm_hwm(status_path: &str) -> Option<u64> {
+    proc_status_kb(status_path, "VmHWM:").map(|kb| kb * 1024)
+}
+
+/// A `kB` field of a `/proc/<pid>/status` file.
+fn proc_status_kb(status_path: &str, field: &str) -> Option<u64> {
+    std::fs::read_to_string(status_path)
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Resets this process's peak resident memory to what it holds now (Linux: `clear_refs`
+/// 5) and returns that, in bytes: Shale runs in the bench's process, so its peak is the
+/// process's peak above this.
+fn reset_own_peak_rss() -> Option<u64> {
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    proc_status_kb("/proc/self/status", "VmRSS:").map(|kb| kb * 1024)
 }
 
 /// The values of an instant query's vector at `time` (s).
@@ -609,6 +705,10 @@ struct Column {
     ingest: Option<f64>,
     /// Write acknowledged → visible to an instant query, p50 and worst (ms).
     freshness_ms: Option<(f64, f64)>,
+    /// The dashboard mix.
+    dashboard: Option<Mix>,
+    /// Peak resident memory (MB) over the run.
+    peak_rss_mb: Option<f64>,
     bytes_per_sample: Option<f64>,
     /// One per shape.
     timings: Vec<Timing>,
@@ -758,10 +858,14 @@ async fn run_prometheus(
     let timings = measure_queries(client, &api, plan, "Prometheus").await?;
     let freshness_ms =
         freshness(client, &format!("{}/api/v1/write", prometheus.base), &api).await?;
+    let dashboard = dashboard(client, &api, plan).await?;
+    let peak_rss_mb = prometheus.peak_rss().map(|b| b as f64 / 1e6);
     drop(prometheus);
     Ok(Column {
         ingest: Some(rate),
         freshness_ms,
+        dashboard: Some(dashboard),
+        peak_rss_mb,
         bytes_per_sample: Some(bytes_per_sample),
         timings,
     })
@@ -812,10 +916,14 @@ async fn run_victoria_metrics(
     );
     let timings = measure_queries(client, &api, plan, "VictoriaMetrics").await?;
     let freshness_ms = freshness(client, &format!("{}/api/v1/write", vm.base), &api).await?;
+    let dashboard = dashboard(client, &api, plan).await?;
+    let peak_rss_mb = vm.peak_rss().map(|b| b as f64 / 1e6);
     drop(vm);
     Ok(Column {
         ingest: Some(rate),
         freshness_ms,
+        dashboard: Some(dashboard),
+        peak_rss_mb,
         bytes_per_sample: Some(bytes_per_sample),
         timings,
     })
@@ -964,6 +1072,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     let dir = tempfile::tempdir().context("creating Shale's data dir")?;
     let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
     config.compaction.enabled = false;
+    let rss_floor = reset_own_peak_rss();
     let (node, base, client) = start_node(config).await?;
     println!(
         "Shale (in process, embedded defaults: SQLite, local FS; compaction off) at {base} (load average {}):",
@@ -1034,9 +1143,20 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
     let timings = measure_queries(&client, &api, plan, "Shale before compaction").await?;
     let freshness_ms = freshness(&client, &url, &api).await?;
+    let dashboard_before = dashboard(&client, &api, plan).await?;
+    let peak_rss_mb = rss_floor.and_then(|floor| {
+        vm_hwm("/proc/self/status").map(|peak| peak.saturating_sub(floor) as f64 / 1e6)
+    });
+    if let Some(mb) = peak_rss_mb {
+        println!(
+            "  peak resident memory above the bench's own before the node started: {mb:.0} MB"
+        );
+    }
     let before = Column {
         ingest: Some(rate),
         freshness_ms,
+        dashboard: Some(dashboard_before),
+        peak_rss_mb,
         bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
         timings,
     };
@@ -1137,6 +1257,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     );
     check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
     let timings = measure_queries(&client, &api, plan, "Shale after compaction").await?;
+    let dashboard_after = dashboard(&client, &api, plan).await?;
     node.shutdown().await;
     node.release_data_dir();
     Ok(ShaleRun {
@@ -1144,6 +1265,8 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
         after: Column {
             ingest: None,
             freshness_ms: None,
+            dashboard: Some(dashboard_after),
+            peak_rss_mb: None,
             bytes_per_sample: Some(bytes as f64 / stored.max(1) as f64),
             timings,
         },
@@ -1216,6 +1339,24 @@ fn print_summary(
         [before, after, prom, vmc].map(|c| c.freshness_ms.map(|f| f.1)),
         1,
         before.freshness_ms.map(|f| f.1),
+    );
+    let mix = |c: &Column, pick: fn(Mix) -> f64| c.dashboard.map(pick);
+    for (label, pick) in [
+        (
+            "dashboard (20 clients) queries/s",
+            (|m: Mix| m.queries_per_sec) as fn(Mix) -> f64,
+        ),
+        ("dashboard p50 ms", |m: Mix| m.p50_ms),
+        ("dashboard p99 ms", |m: Mix| m.p99_ms),
+    ] {
+        let cols = [before, after, prom, vmc].map(|c| mix(c, pick));
+        row(label, cols, 1, cols[1]);
+    }
+    row(
+        "peak RSS MB (Shale: ingest + queries)",
+        [before, after, prom, vmc].map(|c| c.peak_rss_mb),
+        0,
+        before.peak_rss_mb,
     );
     row(
         "bytes/sample on storage",

@@ -157,6 +157,11 @@ impl External {
     }
 
     /// The last 2 KB of the child's output.
+    /// The process's peak resident memory so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> Option<u64> {
+        super::vm_hwm(&format!("/proc/{}/status", self.child.id()))
+    }
+
     pub fn log_tail(&self) -> String {
         let read = || -> std::io::Result<String> {
             let mut file = std::fs::File::open(&self.log)?;
