@@ -23,6 +23,8 @@
 //! max_wal_memory_bytes: 2GiB           # WAL records not yet indexed; more: 429
 //! live_samples_max_bytes: 512MiB       # acknowledged samples not yet in a published split,
 //!                                      # kept for PromQL; 0: visible once published
+//! metrics_column_cache_max_bytes: 256MiB # decoded timestamps and values of hot metrics
+//!                                      # row groups; 0: off
 //! max_concurrent_searches: 100         # searches at once; more: 429
 //! query_memory_budget_bytes: 4GiB      # memory of the queries in flight (aggregations,
 //!                                      # PromQL, SQL), shared; default: a quarter of RAM
@@ -103,6 +105,8 @@ pub const DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MAX_WAL_MEMORY_BYTES: u64 = 2 << 30;
 /// Default `live_samples_max_bytes`: 512 MiB.
 pub const DEFAULT_LIVE_SAMPLES_MAX_BYTES: u64 = 512 << 20;
+/// Default `metrics_column_cache_max_bytes`: 256 MiB.
+pub const DEFAULT_METRICS_COLUMN_CACHE_MAX_BYTES: u64 = 256 << 20;
 /// Default `max_concurrent_searches`.
 pub const DEFAULT_MAX_CONCURRENT_SEARCHES: usize = 100;
 /// Default `indexer_heap_bytes`: 256 MiB per split being built.
@@ -317,6 +321,9 @@ pub struct NodeConfig {
     /// Memory for the acknowledged samples of metrics indexes not yet in a published split,
     /// which PromQL reads with the splits; 0 keeps none (samples are visible once published).
     pub live_samples_max_bytes: u64,
+    /// Memory for the decoded timestamps and values of hot metrics row groups, which answer
+    /// PromQL selectors without fetching or decoding pages; 0 turns the cache off.
+    pub metrics_column_cache_max_bytes: u64,
     /// Searches run at once; beyond, searches get a 429.
     pub max_concurrent_searches: usize,
     /// Memory the queries in flight may hold together (search aggregations, PromQL, SQL);
@@ -385,6 +392,10 @@ impl fmt::Debug for NodeConfig {
             )
             .field("max_wal_memory_bytes", &self.max_wal_memory_bytes)
             .field("live_samples_max_bytes", &self.live_samples_max_bytes)
+            .field(
+                "metrics_column_cache_max_bytes",
+                &self.metrics_column_cache_max_bytes,
+            )
             .field("max_concurrent_searches", &self.max_concurrent_searches)
             .field("query_memory_budget_bytes", &self.query_memory_budget_bytes)
             .field("indexer_threads", &self.indexer_threads)
@@ -640,6 +651,8 @@ struct NodeConfigFile {
     #[serde(default)]
     live_samples_max_bytes: Option<ByteSize>,
     #[serde(default)]
+    metrics_column_cache_max_bytes: Option<ByteSize>,
+    #[serde(default)]
     max_concurrent_searches: Option<usize>,
     #[serde(default)]
     query_memory_budget_bytes: Option<ByteSize>,
@@ -797,6 +810,9 @@ impl NodeConfig {
             live_samples_max_bytes: file
                 .live_samples_max_bytes
                 .map_or(DEFAULT_LIVE_SAMPLES_MAX_BYTES, |size| size.0),
+            metrics_column_cache_max_bytes: file
+                .metrics_column_cache_max_bytes
+                .map_or(DEFAULT_METRICS_COLUMN_CACHE_MAX_BYTES, |size| size.0),
             max_concurrent_searches: file
                 .max_concurrent_searches
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_SEARCHES),
@@ -1101,6 +1117,7 @@ impl Default for NodeConfig {
             max_in_flight_ingest_bytes: DEFAULT_MAX_IN_FLIGHT_INGEST_BYTES,
             max_wal_memory_bytes: DEFAULT_MAX_WAL_MEMORY_BYTES,
             live_samples_max_bytes: DEFAULT_LIVE_SAMPLES_MAX_BYTES,
+            metrics_column_cache_max_bytes: DEFAULT_METRICS_COLUMN_CACHE_MAX_BYTES,
             max_concurrent_searches: DEFAULT_MAX_CONCURRENT_SEARCHES,
             query_memory_budget_bytes: default_query_memory_budget_bytes(),
             indexer_threads: default_indexer_threads(),

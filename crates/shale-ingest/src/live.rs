@@ -17,7 +17,7 @@
 //! not kept (it becomes visible when its split is published, and the shard is asked to cut
 //! its batch early); published records waiting out their retention go first.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -85,8 +85,10 @@ type Shards = HashMap<String, Arc<Mutex<ShardLive>>>;
 struct ShardLive {
     /// Position → the delete opstamp its record was acknowledged with.
     records: BTreeMap<u64, u64>,
-    /// Metric name → series → (position, sample), by position.
-    names: HashMap<String, HashMap<Labels, Vec<(u64, Sample)>>>,
+    /// Series id → the series and its samples.
+    series: HashMap<u64, SeriesLive>,
+    /// Metric name → the ids of its series.
+    names: HashMap<String, HashSet<u64>>,
     /// Published through this position.
     published: Option<u64>,
     /// Publishes whose records are still kept: (when, through), oldest first.
@@ -95,7 +97,77 @@ struct ShardLive {
     dropped: Option<u64>,
     bytes: usize,
     samples: usize,
-    series: usize,
+}
+
+/// A series of a shard and its samples with their record's position, by position.
+struct SeriesLive {
+    labels: Labels,
+    samples: Vec<(u64, Sample)>,
+}
+
+/// A series of a decoded record: one the shard holds (by id), or new.
+enum SeriesKey {
+    Held(u64),
+    New(Labels),
+}
+
+/// A record decoded for a shard: its series and, in one vector, their samples.
+#[derive(Default)]
+struct Decoded {
+    series: Vec<(SeriesKey, std::ops::Range<usize>)>,
+    samples: Vec<Sample>,
+}
+
+impl Decoded {
+    /// The record `bytes` decoded against `shard` (series it holds are not built again);
+    /// `None` if it does not decode.
+    fn of(shard: &ShardLive, bytes: &[u8]) -> Option<Decoded> {
+        let mut decoded = Decoded::default();
+        shale_metrics::wal::visit_record(bytes, |pairs, samples| {
+            let id = Labels::series_id_of(pairs);
+            let key = match shard.series.get(&id) {
+                Some(held) if held.labels.same_pairs(pairs) => SeriesKey::Held(id),
+                _ => SeriesKey::New(Labels::new(
+                    pairs
+                        .iter()
+                        .map(|(name, value)| (name.to_string(), value.to_string())),
+                )),
+            };
+            decoded.push(shard, key, samples);
+        })
+        .ok()?;
+        Some(decoded)
+    }
+
+    fn push(&mut self, shard: &ShardLive, key: SeriesKey, samples: &[Sample]) {
+        if samples.is_empty() {
+            return;
+        }
+        let key = match key {
+            SeriesKey::New(labels) => match shard.series.get(&labels.series_id()) {
+                Some(held) if held.labels == labels => SeriesKey::Held(labels.series_id()),
+                _ => SeriesKey::New(labels),
+            },
+            held => held,
+        };
+        let at = self.samples.len();
+        self.samples.extend_from_slice(samples);
+        self.series.push((key, at..self.samples.len()));
+    }
+
+    /// What keeping it costs.
+    fn bytes(&self) -> usize {
+        RECORD_BYTES
+            + self.samples.len() * SAMPLE_BYTES
+            + self
+                .series
+                .iter()
+                .map(|(key, _)| match key {
+                    SeriesKey::Held(_) => 0,
+                    SeriesKey::New(labels) => labels_bytes(labels),
+                })
+                .sum::<usize>()
+    }
 }
 
 impl LiveSamples {
@@ -175,45 +247,17 @@ impl LiveSamples {
             return true;
         };
         let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-        let freed = shard.retire_due(Instant::now());
-        self.bytes.fetch_sub(freed, Ordering::AcqRel);
-        if shard.published.is_some_and(|p| position <= p) || shard.records.contains_key(&position) {
-            return true;
+        let mut record = Decoded::default();
+        for (labels, samples) in series {
+            record.push(&shard, SeriesKey::New(labels), &samples);
         }
-        let needed = RECORD_BYTES
-            + series
-                .iter()
-                .map(|(labels, samples)| {
-                    samples.len() * SAMPLE_BYTES
-                        + if shard.holds(labels) {
-                            0
-                        } else {
-                            labels_bytes(labels)
-                        }
-                })
-                .sum::<usize>();
-        if self.bytes.load(Ordering::Acquire) + needed > self.max_bytes {
-            // Published records waiting out their retention go first.
-            if let Some(through) = shard.published {
-                let freed = shard.drop_through(through);
-                shard.retiring.clear();
-                self.bytes.fetch_sub(freed, Ordering::AcqRel);
-            }
-            if self.bytes.load(Ordering::Acquire) + needed > self.max_bytes {
-                let samples: usize = series.iter().map(|(_, s)| s.len()).sum();
-                crate::metrics::LIVE_SAMPLES_NOT_KEPT.inc_by(samples as u64);
-                return false;
-            }
-        }
-        let added = shard.add(position, opstamp, series);
-        self.bytes.fetch_add(added, Ordering::AcqRel);
-        true
+        self.keep(&mut shard, position, opstamp, record)
     }
 
     /// Keeps the encoded metrics records `records` ([`shale_metrics::wal`]) appended to a
     /// served shard from `first` on, acknowledged with the delete opstamp `opstamp` (a record
-    /// that does not decode is left to the pipeline's dead letters). False when one was not
-    /// kept for lack of memory.
+    /// that does not decode is left to the pipeline's dead letters). A series the shard
+    /// holds already costs no allocation. False when one was not kept for lack of memory.
     pub fn insert_encoded(
         &self,
         index_uid: &str,
@@ -222,13 +266,42 @@ impl LiveSamples {
         opstamp: u64,
         records: &[impl AsRef<[u8]>],
     ) -> bool {
+        let Some(shard) = self.shard(index_uid, queue) else {
+            return true;
+        };
+        let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
         let mut all_kept = true;
         for (position, record) in (first..).zip(records) {
-            if let Ok(series) = shale_metrics::wal::decode_record(record.as_ref()) {
-                all_kept &= self.insert(index_uid, queue, position, opstamp, series);
+            if let Some(decoded) = Decoded::of(&shard, record.as_ref()) {
+                all_kept &= self.keep(&mut shard, position, opstamp, decoded);
             }
         }
         all_kept
+    }
+
+    /// Keeps a decoded record in `shard` if it is new and memory allows.
+    fn keep(&self, shard: &mut ShardLive, position: u64, opstamp: u64, record: Decoded) -> bool {
+        let freed = shard.retire_due(Instant::now());
+        self.bytes.fetch_sub(freed, Ordering::AcqRel);
+        if shard.published.is_some_and(|p| position <= p) || shard.records.contains_key(&position) {
+            return true;
+        }
+        let needed = record.bytes();
+        if self.bytes.load(Ordering::Acquire) + needed > self.max_bytes {
+            // Published records waiting out their retention go first.
+            if let Some(through) = shard.published {
+                let freed = shard.drop_through(through);
+                shard.retiring.clear();
+                self.bytes.fetch_sub(freed, Ordering::AcqRel);
+            }
+            if self.bytes.load(Ordering::Acquire) + needed > self.max_bytes {
+                crate::metrics::LIVE_SAMPLES_NOT_KEPT.inc_by(record.samples.len() as u64);
+                return false;
+            }
+        }
+        let added = shard.add(position, opstamp, record);
+        self.bytes.fetch_add(added, Ordering::AcqRel);
+        true
     }
 
     /// Keeps what the WAL queue of a served shard holds from `from` on (a shard served at
@@ -254,15 +327,16 @@ impl LiveSamples {
             let live = self.clone();
             let (index_uid, queue) = (index_uid.clone(), queue.clone());
             let loaded = tokio::task::spawn_blocking(move || {
-                for (position, record) in records {
-                    let record = crate::opstamps::decode_record(&record);
-                    if let Ok(series) = shale_metrics::wal::decode_record(record.json) {
-                        if !live.insert(&index_uid, &queue, position, record.opstamp, series) {
-                            return false;
-                        }
-                    }
-                }
-                true
+                records.iter().all(|(position, record)| {
+                    let record = crate::opstamps::decode_record(record);
+                    live.insert_encoded(
+                        &index_uid,
+                        &queue,
+                        *position,
+                        record.opstamp,
+                        &[record.json],
+                    )
+                })
             })
             .await;
             if !matches!(loaded, Ok(true)) {
@@ -287,8 +361,8 @@ impl LiveSamples {
 
     /// The samples of `index_uid` in `[start_ms, end_ms]` of the series `matchers` select,
     /// from the records after `checkpoint` in each shard, without those `deletes` remove
-    /// (a delete applies to records acknowledged before it). Per series, by timestamp, one
-    /// sample per timestamp (the later record's).
+    /// (a delete applies to records acknowledged before it). Series sorted by labels; per
+    /// series, by timestamp, one sample per timestamp (the later record's).
     pub fn select(
         &self,
         index_uid: &str,
@@ -334,6 +408,7 @@ impl LiveSamples {
                 },
             );
         }
+        order.sort();
         Ok(order
             .into_iter()
             .filter_map(|labels| {
@@ -358,7 +433,7 @@ impl LiveSamples {
             stats.bytes += shard.bytes;
             stats.records += shard.records.len();
             stats.samples += shard.samples;
-            stats.series += shard.series;
+            stats.series += shard.series.len();
         }
         stats
     }
@@ -386,41 +461,61 @@ fn labels_bytes(labels: &Labels) -> usize {
 }
 
 impl ShardLive {
-    fn holds(&self, labels: &Labels) -> bool {
-        self.names
-            .get(labels.metric_name())
-            .is_some_and(|series| series.contains_key(labels))
-    }
-
-    /// Adds a record; returns the bytes added.
-    fn add(&mut self, position: u64, opstamp: u64, series: Vec<(Labels, Vec<Sample>)>) -> usize {
+    /// Adds a decoded record; returns the bytes added.
+    fn add(&mut self, position: u64, opstamp: u64, record: Decoded) -> usize {
         let mut added = RECORD_BYTES;
         self.records.insert(position, opstamp);
-        for (labels, samples) in series {
-            if samples.is_empty() {
-                continue;
-            }
-            added += samples.len() * SAMPLE_BYTES;
-            self.samples += samples.len();
-            let by_series = self
-                .names
-                .entry(labels.metric_name().to_string())
-                .or_default();
-            let kept = match by_series.get_mut(&labels) {
-                Some(kept) => kept,
-                None => {
-                    added += labels_bytes(&labels);
-                    self.series += 1;
-                    by_series.entry(labels).or_default()
+        for (key, range) in record.series {
+            let samples = &record.samples[range];
+            let kept = match key {
+                SeriesKey::Held(id) => match self.series.get_mut(&id) {
+                    Some(held) => &mut held.samples,
+                    None => continue,
+                },
+                SeriesKey::New(labels) => {
+                    let id = labels.series_id();
+                    match self.series.get(&id) {
+                        // Another series with this id (a 2⁻⁶⁴ collision): not kept, so never
+                        // mixed with it; visible once published.
+                        Some(held) if held.labels != labels => continue,
+                        // Twice in one record.
+                        Some(_) => {}
+                        None => {
+                            added += labels_bytes(&labels);
+                            match self.names.get_mut(labels.metric_name()) {
+                                Some(ids) => {
+                                    ids.insert(id);
+                                }
+                                None => {
+                                    let name = labels.metric_name().to_string();
+                                    self.names.insert(name, HashSet::from([id]));
+                                }
+                            }
+                            self.series.insert(
+                                id,
+                                SeriesLive {
+                                    labels,
+                                    samples: Vec::new(),
+                                },
+                            );
+                        }
+                    }
+                    match self.series.get_mut(&id) {
+                        Some(held) => &mut held.samples,
+                        None => continue,
+                    }
                 }
             };
+            added += samples.len() * SAMPLE_BYTES;
+            self.samples += samples.len();
             // Records arrive in position order but for concurrent appends and a rebuild
             // from the WAL: keep each series by position.
             let at = kept.partition_point(|&(p, _)| p <= position);
+            let with_position = samples.iter().map(|&s| (position, s));
             if at == kept.len() {
-                kept.extend(samples.into_iter().map(|s| (position, s)));
+                kept.extend(with_position);
             } else {
-                kept.splice(at..at, samples.into_iter().map(|s| (position, s)));
+                kept.splice(at..at, with_position);
             }
         }
         self.bytes += added;
@@ -459,27 +554,32 @@ impl ShardLive {
             None => std::mem::take(&mut self.records),
         };
         let mut freed = dropped_records.len() * RECORD_BYTES;
-        let (mut samples, mut series) = (0, 0);
-        self.names.retain(|_, by_series| {
-            by_series.retain(|labels, kept| {
-                let gone = kept.partition_point(|&(p, _)| p <= through);
-                if gone > 0 {
-                    kept.drain(..gone);
-                    samples += gone;
-                    freed += gone * SAMPLE_BYTES;
+        let mut samples = 0;
+        let mut gone_series = Vec::new();
+        for (id, held) in self.series.iter_mut() {
+            let gone = held.samples.partition_point(|&(p, _)| p <= through);
+            if gone > 0 {
+                held.samples.drain(..gone);
+                samples += gone;
+                freed += gone * SAMPLE_BYTES;
+            }
+            if held.samples.is_empty() {
+                gone_series.push(*id);
+            }
+        }
+        for id in gone_series {
+            if let Some(held) = self.series.remove(&id) {
+                freed += labels_bytes(&held.labels);
+                let name = held.labels.metric_name();
+                if let Some(ids) = self.names.get_mut(name) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        self.names.remove(name);
+                    }
                 }
-                if kept.is_empty() {
-                    series += 1;
-                    freed += labels_bytes(labels);
-                    false
-                } else {
-                    true
-                }
-            });
-            !by_series.is_empty()
-        });
+            }
+        }
         self.samples -= samples;
-        self.series -= series;
         self.bytes = self.bytes.saturating_sub(freed);
         self.dropped = self.dropped.max(Some(through));
         freed
@@ -500,16 +600,21 @@ impl ShardLive {
             .filter(|m| m.name == METRIC_NAME_LABEL)
             .collect();
         let exact_name = name_matchers.iter().find_map(|m| m.required_value());
-        let names: Vec<&HashMap<Labels, Vec<(u64, Sample)>>> = match exact_name {
+        let names: Vec<&HashSet<u64>> = match exact_name {
             Some(name) => self.names.get(name).into_iter().collect(),
             None => self
                 .names
                 .iter()
                 .filter(|(name, _)| name_matchers.iter().all(|m| m.matches_value(name)))
-                .map(|(_, series)| series)
+                .map(|(_, ids)| ids)
                 .collect(),
         };
-        for (labels, kept) in names.into_iter().flatten() {
+        for held in names
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.series.get(id))
+        {
+            let (labels, kept) = (&held.labels, &held.samples);
             if !matchers.iter().all(|m| m.matches(labels)) {
                 continue;
             }
@@ -695,6 +800,45 @@ mod tests {
             values(&found),
             [("a".to_string(), vec![(1000, 9.0), (3000, 3.0)])]
         );
+    }
+
+    #[test]
+    fn encoded_records_are_kept_as_decoded_ones_a_series_twice_included() {
+        let records: Vec<Vec<u8>> = vec![
+            shale_metrics::wal::encode_record(&[
+                series("up", "a", &[(1000, 1.0)]),
+                series("up", "b", &[(1000, 2.0)]),
+                series("up", "a", &[(2000, 3.0)]),
+            ]),
+            shale_metrics::wal::encode_record(&[series("up", "a", &[(3000, 4.0)])]),
+        ];
+        let encoded = LiveSamples::new(1 << 20);
+        encoded.serve("idx", "q", None);
+        assert!(encoded.insert_encoded("idx", "q", 0, 0, &records));
+        let decoded = LiveSamples::new(1 << 20);
+        decoded.serve("idx", "q", None);
+        for (position, record) in records.iter().enumerate() {
+            let series = shale_metrics::wal::decode_record(record).expect("a record");
+            assert!(decoded.insert("idx", "q", position as u64, 0, series));
+        }
+        let up = [Matcher::equal("__name__", "up")];
+        let read = |live: &LiveSamples| {
+            values(
+                &live
+                    .select("idx", &checkpoint("q", None), &up, 0, 10_000, &[])
+                    .expect("select"),
+            )
+        };
+        assert_eq!(read(&encoded), read(&decoded));
+        assert_eq!(
+            read(&encoded),
+            [
+                ("a".to_string(), vec![(1000, 1.0), (2000, 3.0), (3000, 4.0)]),
+                ("b".to_string(), vec![(1000, 2.0)])
+            ]
+        );
+        assert_eq!(encoded.stats(), decoded.stats());
+        assert_eq!(encoded.stats().series, 2);
     }
 
     #[test]

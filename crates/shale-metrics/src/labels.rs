@@ -144,6 +144,22 @@ impl Labels {
         self.hash
     }
 
+    /// The series id `pairs` would have as labels, when they are sorted by name, unique and
+    /// without an empty value (as [`Labels::iter`] gives them): no allocation.
+    pub fn series_id_of(pairs: &[(&str, &str)]) -> u64 {
+        series_id_of(pairs)
+    }
+
+    /// Whether these are exactly `pairs` (sorted as [`Labels::iter`] gives them).
+    pub fn same_pairs(&self, pairs: &[(&str, &str)]) -> bool {
+        self.pairs.len() == pairs.len()
+            && self
+                .pairs
+                .iter()
+                .zip(pairs)
+                .all(|((n, v), (pn, pv))| n == pn && v == pv)
+    }
+
     /// The labels but `__name__` (what a function like `rate` returns).
     pub fn without_name(&self) -> Labels {
         if self.get(METRIC_NAME_LABEL).is_none() {
@@ -160,12 +176,12 @@ impl Labels {
 }
 
 /// The SipHash-1-3 (fixed keys) of sorted pairs: [`Labels::series_id`].
-fn series_id_of(pairs: &[(String, String)]) -> u64 {
+fn series_id_of(pairs: &[(impl AsRef<str>, impl AsRef<str>)]) -> u64 {
     let mut hasher = SipHasher13::new_with_keys(0x5348_414c_455f_4d45, 0x5452_4943_535f_4944);
     for (name, value) in pairs {
-        hasher.write(name.as_bytes());
+        hasher.write(name.as_ref().as_bytes());
         hasher.write_u8(0xFF);
-        hasher.write(value.as_bytes());
+        hasher.write(value.as_ref().as_bytes());
         hasher.write_u8(0xFF);
     }
     hasher.finish()

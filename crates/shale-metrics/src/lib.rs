@@ -5,6 +5,7 @@
 //! Everything here is pure: bytes in, bytes out. The WAL, routing, the metastore and object
 //! storage are shared with logs and live in their own crates.
 
+pub mod column_cache;
 mod labels;
 mod matcher;
 pub mod merge;

@@ -8,7 +8,8 @@
 //! decide the matchers. A matcher on a label the split has no column for is decided for the
 //! whole split. Footers (with the parsed series index) are cached by split id. A split is
 //! read from its bytes in memory, or by byte ranges ([`read_split_ranges`]: only the footer
-//! once, then the pages a read needs).
+//! once, then the pages a read needs; from its second read on, an indexed split's row groups
+//! are decoded whole into [`crate::column_cache`] and answered from there).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -31,6 +32,7 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataR
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::statistics::Statistics;
 
+use crate::column_cache::{self, Columns};
 use crate::series_index::{SeriesIndex, SERIES_INDEX_KEY};
 use crate::split::{FORMAT_VERSION, VERSION_KEY};
 use crate::{
@@ -415,6 +417,22 @@ pub async fn read_split_ranges(
         else {
             return Ok(IndexedPlan::nothing(&footer.metadata));
         };
+        // Hot row groups are answered from their decoded columns; a split read again is
+        // decoded whole to be.
+        if let Some(columns) = column_cache::get_all(key, &plan.row_groups) {
+            return plan.read_columns(index, &columns);
+        }
+        if column_cache::admit(key) {
+            let columns = decode_row_groups(
+                key,
+                reader,
+                &footer.metadata,
+                &plan.projection,
+                &plan.row_groups,
+            )
+            .await?;
+            return plan.read_columns(index, &columns);
+        }
         let mut stream =
             ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer.metadata)
                 .with_projection(plan.projection.clone())
@@ -487,6 +505,78 @@ pub async fn read_split_ranges(
     Ok(plan.finish(series))
 }
 
+/// Decodes the timestamps and values (`projection`) of `row_groups` of split `key` whole,
+/// keeps them in the column cache and returns them in that order.
+async fn decode_row_groups(
+    key: &str,
+    reader: RangeReader,
+    metadata: &ArrowReaderMetadata,
+    projection: &ProjectionMask,
+    row_groups: &[usize],
+) -> Result<Vec<Arc<Columns>>, MetricsError> {
+    let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata.clone())
+        .with_projection(projection.clone())
+        .with_row_groups(row_groups.to_vec())
+        .build()?;
+    let group_rows: Vec<usize> = row_groups
+        .iter()
+        .map(|&g| usize::try_from(metadata.metadata().row_group(g).num_rows()).unwrap_or(0))
+        .collect();
+    let mut done = Vec::with_capacity(row_groups.len());
+    let mut current = Columns::default();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let column = |name: &str| batch.column_by_name(name);
+        let (Some(timestamps), Some(values)) = (
+            column(TIMESTAMP_COLUMN).and_then(|c| c.as_primitive_opt::<Int64Type>()),
+            column(VALUE_COLUMN).and_then(|c| c.as_primitive_opt::<Float64Type>()),
+        ) else {
+            return Err(MetricsError::InvalidSplit(
+                "no timestamp or value column".to_string(),
+            ));
+        };
+        let (timestamps, values) = (timestamps.values(), values.values());
+        let mut row = 0;
+        while row < timestamps.len() {
+            let want = group_rows.get(done.len()).copied().unwrap_or(0);
+            let take = (want - current.timestamps.len()).min(timestamps.len() - row);
+            if take == 0 {
+                return Err(MetricsError::InvalidSplit(
+                    "more rows than its row groups say".to_string(),
+                ));
+            }
+            current
+                .timestamps
+                .extend_from_slice(&timestamps[row..row + take]);
+            current.values.extend_from_slice(&values[row..row + take]);
+            row += take;
+            if current.timestamps.len() == want {
+                let group = row_groups[done.len()];
+                done.push(column_cache::insert(
+                    key,
+                    group,
+                    std::mem::take(&mut current),
+                ));
+            }
+        }
+    }
+    // Row groups without rows, or a stream that ended early.
+    while done.len() < row_groups.len() {
+        if group_rows[done.len()] != current.timestamps.len() {
+            return Err(MetricsError::InvalidSplit(
+                "fewer rows than its row groups say".to_string(),
+            ));
+        }
+        let group = row_groups[done.len()];
+        done.push(column_cache::insert(
+            key,
+            group,
+            std::mem::take(&mut current),
+        ));
+    }
+    Ok(done)
+}
+
 /// A read planned on a split's series index: the matching series' rows, cut by the time
 /// window page by page, and only the timestamp and value columns decoded.
 struct IndexedPlan {
@@ -498,6 +588,8 @@ struct IndexedPlan {
     projection: ProjectionMask,
     /// (series, selected rows), in row order: how the decoded rows split into series.
     runs: Vec<(usize, usize)>,
+    /// (series, row group, rows within it), in row order: where each run's rows are.
+    cuts: Vec<(usize, usize, Range<usize>)>,
     row_groups_total: usize,
     start_ms: i64,
     end_ms: i64,
@@ -586,10 +678,13 @@ impl IndexedPlan {
         let mut row_groups: Vec<usize> = Vec::new();
         let mut selectors: Vec<RowSelector> = Vec::new();
         let mut runs: Vec<(usize, usize)> = Vec::with_capacity(cuts.len());
+        let mut group_cuts = Vec::with_capacity(cuts.len());
         // Position within the concatenation of the chosen row groups.
         let mut at = 0usize;
         for (s, range) in cuts {
             let group = group_starts.partition_point(|&g| g <= range.start) - 1;
+            let first = group_starts[group];
+            group_cuts.push((s, group, range.start - first..range.end - first));
             if row_groups.last() != Some(&group) {
                 if let Some(&previous) = row_groups.last() {
                     // Skip the rest of the previous group.
@@ -622,10 +717,58 @@ impl IndexedPlan {
             selection: RowSelection::from(selectors),
             projection: ProjectionMask::leaves(descr, [timestamp_column, value_column]),
             runs,
+            cuts: group_cuts,
             row_groups_total: metadata.num_row_groups(),
             start_ms,
             end_ms,
         }))
+    }
+
+    /// The read answered from the decoded columns of the plan's row groups (in its order).
+    fn read_columns(
+        self,
+        index: &SeriesIndex,
+        columns: &[Arc<Columns>],
+    ) -> Result<SplitRead, MetricsError> {
+        let mismatch =
+            || MetricsError::InvalidSplit("the series index does not match the rows".into());
+        let mut collector = self.collector(index);
+        let plan = &collector.plan;
+        let mut series: Vec<(usize, Vec<Sample>)> = Vec::new();
+        let mut rows_read = 0u64;
+        for (s, group, rows) in &plan.cuts {
+            let at = plan
+                .row_groups
+                .iter()
+                .position(|g| g == group)
+                .ok_or_else(mismatch)?;
+            let columns = &columns[at];
+            let (Some(timestamps), Some(values)) = (
+                columns.timestamps.get(rows.clone()),
+                columns.values.get(rows.clone()),
+            ) else {
+                return Err(mismatch());
+            };
+            rows_read += rows.len() as u64;
+            if series.last().map(|(last, _)| last) != Some(s) {
+                series.push((*s, Vec::new()));
+            }
+            if let Some((_, samples)) = series.last_mut() {
+                samples.extend(
+                    timestamps
+                        .iter()
+                        .zip(values)
+                        .filter(|(&t, _)| t >= plan.start_ms && t <= plan.end_ms)
+                        .map(|(&timestamp_ms, &value)| Sample {
+                            timestamp_ms,
+                            value,
+                        }),
+                );
+            }
+        }
+        collector.series = series;
+        collector.stats.rows_read = rows_read;
+        Ok(collector.finish())
     }
 
     /// Splits the decoded rows into the plan's series.

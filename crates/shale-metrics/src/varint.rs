@@ -75,10 +75,15 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn string(&mut self) -> Result<String, ReadError> {
+        self.str().map(str::to_string)
+    }
+
+    /// A length-prefixed UTF-8 string, borrowed.
+    pub(crate) fn str(&mut self) -> Result<&'a str, ReadError> {
         let len = self.count()?;
         let bytes = &self.bytes[self.pos..self.pos + len];
         self.pos += len;
-        String::from_utf8(bytes.to_vec()).map_err(|_| ReadError::NotUtf8)
+        std::str::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
     }
 
     /// The next 8 bytes.

@@ -71,6 +71,62 @@ pub fn encode_record(series: &[(Labels, Vec<Sample>)]) -> Vec<u8> {
 
 /// Decodes a record written by [`encode_record`].
 pub fn decode_record(bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalRecordError> {
+    let mut series = Vec::new();
+    visit_record(bytes, |pairs, samples| {
+        let pairs = pairs
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()));
+        series.push((Labels::new(pairs), samples.to_vec()));
+    })?;
+    Ok(series)
+}
+
+/// The label sets of records decoded before, by series id: a record of series met before
+/// decodes without building label strings (a series' labels are shared, not copied).
+#[derive(Default)]
+pub struct Interner {
+    by_id: std::collections::HashMap<u64, Labels>,
+}
+
+/// Label sets an [`Interner`] keeps at most (then it starts over).
+const MAX_INTERNED: usize = 1 << 20;
+
+impl Interner {
+    /// [`decode_record`], with the label sets met before shared.
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalRecordError> {
+        let mut series = Vec::new();
+        let by_id = &mut self.by_id;
+        visit_record(bytes, |pairs, samples| {
+            let id = Labels::series_id_of(pairs);
+            let labels = match by_id.get(&id) {
+                Some(known) if known.same_pairs(pairs) => known.clone(),
+                _ => {
+                    let labels = Labels::new(
+                        pairs
+                            .iter()
+                            .map(|(name, value)| (name.to_string(), value.to_string())),
+                    );
+                    if by_id.len() >= MAX_INTERNED {
+                        by_id.clear();
+                    }
+                    by_id.insert(labels.series_id(), labels.clone());
+                    labels
+                }
+            };
+            series.push((labels, samples.to_vec()));
+        })?;
+        Ok(series)
+    }
+}
+
+/// Calls `series` with each series of a record written by [`encode_record`] — its label
+/// pairs as written (sorted, unique, no empty value: those of a [`Labels`]) and its samples —
+/// borrowing them from `bytes`: a reader that already knows a series pays no allocation for
+/// it (see [`Labels::same_pairs`]).
+pub fn visit_record(
+    bytes: &[u8],
+    mut series: impl FnMut(&[(&str, &str)], &[Sample]),
+) -> Result<(), WalRecordError> {
     let mut reader = Reader::new(bytes);
     if reader.byte()? != MARKER {
         return Err(WalRecordError("not a metrics record".to_string()));
@@ -80,17 +136,18 @@ pub fn decode_record(bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalReco
         return Err(WalRecordError(format!("unknown version {version}")));
     }
     let num_series = reader.count()?;
-    let mut series = Vec::with_capacity(num_series);
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    let mut samples: Vec<Sample> = Vec::new();
     for _ in 0..num_series {
         let num_labels = reader.count()?;
-        let mut pairs = Vec::with_capacity(num_labels);
+        pairs.clear();
         for _ in 0..num_labels {
-            let name = reader.string()?;
-            let value = reader.string()?;
+            let name = reader.str()?;
+            let value = reader.str()?;
             pairs.push((name, value));
         }
         let num_samples = reader.count()?;
-        let mut samples = Vec::with_capacity(num_samples);
+        samples.clear();
         let mut previous = 0i64;
         for _ in 0..num_samples {
             let zigzag = reader.varint()?;
@@ -103,12 +160,12 @@ pub fn decode_record(bytes: &[u8]) -> Result<Vec<(Labels, Vec<Sample>)>, WalReco
             });
             previous = timestamp_ms;
         }
-        series.push((Labels::new(pairs), samples));
+        series(&pairs, &samples);
     }
     if reader.left() != 0 {
         return Err(WalRecordError("trailing bytes".to_string()));
     }
-    Ok(series)
+    Ok(())
 }
 
 impl From<ReadError> for WalRecordError {

@@ -309,10 +309,17 @@ fn other_files_are_refused() {
     assert!(err.to_string().contains("parquet"), "{err}");
 }
 
-/// Read by byte ranges, a split gives the same answers as read whole; once its footer is
-/// cached, one series costs a small part of the object.
-#[test]
-fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
+/// A split of 4 names × 100 hosts × 1 000 samples read by byte ranges under `key`: its
+/// bytes, the bytes and requests fetched so far, and a read by ranges.
+#[allow(clippy::type_complexity)]
+fn ranged_split(
+    key: &'static str,
+) -> (
+    Bytes,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    impl Fn(&[Matcher], i64, i64) -> shale_metrics::SplitRead,
+) {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -346,9 +353,9 @@ fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
         });
         shale_metrics::RangeReader::new(size, fetch)
     };
-    let ranged = |matchers: &[Matcher], start: i64, end: i64| {
+    let ranged = move |matchers: &[Matcher], start: i64, end: i64| {
         futures::executor::block_on(shale_metrics::read_split_ranges(
-            "ranged-split-under-test",
+            key,
             reader.clone(),
             matchers,
             start,
@@ -357,6 +364,18 @@ fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
         ))
         .expect("a ranged read")
     };
+    (bytes, fetched, requests, ranged)
+}
+
+/// Read by byte ranges, a split gives the same answers as read whole; once its footer is
+/// cached, one series costs a small part of the object (pages only: the cache of decoded
+/// columns is off here, see the next test).
+#[test]
+fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    shale_metrics::column_cache::set_column_cache_bytes(0);
+    let (bytes, fetched, requests, ranged) = ranged_split("ranged-split-under-test");
     let one_series = [
         Matcher::equal("__name__", "m_e"),
         Matcher::equal("host", "h042"),
@@ -417,6 +436,58 @@ fn by_byte_ranges_a_series_fetches_a_small_part_of_the_split() {
             .series
     );
     assert!(requests.load(Ordering::Relaxed) <= warm);
+}
+
+/// With the cache of decoded columns on, a split's first read fetches pages, its second
+/// decodes its row groups whole, and later reads fetch nothing: every read answers as a read
+/// of the whole split does.
+#[test]
+fn a_split_read_again_answers_from_its_decoded_columns() {
+    use std::sync::atomic::Ordering;
+
+    shale_metrics::column_cache::set_column_cache_bytes(64 << 20);
+    let (bytes, fetched, _, ranged) = ranged_split("column-cached-split-under-test");
+    let cases: Vec<(Vec<Matcher>, i64, i64)> = vec![
+        (
+            vec![
+                Matcher::equal("__name__", "m_e"),
+                Matcher::equal("host", "h042"),
+            ],
+            5_000_000,
+            5_050_000,
+        ),
+        (
+            vec![
+                Matcher::equal("__name__", "m_a"),
+                Matcher::new("host", MatchOp::Regex, "h0[1-3].").expect("a regex"),
+            ],
+            i64::MIN,
+            i64::MAX,
+        ),
+        (
+            vec![Matcher::equal("__name__", "m_g")],
+            1_000_000,
+            2_000_000,
+        ),
+        (vec![], 9_000_000, 9_990_000),
+    ];
+    let mut fetched_per_round = Vec::new();
+    for round in 0..3 {
+        fetched.store(0, Ordering::Relaxed);
+        for (matchers, start, end) in &cases {
+            let whole = read_split(bytes.clone(), matchers, *start, *end).expect("a read");
+            let by_ranges = ranged(matchers, *start, *end);
+            assert_eq!(
+                by_ranges.series, whole.series,
+                "round {round}: {matchers:?}"
+            );
+            assert_eq!(by_ranges.stats.samples, whole.stats.samples);
+        }
+        fetched_per_round.push(fetched.load(Ordering::Relaxed));
+    }
+    assert_eq!(fetched_per_round[2], 0, "{fetched_per_round:?}");
+    let (groups, held) = shale_metrics::column_cache::column_cache_usage();
+    assert!(groups >= 1 && held > 0, "{groups} row groups, {held} bytes");
 }
 
 /// Reads through the series index, by the page index (a split without the series index)

@@ -89,6 +89,15 @@ static RANGE_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registered once")
 });
 
+static COLUMN_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "shale_metrics_column_cache",
+        "Decoded timestamps and values of hot metrics row groups (metrics_column_cache_max_bytes): `bytes` and `row_groups` held.",
+        &["stat"]
+    )
+    .expect("metric registered once")
+});
+
 static PARTIAL_CACHE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "shale_search_partial_cache",
@@ -207,6 +216,7 @@ pub fn register_all() {
     LazyLock::force(&SPLIT_CACHE);
     LazyLock::force(&RANGE_CACHE);
     LazyLock::force(&PARTIAL_CACHE);
+    LazyLock::force(&COLUMN_CACHE);
     LazyLock::force(&SPLITS_BY_STATE);
     LazyLock::force(&SPLITS_BY_SCOPE);
     LazyLock::force(&SPLIT_BYTES_BY_STATE);
@@ -235,6 +245,9 @@ pub fn register_all() {
     }
     for stat in ["bytes", "entries"] {
         PARTIAL_CACHE.with_label_values(&[stat]);
+    }
+    for stat in ["bytes", "row_groups"] {
+        COLUMN_CACHE.with_label_values(&[stat]);
     }
     shale_ingest::metrics::register();
     shale_compaction::service::metrics::register();
@@ -304,6 +317,12 @@ pub async fn refresh(node: &Node) {
         ("entries", partial.len() as u64),
     ] {
         PARTIAL_CACHE
+            .with_label_values(&[stat])
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+    let (row_groups, bytes) = shale_metrics::column_cache::column_cache_usage();
+    for (stat, value) in [("bytes", bytes), ("row_groups", row_groups)] {
+        COLUMN_CACHE
             .with_label_values(&[stat])
             .set(i64::try_from(value).unwrap_or(i64::MAX));
     }

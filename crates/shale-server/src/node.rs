@@ -395,6 +395,9 @@ impl Node {
                 config.live_samples_max_bytes,
             )),
         };
+        shale_metrics::column_cache::set_column_cache_bytes(
+            usize::try_from(config.metrics_column_cache_max_bytes).unwrap_or(usize::MAX),
+        );
         let live = env.live.clone();
         let router = Arc::new(
             IngestRouter::new(

@@ -53,6 +53,8 @@ pub(super) struct Batch {
     /// Metrics indexes: the fields of the splits' sort keys (`__name__`, the sort labels,
     /// `__series_id__`).
     metrics_sort_fields: Vec<String>,
+    /// Metrics indexes: the label sets of the records decoded so far, shared.
+    metrics_labels: shale_metrics::wal::Interner,
     /// The partitions of `builders` (capped at `max_num_partitions`).
     partitions: BTreeSet<PartitionId>,
     /// Documents added.
@@ -108,6 +110,7 @@ impl Indexer {
             metrics: BTreeMap::new(),
             metrics_min_opstamps: BTreeMap::new(),
             metrics_sort_fields: Vec::new(),
+            metrics_labels: Default::default(),
             partitions: BTreeSet::new(),
             num_docs: 0,
             last_position: 0,
@@ -217,7 +220,7 @@ impl Indexer {
                 };
                 let decoded = crate::opstamps::decode_record(&payload);
                 let (opstamp, payload) = (decoded.opstamp, decoded.json);
-                let series = match shale_metrics::wal::decode_record(payload) {
+                let series = match batch.metrics_labels.decode(payload) {
                     Ok(series) => series,
                     Err(err) => {
                         dead_letters.keep(position, payload, &err.to_string())?;
