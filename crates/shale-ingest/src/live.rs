@@ -415,7 +415,7 @@ impl LiveSamples {
                 let samples = merged.remove(&labels)?;
                 Some(SeriesSamples {
                     labels,
-                    samples: by_timestamp_last_wins(samples),
+                    samples: shale_metrics::last_per_timestamp(samples),
                 })
             })
             .collect())
@@ -437,19 +437,6 @@ impl LiveSamples {
         }
         stats
     }
-}
-
-/// Samples sorted by timestamp (stable), one per timestamp: the last of each.
-fn by_timestamp_last_wins(mut samples: Vec<Sample>) -> Vec<Sample> {
-    samples.sort_by_key(|s| s.timestamp_ms);
-    let mut out: Vec<Sample> = Vec::with_capacity(samples.len());
-    for sample in samples {
-        match out.last_mut() {
-            Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
-            _ => out.push(sample),
-        }
-    }
-    out
 }
 
 fn labels_bytes(labels: &Labels) -> usize {

@@ -203,6 +203,20 @@ impl Sample {
     }
 }
 
+/// `samples` sorted by timestamp, one per timestamp: of samples with one timestamp, the one
+/// that came last (the sort is stable), as a later write replaces an earlier one.
+pub fn last_per_timestamp(mut samples: Vec<Sample>) -> Vec<Sample> {
+    samples.sort_by_key(|s| s.timestamp_ms);
+    let mut out: Vec<Sample> = Vec::with_capacity(samples.len());
+    for sample in samples {
+        match out.last_mut() {
+            Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
+            _ => out.push(sample),
+        }
+    }
+    out
+}
+
 /// A series and some of its samples, in timestamp order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeriesSamples {

@@ -20,7 +20,9 @@ mod split;
 mod varint;
 pub mod wal;
 
-pub use labels::{Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS};
+pub use labels::{
+    last_per_timestamp, Labels, Sample, SeriesSamples, METRIC_NAME_LABEL, STALE_NAN_BITS,
+};
 pub use matcher::{MatchOp, Matcher};
 pub use merge::{merge_splits, MergeCut, MergeStats, MergedOutput};
 pub use prune::split_may_hold;

@@ -526,16 +526,7 @@ async fn decode_row_groups(
     let mut current = Columns::default();
     while let Some(batch) = stream.next().await {
         let batch = batch?;
-        let column = |name: &str| batch.column_by_name(name);
-        let (Some(timestamps), Some(values)) = (
-            column(TIMESTAMP_COLUMN).and_then(|c| c.as_primitive_opt::<Int64Type>()),
-            column(VALUE_COLUMN).and_then(|c| c.as_primitive_opt::<Float64Type>()),
-        ) else {
-            return Err(MetricsError::InvalidSplit(
-                "no timestamp or value column".to_string(),
-            ));
-        };
-        let (timestamps, values) = (timestamps.values(), values.values());
+        let (timestamps, values) = timestamps_and_values(&batch)?;
         let mut row = 0;
         while row < timestamps.len() {
             let want = group_rows.get(done.len()).copied().unwrap_or(0);
@@ -575,6 +566,20 @@ async fn decode_row_groups(
         ));
     }
     Ok(done)
+}
+
+/// The timestamp and value columns of a decoded batch.
+fn timestamps_and_values(batch: &RecordBatch) -> Result<(&[i64], &[f64]), MetricsError> {
+    let column = |name: &str| batch.column_by_name(name);
+    match (
+        column(TIMESTAMP_COLUMN).and_then(|c| c.as_primitive_opt::<Int64Type>()),
+        column(VALUE_COLUMN).and_then(|c| c.as_primitive_opt::<Float64Type>()),
+    ) {
+        (Some(timestamps), Some(values)) => Ok((timestamps.values(), values.values())),
+        _ => Err(MetricsError::InvalidSplit(
+            "no timestamp or value column".to_string(),
+        )),
+    }
 }
 
 /// A read planned on a split's series index: the matching series' rows, cut by the time
@@ -802,17 +807,7 @@ struct IndexedCollector<'a> {
 
 impl IndexedCollector<'_> {
     fn add(&mut self, batch: &RecordBatch) -> Result<(), MetricsError> {
-        let column = |name: &str| batch.column_by_name(name);
-        let (Some(timestamps), Some(values)) = (
-            column(TIMESTAMP_COLUMN).and_then(|c| c.as_primitive_opt::<Int64Type>()),
-            column(VALUE_COLUMN).and_then(|c| c.as_primitive_opt::<Float64Type>()),
-        ) else {
-            return Err(MetricsError::InvalidSplit(
-                "no timestamp or value column".to_string(),
-            ));
-        };
-        let timestamps = timestamps.values();
-        let values = values.values();
+        let (timestamps, values) = timestamps_and_values(batch)?;
         self.stats.rows_read += batch.num_rows() as u64;
         let mut row = 0;
         while row < batch.num_rows() {

@@ -175,18 +175,10 @@ impl MetricsSplitWriter {
     pub fn finish(mut self) -> Result<(Vec<u8>, SplitSummary), MetricsError> {
         let mut series: Vec<(Labels, u64, Vec<Sample>)> = std::mem::take(&mut self.series)
             .into_iter()
-            .map(|(labels, mut samples)| {
-                // Stable: of equal timestamps the last added stays last, and is kept.
-                samples.sort_by_key(|s| s.timestamp_ms);
-                let mut deduped: Vec<Sample> = Vec::with_capacity(samples.len());
-                for sample in samples {
-                    match deduped.last_mut() {
-                        Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
-                        _ => deduped.push(sample),
-                    }
-                }
+            .map(|(labels, samples)| {
+                // Of equal timestamps the last added is kept.
                 let id = labels.series_id();
-                (labels, id, deduped)
+                (labels, id, crate::last_per_timestamp(samples))
             })
             .collect();
         let sort_labels = &self.sort_labels;

@@ -726,21 +726,13 @@ impl SeriesSource for SplitSource {
         }
         let mut out = Vec::with_capacity(order.len());
         for labels in order {
-            let Some(mut samples) = merged.remove(&labels) else {
+            let Some(samples) = merged.remove(&labels) else {
                 continue;
             };
-            // Stable: among samples of one timestamp the later split's stays last.
-            samples.sort_by_key(|s| s.timestamp_ms);
-            let mut deduped: Vec<Sample> = Vec::with_capacity(samples.len());
-            for sample in samples {
-                match deduped.last_mut() {
-                    Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
-                    _ => deduped.push(sample),
-                }
-            }
+            // Among samples of one timestamp the later split's (or memory's) is kept.
             out.push(SeriesSamples {
                 labels,
-                samples: deduped,
+                samples: shale_metrics::last_per_timestamp(samples),
             });
         }
         Ok(out)

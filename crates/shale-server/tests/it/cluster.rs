@@ -917,9 +917,7 @@ async fn metrics_splits_of_every_node_merge_into_one_per_bucket() {
 /// the others' through the internal API — and once published they are counted once.
 #[tokio::test]
 async fn promql_reads_every_indexer_s_unpublished_samples() {
-    use shale_metrics::remote_write::{
-        encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
-    };
+    use shale_metrics::remote_write::{Label, ProtoSample, TimeSeries, WriteRequest};
     let dir = tempfile::tempdir().unwrap();
     let metastore = format!("sqlite://{}/shared.db", dir.path().display());
     let nodes = three_nodes(dir.path(), &metastore).await;
@@ -932,7 +930,7 @@ async fn promql_reads_every_indexer_s_unpublished_samples() {
     assert_eq!(status, 200, "{body}");
     wait_open_shards_on(&nodes[0], &["a", "b", "c"]).await;
     let t0: i64 = 1_780_084_800_000;
-    let write = |node: &TestNode, job: String, points: i64, commit: &'static str| {
+    async fn write(node: &TestNode, t0: i64, job: String, points: i64, commit: &str) {
         let request = WriteRequest {
             timeseries: (0..points.min(1))
                 .map(|_| TimeSeries {
@@ -957,26 +955,12 @@ async fn promql_reads_every_indexer_s_unpublished_samples() {
                 .collect(),
             ..Default::default()
         };
-        let client = node.client.clone();
-        let url = node.url(&format!("/prometheus/live/api/v1/write?commit={commit}"));
-        async move {
-            let resp = client
-                .post(url)
-                .header("Content-Encoding", "snappy")
-                .body(encode_remote_write(&request))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                resp.status().as_u16(),
-                204,
-                "{}",
-                resp.text().await.unwrap()
-            );
-        }
-    };
+        let path = format!("/prometheus/live/api/v1/write?commit={commit}");
+        let (status, text) = node.remote_write(&path, &request).await;
+        assert_eq!(status, 204, "{text}");
+    }
     for (i, node) in nodes.iter().enumerate() {
-        write(node, format!("job-{i}"), 4 + i as i64, "auto").await;
+        write(node, t0, format!("job-{i}"), 4 + i as i64, "auto").await;
     }
     let total = 4 + 5 + 6;
     let held: Vec<usize> = nodes.iter().map(|n| n.node.live.stats().samples).collect();
@@ -998,19 +982,10 @@ async fn promql_reads_every_indexer_s_unpublished_samples() {
                 .unwrap();
             let body: Value = resp.json().await.unwrap();
             assert_eq!(body["status"], "success", "{body}");
-            let mut counts: Vec<(String, String)> = body["data"]["result"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    (
-                        r["metric"]["job"].as_str().unwrap().to_string(),
-                        r["value"][1].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
-            counts.sort();
-            (counts, body["data"]["stats"]["live"].clone())
+            (
+                common::vector_by(&body, "job"),
+                body["data"]["stats"]["live"].clone(),
+            )
         }
     };
     let expected: Vec<(String, String)> = (0..3)
@@ -1024,7 +999,7 @@ async fn promql_reads_every_indexer_s_unpublished_samples() {
     }
     // Published on every node: the same counts, none read from memory.
     for node in &nodes {
-        write(node, String::new(), 0, "force").await;
+        write(node, t0, String::new(), 0, "force").await;
     }
     for node in &nodes {
         let (counts, live) = query(node).await;

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::TestNode;
 use serde_json::Value;
-use shale_metrics::remote_write::{
-    encode_remote_write, Label, ProtoSample, TimeSeries, WriteRequest,
-};
+use shale_metrics::remote_write::{Label, ProtoSample, TimeSeries, WriteRequest};
 
 /// An hour-long commit timeout: nothing is published unless forced.
 const INDEX: &str = "index_id: fresh\nmetrics:\n  sort_labels: [job]\n  time_bucket: 15m\n\
@@ -41,17 +39,9 @@ fn request(job: &str, points: std::ops::Range<i64>) -> WriteRequest {
 }
 
 async fn write(node: &TestNode, request: &WriteRequest, commit: &str) {
-    let resp = node
-        .client
-        .post(node.url(&format!("/prometheus/fresh/api/v1/write?commit={commit}")))
-        .header("Content-Encoding", "snappy")
-        .header("Content-Type", "application/x-protobuf")
-        .body(encode_remote_write(request))
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    assert!(status < 300, "{status}: {}", resp.text().await.unwrap());
+    let path = format!("/prometheus/fresh/api/v1/write?commit={commit}");
+    let (status, text) = node.remote_write(&path, request).await;
+    assert!(status < 300, "{status}: {text}");
 }
 
 /// `count_over_time(up_total[1h])` per job at T0 + 1 h, and the samples read from memory.
@@ -74,19 +64,7 @@ async fn counts(node: &TestNode) -> (Vec<(String, String)>, u64) {
         .expect("x-shale-live-samples");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["status"], "success", "{body}");
-    let mut out: Vec<(String, String)> = body["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["metric"]["job"].as_str().unwrap().to_string(),
-                r["value"][1].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    out.sort();
-    (out, live)
+    (common::vector_by(&body, "job"), live)
 }
 
 fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -151,6 +151,24 @@ impl TestNode {
             .map_or(0, |v| v as u64)
     }
 
+    /// Posts a Prometheus remote-write request to `path`; the status and the answer's text.
+    pub async fn remote_write(
+        &self,
+        path: &str,
+        request: &shale_metrics::remote_write::WriteRequest,
+    ) -> (u16, String) {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .header("Content-Encoding", "snappy")
+            .header("Content-Type", "application/x-protobuf")
+            .body(shale_metrics::remote_write::encode_remote_write(request))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
@@ -272,6 +290,23 @@ search_settings:
 "#;
 
 /// `n` log documents starting at `ts0` seconds, one per second, services cycling.
+/// The (value of `label`, value) pairs of a PromQL instant vector answer, sorted.
+pub fn vector_by(body: &Value, label: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = body["data"]["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no vector in {body}"))
+        .iter()
+        .map(|r| {
+            (
+                r["metric"][label].as_str().unwrap_or_default().to_string(),
+                r["value"][1].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 pub fn log_docs(start: usize, n: usize, ts0: i64, service: &str) -> String {
     let mut out = String::new();
     for i in start..start + n {
