@@ -104,6 +104,10 @@ pub struct Args {
     /// Do not run the 3-node cluster part.
     #[arg(long)]
     skip_cluster: bool,
+    /// Shale's `live_samples_max_bytes` (0: samples visible once published, none kept in
+    /// memory), to compare the write path with and without fresh samples.
+    #[arg(long, default_value_t = shale_config::DEFAULT_LIVE_SAMPLES_MAX_BYTES)]
+    live_samples_max_bytes: u64,
 }
 
 /// Shale's default metrics index.
@@ -1068,10 +1072,11 @@ struct ShaleRun {
     merge: MergeBench,
 }
 
-async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun> {
+async fn run_shale(workload: &Workload, plan: &Plan, live_bytes: u64) -> anyhow::Result<ShaleRun> {
     let dir = tempfile::tempdir().context("creating Shale's data dir")?;
     let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
     config.compaction.enabled = false;
+    config.live_samples_max_bytes = live_bytes;
     let rss_floor = reset_own_peak_rss();
     let (node, base, client) = start_node(config).await?;
     println!(
@@ -1198,6 +1203,7 @@ async fn run_shale(workload: &Workload, plan: &Plan) -> anyhow::Result<ShaleRun>
     let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
     config.compaction.enabled = true;
     config.compaction.planner_interval_secs = 1;
+    config.live_samples_max_bytes = live_bytes;
     let started = Instant::now();
     let (node, base, client) = start_node(config).await?;
     println!(
@@ -1688,7 +1694,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         println!("VictoriaMetrics: skipped (no `victoria-metrics` on PATH)");
     }
 
-    let shale = run_shale(&workload, &plan).await?;
+    let shale = run_shale(&workload, &plan, args.live_samples_max_bytes).await?;
     drop(workload);
     let cluster_run = if args.skip_cluster {
         println!("Shale cluster: skipped (--skip-cluster)");
