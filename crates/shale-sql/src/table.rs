@@ -431,18 +431,8 @@ impl MetricsTable {
         }
         let mut out: Vec<(Labels, Vec<Sample>)> = merged
             .into_iter()
-            .map(|(labels, mut samples)| {
-                // Stable: of one timestamp the later split's sample stays last, and is kept.
-                samples.sort_by_key(|s| s.timestamp_ms);
-                let mut deduped: Vec<Sample> = Vec::with_capacity(samples.len());
-                for sample in samples {
-                    match deduped.last_mut() {
-                        Some(last) if last.timestamp_ms == sample.timestamp_ms => *last = sample,
-                        _ => deduped.push(sample),
-                    }
-                }
-                (labels, deduped)
-            })
+            // Of one timestamp the later split's sample is kept.
+            .map(|(labels, samples)| (labels, shale_metrics::last_per_timestamp(samples)))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         stats.samples = out.iter().map(|(_, s)| s.len() as u64).sum();
