@@ -234,8 +234,10 @@ impl LiveSamples {
     /// Keeps the record at `position` of a served shard: its series, acknowledged with the
     /// delete opstamp `opstamp`. False when it is not kept because memory is short (the
     /// caller should have the shard cut its batch); true when kept, or when there is nothing
-    /// to keep (already held, already published, shard not served, keeping off).
-    pub fn insert(
+    /// to keep (already held, already published, shard not served, keeping off). The
+    /// product keeps encoded records ([`LiveSamples::insert_encoded`]); tests compare both.
+    #[cfg(test)]
+    fn insert(
         &self,
         index_uid: &str,
         queue: &str,

@@ -47,16 +47,19 @@ pub struct Args {
 
 /// Peak resident memory of this process since the last [`reset_peak_rss`], in MB (Linux).
 pub fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    peak_rss_mb_of("/proc/self/status").unwrap_or(0.0)
+}
+
+/// Peak resident memory (`VmHWM`) of the process whose `/proc/<pid>/status` is
+/// `status_path`, in MB (Linux).
+pub fn peak_rss_mb_of(status_path: &str) -> Option<f64> {
+    std::fs::read_to_string(status_path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
 }
 
 /// Resets the peak resident memory counter (Linux `clear_refs` 5).

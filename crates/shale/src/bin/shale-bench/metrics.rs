@@ -630,31 +630,6 @@ async fn dashboard(client: &reqwest::Client, api: &str, plan: &Plan) -> anyhow::
     Ok(mix)
 }
 
-/// `VmHWM` (peak resident memory) of a `/proc/<pid>/status` file, in bytes.
-fn vm_hwm(status_path: &str) -> Option<u64> {
-    proc_status_kb(status_path, "VmHWM:").map(|kb| kb * 1024)
-}
-
-/// A `kB` field of a `/proc/<pid>/status` file.
-fn proc_status_kb(status_path: &str, field: &str) -> Option<u64> {
-    std::fs::read_to_string(status_path)
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix(field))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Resets this process's peak resident memory to what it holds now (Linux: `clear_refs`
-/// 5) and returns that, in bytes: Shale runs in the bench's process, so its peak is the
-/// process's peak above this.
-fn reset_own_peak_rss() -> Option<u64> {
-    std::fs::write("/proc/self/clear_refs", "5").ok()?;
-    proc_status_kb("/proc/self/status", "VmRSS:").map(|kb| kb * 1024)
-}
-
 /// The values of an instant query's vector at `time` (s).
 async fn instant(
     client: &reqwest::Client,
@@ -863,7 +838,7 @@ async fn run_prometheus(
     let freshness_ms =
         freshness(client, &format!("{}/api/v1/write", prometheus.base), &api).await?;
     let dashboard = dashboard(client, &api, plan).await?;
-    let peak_rss_mb = prometheus.peak_rss().map(|b| b as f64 / 1e6);
+    let peak_rss_mb = prometheus.peak_rss_mb();
     drop(prometheus);
     Ok(Column {
         ingest: Some(rate),
@@ -921,7 +896,7 @@ async fn run_victoria_metrics(
     let timings = measure_queries(client, &api, plan, "VictoriaMetrics").await?;
     let freshness_ms = freshness(client, &format!("{}/api/v1/write", vm.base), &api).await?;
     let dashboard = dashboard(client, &api, plan).await?;
-    let peak_rss_mb = vm.peak_rss().map(|b| b as f64 / 1e6);
+    let peak_rss_mb = vm.peak_rss_mb();
     drop(vm);
     Ok(Column {
         ingest: Some(rate),
@@ -1077,7 +1052,10 @@ async fn run_shale(workload: &Workload, plan: &Plan, live_bytes: u64) -> anyhow:
     let mut config = shale_config::NodeConfig::with_data_dir(dir.path());
     config.compaction.enabled = false;
     config.live_samples_max_bytes = live_bytes;
-    let rss_floor = reset_own_peak_rss();
+    // Shale runs in this process: its peak is the process's above what it holds now (the
+    // peak, once reset, is the resident memory of the moment).
+    crate::ingest::reset_peak_rss();
+    let rss_floor = crate::ingest::peak_rss_mb();
     let (node, base, client) = start_node(config).await?;
     println!(
         "Shale (in process, embedded defaults: SQLite, local FS; compaction off) at {base} (load average {}):",
@@ -1148,9 +1126,7 @@ async fn run_shale(workload: &Workload, plan: &Plan, live_bytes: u64) -> anyhow:
     check_samples(&client, &api, workload, plan, Duration::ZERO).await?;
     let timings = measure_queries(&client, &api, plan, "Shale before compaction").await?;
     let dashboard_before = dashboard(&client, &api, plan).await?;
-    let peak_rss_mb = rss_floor.and_then(|floor| {
-        vm_hwm("/proc/self/status").map(|peak| peak.saturating_sub(floor) as f64 / 1e6)
-    });
+    let peak_rss_mb = Some(crate::ingest::peak_rss_mb() - rss_floor).filter(|_| rss_floor > 0.0);
     if let Some(mb) = peak_rss_mb {
         println!(
             "  peak resident memory above the bench's own before the node started: {mb:.0} MB"

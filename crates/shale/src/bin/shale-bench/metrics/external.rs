@@ -157,9 +157,9 @@ impl External {
     }
 
     /// The last 2 KB of the child's output.
-    /// The process's peak resident memory so far (`VmHWM`), in bytes.
-    pub fn peak_rss(&self) -> Option<u64> {
-        super::vm_hwm(&format!("/proc/{}/status", self.child.id()))
+    /// The process's peak resident memory so far (`VmHWM`), in MB.
+    pub fn peak_rss_mb(&self) -> Option<f64> {
+        crate::ingest::peak_rss_mb_of(&format!("/proc/{}/status", self.child.id()))
     }
 
     pub fn log_tail(&self) -> String {
