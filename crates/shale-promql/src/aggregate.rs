@@ -2,10 +2,10 @@
 //! `topk`, `bottomk`, `quantile`, `count_values`) with `by`/`without` grouping, computed with
 //! Prometheus's float operations (incremental mean, Welford, Go-style heaps for `topk`).
 
-use promql_parser::parser::{AggregateExpr, LabelModifier};
+use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 use shale_metrics::{Labels, METRIC_NAME_LABEL};
 
-use crate::eval::{string_arg, with_label, Elem, Evaluator, FastMap, Val};
+use crate::eval::{string_arg, unwrap_parens, with_label, Elem, Evaluator, FastMap, Val};
 use crate::PromqlError;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,54 @@ pub(crate) fn eval_aggregate<'a>(
             scalar_param = ev.eval_scalar(param, t)?;
         }
     }
+    let (without, names): (bool, Vec<&str>) = match &agg.modifier {
+        None => (false, Vec::new()),
+        Some(LabelModifier::Include(l)) => (false, l.labels.iter().map(String::as_str).collect()),
+        Some(LabelModifier::Exclude(l)) => (true, l.labels.iter().map(String::as_str).collect()),
+    };
+    let mut by_names = names.clone();
+    if op == AggOp::CountValues && !without {
+        by_names.push(value_label.as_str());
+    }
+    let agg_key = agg as *const AggregateExpr as usize;
+    let by_names = &by_names;
+    // An aggregation of a range function computed for every step: each series' group is
+    // known once per query, so a step folds the table's row without hashing label sets.
+    if !matches!(
+        op,
+        AggOp::Topk | AggOp::Bottomk | AggOp::Quantile | AggOp::CountValues
+    ) {
+        if let Expr::Call(call) = unwrap_parens(&agg.expr) {
+            if let Some((table, k)) = crate::functions::step_table_of(ev, call, t)? {
+                // What evaluating the call would hold: its windows, then its vector.
+                ev.hold(table.held[k])?;
+                ev.hold(table.rows[k].len())?;
+                let groups =
+                    ev.series_groups(agg_key, &table, |l| group_labels(l, without, by_names));
+                let mut slot = vec![u32::MAX; groups.labels.len()];
+                let mut acc: Vec<Group> = Vec::new();
+                for &(i, v) in &table.rows[k] {
+                    let g = groups.of_series[i as usize] as usize;
+                    match slot[g] {
+                        u32::MAX => {
+                            slot[g] = acc.len() as u32;
+                            acc.push(Group::first(op, groups.labels[g].clone(), v, i as usize));
+                        }
+                        s => acc[s as usize].fold(op, v),
+                    }
+                }
+                let out: Vec<Elem> = acc
+                    .into_iter()
+                    .map(|mut g| Elem {
+                        value: g.result(op, scalar_param),
+                        labels: g.labels,
+                    })
+                    .collect();
+                ev.hold(out.len())?;
+                return Ok(Val::Vector(out));
+            }
+        }
+    }
     let input = ev.eval_vector(&agg.expr, t)?;
     let k = if matches!(op, AggOp::Topk | AggOp::Bottomk) {
         // Go's convertibleToInt64 (NaN and ±Inf are not), then int64(k) < 1 is nothing.
@@ -96,16 +144,6 @@ pub(crate) fn eval_aggregate<'a>(
     } else {
         0
     };
-    let (without, names): (bool, Vec<&str>) = match &agg.modifier {
-        None => (false, Vec::new()),
-        Some(LabelModifier::Include(l)) => (false, l.labels.iter().map(String::as_str).collect()),
-        Some(LabelModifier::Exclude(l)) => (true, l.labels.iter().map(String::as_str).collect()),
-    };
-    let mut by_names = names.clone();
-    if op == AggOp::CountValues && !without {
-        by_names.push(value_label.as_str());
-    }
-    let agg_key = agg as *const AggregateExpr as usize;
     let mut groups: Vec<Group> = Vec::new();
     let mut index: FastMap<Labels, usize> = FastMap::default();
     for (i, e) in input.iter().enumerate() {
@@ -117,132 +155,153 @@ pub(crate) fn eval_aggregate<'a>(
             &e.labels
         };
         let key = if op == AggOp::CountValues {
-            group_labels(metric, without, &by_names)
+            group_labels(metric, without, by_names)
         } else {
-            ev.group_labels(agg_key, metric, |l| group_labels(l, without, &by_names))
+            ev.group_labels(agg_key, metric, |l| group_labels(l, without, by_names))
         };
         let v = e.value;
         let gi = match index.get(&key) {
             Some(&gi) => gi,
             None => {
                 index.insert(key.clone(), groups.len());
-                groups.push(Group {
-                    labels: key,
-                    value: if op == AggOp::Stddev || op == AggOp::Stdvar {
-                        0.0
-                    } else {
-                        v
-                    },
-                    mean: v,
-                    count: 1.0,
-                    values: if op == AggOp::Quantile {
-                        vec![v]
-                    } else {
-                        Vec::new()
-                    },
-                    heap: vec![i],
-                });
+                groups.push(Group::first(op, key, v, i));
                 continue;
             }
         };
         let g = &mut groups[gi];
-        match op {
-            AggOp::Sum => g.value += v,
-            AggOp::Avg => {
-                g.count += 1.0;
-                if g.mean.is_infinite() {
-                    if v.is_infinite() && (g.mean > 0.0) == (v > 0.0) {
-                        continue;
-                    }
-                    if !v.is_infinite() && !v.is_nan() {
-                        continue;
-                    }
-                }
-                g.mean += v / g.count - g.mean / g.count;
-            }
-            AggOp::Count | AggOp::CountValues => g.count += 1.0,
-            AggOp::Group => {}
-            AggOp::Min => {
-                if g.value > v || g.value.is_nan() {
-                    g.value = v;
-                }
-            }
-            AggOp::Max => {
-                if g.value < v || g.value.is_nan() {
-                    g.value = v;
-                }
-            }
-            AggOp::Stddev | AggOp::Stdvar => {
-                g.count += 1.0;
-                let delta = v - g.mean;
-                g.mean += delta / g.count;
-                g.value += delta * (v - g.mean);
-            }
-            AggOp::Topk | AggOp::Bottomk => {
-                let top = op == AggOp::Topk;
-                let less = |a: usize, b: usize| heap_less(top, input[a].value, input[b].value);
-                if g.heap.len() < k {
-                    g.heap.push(i);
-                    let last = g.heap.len() - 1;
-                    heap_up(&mut g.heap, last, &less);
-                } else {
-                    let root = input[g.heap[0]].value;
-                    let replace = if top {
-                        root < v || (root.is_nan() && !v.is_nan())
-                    } else {
-                        root > v || (root.is_nan() && !v.is_nan())
-                    };
-                    if replace {
-                        g.heap[0] = i;
-                        if k > 1 {
-                            let n = g.heap.len();
-                            if !heap_down(&mut g.heap, 0, n, &less) {
-                                heap_up(&mut g.heap, 0, &less);
-                            }
-                        }
+        if !matches!(op, AggOp::Topk | AggOp::Bottomk) {
+            g.fold(op, v);
+            continue;
+        }
+        let top = op == AggOp::Topk;
+        let less = |a: usize, b: usize| heap_less(top, input[a].value, input[b].value);
+        if g.heap.len() < k {
+            g.heap.push(i);
+            let last = g.heap.len() - 1;
+            heap_up(&mut g.heap, last, &less);
+        } else {
+            let root = input[g.heap[0]].value;
+            let replace = if top {
+                root < v || (root.is_nan() && !v.is_nan())
+            } else {
+                root > v || (root.is_nan() && !v.is_nan())
+            };
+            if replace {
+                g.heap[0] = i;
+                if k > 1 {
+                    let n = g.heap.len();
+                    if !heap_down(&mut g.heap, 0, n, &less) {
+                        heap_up(&mut g.heap, 0, &less);
                     }
                 }
             }
-            AggOp::Quantile => g.values.push(v),
         }
     }
     let mut out = Vec::with_capacity(groups.len());
     for mut g in groups {
-        let value = match op {
-            AggOp::Sum | AggOp::Min | AggOp::Max => g.value,
-            AggOp::Avg => g.mean,
-            AggOp::Count | AggOp::CountValues => g.count,
-            AggOp::Group => 1.0,
-            AggOp::Stdvar => g.value / g.count,
-            AggOp::Stddev => (g.value / g.count).sqrt(),
-            AggOp::Quantile => quantile(scalar_param, &mut g.values),
-            AggOp::Topk | AggOp::Bottomk => {
-                let top = op == AggOp::Topk;
-                let mut picked: Vec<usize> = g.heap.clone();
-                // Best first, as Prometheus returns them.
-                picked.sort_by(|&a, &b| {
-                    let (x, y) = (input[a].value, input[b].value);
-                    if heap_less(top, x, y) {
-                        std::cmp::Ordering::Greater
-                    } else if heap_less(top, y, x) {
-                        std::cmp::Ordering::Less
-                    } else {
-                        std::cmp::Ordering::Equal
-                    }
-                });
-                for i in picked {
-                    out.push(input[i].clone());
+        if matches!(op, AggOp::Topk | AggOp::Bottomk) {
+            let top = op == AggOp::Topk;
+            let mut picked: Vec<usize> = g.heap.clone();
+            // Best first, as Prometheus returns them.
+            picked.sort_by(|&a, &b| {
+                let (x, y) = (input[a].value, input[b].value);
+                if heap_less(top, x, y) {
+                    std::cmp::Ordering::Greater
+                } else if heap_less(top, y, x) {
+                    std::cmp::Ordering::Less
+                } else {
+                    std::cmp::Ordering::Equal
                 }
-                continue;
+            });
+            for i in picked {
+                out.push(input[i].clone());
             }
-        };
+            continue;
+        }
         out.push(Elem {
+            value: g.result(op, scalar_param),
             labels: g.labels,
-            value,
         });
     }
     ev.hold(out.len())?;
     Ok(Val::Vector(out))
+}
+
+impl Group {
+    /// A group whose first element (input index `i`) has value `v`.
+    fn first(op: AggOp, labels: Labels, v: f64, i: usize) -> Group {
+        Group {
+            labels,
+            value: if op == AggOp::Stddev || op == AggOp::Stdvar {
+                0.0
+            } else {
+                v
+            },
+            mean: v,
+            count: 1.0,
+            values: if op == AggOp::Quantile {
+                vec![v]
+            } else {
+                Vec::new()
+            },
+            heap: if matches!(op, AggOp::Topk | AggOp::Bottomk) {
+                vec![i]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Adds a later element's value (every operator but `topk`/`bottomk`).
+    fn fold(&mut self, op: AggOp, v: f64) {
+        match op {
+            AggOp::Sum => self.value += v,
+            AggOp::Avg => {
+                self.count += 1.0;
+                if self.mean.is_infinite() {
+                    if v.is_infinite() && (self.mean > 0.0) == (v > 0.0) {
+                        return;
+                    }
+                    if !v.is_infinite() && !v.is_nan() {
+                        return;
+                    }
+                }
+                self.mean += v / self.count - self.mean / self.count;
+            }
+            AggOp::Count | AggOp::CountValues => self.count += 1.0,
+            AggOp::Group | AggOp::Topk | AggOp::Bottomk => {}
+            AggOp::Min => {
+                if self.value > v || self.value.is_nan() {
+                    self.value = v;
+                }
+            }
+            AggOp::Max => {
+                if self.value < v || self.value.is_nan() {
+                    self.value = v;
+                }
+            }
+            AggOp::Stddev | AggOp::Stdvar => {
+                self.count += 1.0;
+                let delta = v - self.mean;
+                self.mean += delta / self.count;
+                self.value += delta * (v - self.mean);
+            }
+            AggOp::Quantile => self.values.push(v),
+        }
+    }
+
+    /// The group's value (every operator but `topk`/`bottomk`).
+    fn result(&mut self, op: AggOp, scalar_param: f64) -> f64 {
+        match op {
+            AggOp::Sum | AggOp::Min | AggOp::Max => self.value,
+            AggOp::Avg => self.mean,
+            AggOp::Count | AggOp::CountValues => self.count,
+            AggOp::Group | AggOp::Topk | AggOp::Bottomk => 1.0,
+            AggOp::Stdvar => self.value / self.count,
+            AggOp::Stddev => (self.value / self.count).sqrt(),
+            AggOp::Quantile => quantile(scalar_param, &mut self.values),
+        }
+    }
 }
 
 /// The labels of an element's group.

@@ -129,6 +129,8 @@ pub(crate) struct Evaluator {
     steps: Cell<Option<Steps>>,
     /// Range functions computed for every step, by call node.
     step_tables: RefCell<HashMap<usize, Rc<StepTable>>>,
+    /// Per aggregation of a step table: the group of each of its input series.
+    series_groups: RefCell<HashMap<usize, Rc<SeriesGroups>>>,
     /// What the evaluation holds of the node's query memory budget: the series read, then
     /// its peak of samples held plus the subquery steps kept (it only grows).
     reservation: RefCell<Option<shale_types::memory::Reservation>>,
@@ -153,6 +155,14 @@ pub(crate) struct StepTable {
     /// Per step: samples in the windows (what the step holds).
     pub held: Vec<usize>,
     /// Per input series: its output labels (unused for series without a value).
+    pub labels: Vec<Labels>,
+}
+
+/// The groups of an aggregation over a [`StepTable`]'s series.
+pub(crate) struct SeriesGroups {
+    /// Per input series: its group.
+    pub of_series: Vec<u32>,
+    /// Per group: its labels.
     pub labels: Vec<Labels>,
 }
 
@@ -198,6 +208,7 @@ impl Evaluator {
             cursors: RefCell::new(HashMap::new()),
             steps: Cell::new(None),
             step_tables: RefCell::new(HashMap::new()),
+            series_groups: RefCell::new(HashMap::new()),
             reservation: RefCell::new(reservation),
             cached_bytes: Cell::new(0),
             held_on_top: Cell::new(0),
@@ -301,6 +312,29 @@ impl Evaluator {
         t: i64,
         build: impl FnOnce() -> Result<StepTable, PromqlError>,
     ) -> Result<Option<Vec<Elem>>, PromqlError> {
+        let Some((table, k)) = self.step_table(call_key, t, build)? else {
+            return Ok(None);
+        };
+        self.hold(table.held[k])?;
+        Ok(Some(
+            table.rows[k]
+                .iter()
+                .map(|&(i, value)| Elem {
+                    labels: table.labels[i as usize].clone(),
+                    value,
+                })
+                .collect(),
+        ))
+    }
+
+    /// The table of every step of range-function call `call_key` (built by `build` on first
+    /// use) and the step `t` is, when `t` is a step of the range query.
+    pub(crate) fn step_table(
+        &self,
+        call_key: usize,
+        t: i64,
+        build: impl FnOnce() -> Result<StepTable, PromqlError>,
+    ) -> Result<Option<(Rc<StepTable>, usize)>, PromqlError> {
         let Some(steps) = self.steps.get() else {
             return Ok(None);
         };
@@ -325,16 +359,38 @@ impl Evaluator {
                 table
             }
         };
-        self.hold(table.held[k])?;
-        Ok(Some(
-            table.rows[k]
-                .iter()
-                .map(|&(i, value)| Elem {
-                    labels: table.labels[i as usize].clone(),
-                    value,
-                })
-                .collect(),
-        ))
+        Ok(Some((table, k)))
+    }
+
+    /// The group of each input series of the step table `table` under aggregation `agg_key`
+    /// (`group` gives a label set's group labels), computed once per query.
+    pub(crate) fn series_groups(
+        &self,
+        agg_key: usize,
+        table: &StepTable,
+        group: impl Fn(&Labels) -> Labels,
+    ) -> Rc<SeriesGroups> {
+        if let Some(groups) = self.series_groups.borrow().get(&agg_key) {
+            return Rc::clone(groups);
+        }
+        let mut index: FastMap<Labels, u32> = FastMap::default();
+        let mut groups = SeriesGroups {
+            of_series: Vec::with_capacity(table.labels.len()),
+            labels: Vec::new(),
+        };
+        for labels in &table.labels {
+            let key = group(labels);
+            let g = *index.entry(key.clone()).or_insert_with(|| {
+                groups.labels.push(key);
+                (groups.labels.len() - 1) as u32
+            });
+            groups.of_series.push(g);
+        }
+        let groups = Rc::new(groups);
+        self.series_groups
+            .borrow_mut()
+            .insert(agg_key, Rc::clone(&groups));
+        groups
     }
 
     /// The grouping labels of `input` for the aggregation `agg_key`, computed by `group` once

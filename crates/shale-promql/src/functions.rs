@@ -2,6 +2,8 @@
 //! window (`rate` and its extrapolation, `*_over_time`, regressions, `holt_winters`), label
 //! manipulation, `histogram_quantile` over classic buckets, `absent*`, time and date functions.
 
+use std::rc::Rc;
+
 use promql_parser::parser::{Call, Expr, MatrixSelector};
 use shale_metrics::{Labels, Sample, METRIC_NAME_LABEL};
 
@@ -279,19 +281,21 @@ fn absent_labels(expr: &Expr) -> Result<Labels, PromqlError> {
         Expr::MatrixSelector(ms) => &ms.vs,
         _ => return Ok(Labels::default()),
     };
+    // Prometheus's label builder, matcher by matcher: the first equality on a name sets it,
+    // any other matcher on that name removes it — until a later first equality sets it again
+    // (`{a!="x", a="y"}` keeps `a="y"`; `{a="x", a="y"}` keeps nothing).
     let mut pairs: Vec<(String, String)> = Vec::new();
-    let mut dropped: Vec<String> = Vec::new();
+    let mut set: Vec<String> = Vec::new();
     for m in matchers_of(vs)? {
         if m.name == METRIC_NAME_LABEL {
             continue;
         }
-        if m.op == MatchOp::Equal && !pairs.iter().any(|(n, _)| *n == m.name) {
+        pairs.retain(|(n, _)| *n != m.name);
+        if m.op == MatchOp::Equal && !set.contains(&m.name) {
             pairs.push((m.name.clone(), m.value.clone()));
-        } else {
-            dropped.push(m.name.clone());
+            set.push(m.name.clone());
         }
     }
-    pairs.retain(|(n, _)| !dropped.contains(n));
     Ok(Labels::new(pairs))
 }
 
@@ -786,6 +790,27 @@ fn range_function(
         }
     }
     Ok(out)
+}
+
+/// The table of every step of `call` and the step `t` is, when the call can be computed for
+/// every step at once: a range query, a [`precomputable`] function of one matrix selector.
+pub(crate) fn step_table_of(
+    ev: &Evaluator,
+    call: &Call,
+    t: i64,
+) -> Result<Option<(Rc<StepTable>, usize)>, PromqlError> {
+    let name = call.func.name;
+    let [arg] = call.args.args.as_slice() else {
+        return Ok(None);
+    };
+    let Expr::MatrixSelector(ms) = unwrap_parens(arg) else {
+        return Ok(None);
+    };
+    if !precomputable(name) {
+        return Ok(None);
+    }
+    let call_key = call as *const Call as usize;
+    ev.step_table(call_key, t, || precompute(ev, call_key, name, ms))
 }
 
 /// The window of a range function at one step.

@@ -222,14 +222,24 @@ async fn run(
         end_ms,
         lookback_ms: options.lookback_ms,
     };
+    // Boxed: the series read are keyed by their selector's address, which must not move.
+    let expr = Box::new(expr);
     let (data, mut stats) = plan::fetch(source, &expr, &window).await?;
-    let evaluator = eval::Evaluator::new(data, window, options, started)?;
-    let value = if instant {
-        evaluator.run_instant(&expr, start_ms)?
-    } else {
-        evaluator.run_range(&expr, start_ms, end_ms, step_ms)?
-    };
-    stats.peak_samples = evaluator.peak_samples();
+    // The evaluation is CPU work of up to the query timeout: on the blocking pool, so that
+    // it never holds an async worker (and several queries evaluate on several cores).
+    let options = options.clone();
+    let (value, peak_samples) = tokio::task::spawn_blocking(move || {
+        let evaluator = eval::Evaluator::new(data, window, &options, started)?;
+        let value = if instant {
+            evaluator.run_instant(&expr, start_ms)?
+        } else {
+            evaluator.run_range(&expr, start_ms, end_ms, step_ms)?
+        };
+        Ok::<_, PromqlError>((value, evaluator.peak_samples()))
+    })
+    .await
+    .map_err(|err| PromqlError::Execution(format!("the evaluation failed: {err}")))??;
+    stats.peak_samples = peak_samples;
     Ok(QueryOutput {
         value,
         warnings: Vec::new(),

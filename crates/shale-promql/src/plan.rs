@@ -163,11 +163,15 @@ pub(crate) async fn fetch(
 ) -> Result<(SelectorData, QueryStats), PromqlError> {
     let mut needs = Vec::new();
     collect(expr, window.start_ms, window.end_ms, window, &mut needs);
+    // Every selector's read at once: their splits are read and decoded concurrently.
+    let reads = futures::future::try_join_all(needs.iter().map(|need| async move {
+        let matchers = matchers_of(need.selector)?;
+        source.select(&matchers, need.min_ms, need.max_ms).await
+    }))
+    .await?;
     let mut data = SelectorData::new();
     let mut stats = QueryStats::default();
-    for need in needs {
-        let matchers = matchers_of(need.selector)?;
-        let mut series = source.select(&matchers, need.min_ms, need.max_ms).await?;
+    for (need, mut series) in needs.iter().zip(reads) {
         series.sort_by(|a, b| a.labels.cmp(&b.labels));
         let mut out = Vec::with_capacity(series.len());
         for s in series {

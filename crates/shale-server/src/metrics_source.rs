@@ -262,8 +262,8 @@ fn wire_matchers(matchers: &[(String, String, String)]) -> Result<Vec<Matcher>, 
         .collect()
 }
 
-/// Reads `splits` from `storage` for `matchers` over the window (the leaf's side, and this
-/// node's own share).
+/// Reads `splits` from `storage` for `matchers` over the window (the leaf's side): each
+/// split's series as they cross to the node that asked.
 pub async fn read_splits(
     storage: &StorageRef,
     splits: &[SplitMetadata],
@@ -272,12 +272,42 @@ pub async fn read_splits(
     end_ms: i64,
     prune: bool,
 ) -> Result<Vec<SplitSeries>, String> {
-    futures::future::try_join_all(
+    let reads = futures::future::try_join_all(
         splits
             .iter()
             .map(|split| read_one(storage, split, matchers, start_ms, end_ms, prune)),
     )
-    .await
+    .await?;
+    Ok(splits
+        .iter()
+        .zip(reads)
+        .map(|(split, read)| SplitSeries {
+            split_id: split.split_id.clone(),
+            row_groups: read.row_groups,
+            row_groups_read: read.row_groups_read,
+            series: read.series.iter().map(to_wire).collect(),
+        })
+        .collect())
+}
+
+/// One split's matching series, decoded (read here, or received from a leaf).
+struct SplitRead {
+    /// Row groups of the split.
+    row_groups: u64,
+    /// Row groups read.
+    row_groups_read: u64,
+    /// The matching series.
+    series: Vec<SeriesSamples>,
+}
+
+impl From<SplitSeries> for SplitRead {
+    fn from(wire: SplitSeries) -> Self {
+        SplitRead {
+            row_groups: wire.row_groups,
+            row_groups_read: wire.row_groups_read,
+            series: wire.series.into_iter().map(from_wire).collect(),
+        }
+    }
 }
 
 /// One split's matching series, read by byte ranges (the footer once per node, then the
@@ -290,7 +320,7 @@ async fn read_one(
     start_ms: i64,
     end_ms: i64,
     prune: bool,
-) -> Result<SplitSeries, String> {
+) -> Result<SplitRead, String> {
     let matchers = matchers.to_vec();
     let key = split.split_id.clone();
     let fetch = shale_storage::blocking_range_fetcher(storage.clone(), split.object_key());
@@ -305,11 +335,10 @@ async fn read_one(
     .await
     .map_err(|err| format!("reading a split failed: {err}"))?
     .map_err(|err| format!("split {}: {err}", split.split_id))?;
-    Ok(SplitSeries {
-        split_id: split.split_id.clone(),
+    Ok(SplitRead {
         row_groups: read.stats.row_groups as u64,
         row_groups_read: read.stats.row_groups_read as u64,
-        series: read.series.iter().map(to_wire).collect(),
+        series: read.series,
     })
 }
 
@@ -430,7 +459,7 @@ impl SplitSource {
         matchers: &[Matcher],
         start_ms: i64,
         end_ms: i64,
-    ) -> Result<SplitSeries, PromqlError> {
+    ) -> Result<SplitRead, PromqlError> {
         let first = self
             .opened
             .lock()
@@ -626,7 +655,7 @@ impl SeriesSource for SplitSource {
             stats.splits_pruned += listed - splits.len() as u64;
         }
         // Each split's series: read on the leaf it is placed on, else here.
-        let mut results: Vec<Option<SplitSeries>> = (0..splits.len()).map(|_| None).collect();
+        let mut results: Vec<Option<SplitRead>> = (0..splits.len()).map(|_| None).collect();
         let (local, remote) = self.placement(&splits);
         let calls = remote.into_iter().map(|(address, indexes)| {
             let request = SelectRequest {
@@ -651,7 +680,7 @@ impl SeriesSource for SplitSource {
                         stats.leaf_calls += 1;
                     }
                     for (i, series) in indexes.into_iter().zip(response.splits) {
-                        results[i] = Some(series);
+                        results[i] = Some(series.into());
                     }
                 }
                 Ok(_) | Err(_) => {
@@ -693,11 +722,11 @@ impl SeriesSource for SplitSource {
                 stats.row_groups_read += read.row_groups_read;
                 stats.row_groups_pruned += read.row_groups - read.row_groups_read;
             }
-            for wire in read.series {
-                let SeriesSamples {
-                    labels,
-                    mut samples,
-                } = from_wire(wire);
+            for SeriesSamples {
+                labels,
+                mut samples,
+            } in read.series
+            {
                 if !pending.is_empty() {
                     shale_metrics::apply_deletes(&pending, &labels, &mut samples);
                     if samples.is_empty() {

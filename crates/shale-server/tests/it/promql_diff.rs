@@ -410,6 +410,9 @@ fn queries() -> Vec<String> {
     q.push("sort(odd_values)".to_string());
     q.push("sort_desc(odd_values)".to_string());
     q.push("absent(nonexistent{job=\"a\", job=\"b\"})".to_string());
+    // A later first equality on a name sets it again after another matcher removed it.
+    q.push("absent(nonexistent{job!=\"x\", job=\"a\"})".to_string());
+    q.push("absent_over_time(nonexistent{job=~\"b|c\", job=\"a\", job!=\"d\"}[5m])".to_string());
     q.push("absent(nonexistent{job=\"\"})".to_string());
     q.push("histogram_quantile(0.5, request_duration_seconds_bucket)".to_string());
     q.push("sum_over_time(odd_values[10m])".to_string());
