@@ -859,8 +859,7 @@ fn precomputable(name: &str) -> bool {
 }
 
 /// A [`precomputable`] function of a matrix selector at every step of the range query,
-/// series by series: each series' window moves forward over its samples (each sample is
-/// visited a few times, in memory order) instead of being searched at every step.
+/// series by series.
 fn precompute(
     ev: &Evaluator,
     call_key: usize,
@@ -873,61 +872,136 @@ fn precompute(
         ));
     };
     let vs = &ms.vs;
-    let range_ms = duration_ms(&ms.range);
-    let at = at_ms(&vs.at, &ev.window);
-    let offset = offset_ms(&vs.offset);
+    let plan = StepWindows {
+        steps,
+        range_ms: duration_ms(&ms.range),
+        at: at_ms(&vs.at, &ev.window),
+        offset: offset_ms(&vs.offset),
+        name,
+    };
     let data = ev.selector_series(vs);
+    // The series' values on several threads when there is enough work (each series is
+    // independent); then the table in series order, as one thread would build it.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(data.len() / 64 + 1);
+    let work = data.len().saturating_mul(steps.count);
+    let chunks: Vec<SeriesSteps> = if threads > 1 && work >= PARALLEL_STEP_WORK {
+        let size = data.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut parts = data.chunks(size);
+            let first = parts.next().unwrap_or(&[]);
+            let handles: Vec<_> = parts.map(|part| scope.spawn(|| plan.run(part))).collect();
+            let mut chunks = vec![plan.run(first)];
+            for handle in handles {
+                match handle.join() {
+                    Ok(chunk) => chunks.push(chunk),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            chunks
+        })
+    } else {
+        vec![plan.run(data)]
+    };
     let mut table = StepTable {
         rows: vec![Vec::new(); steps.count],
         held: vec![0; steps.count],
         labels: vec![Labels::default(); data.len()],
     };
-    let no_args = RangeArgs {
-        param: 0.0,
-        sf: 0.0,
-        tf: 0.0,
-        eval_time: 0,
-    };
-    for (i, series) in data.iter().enumerate() {
-        let samples = &series.clean;
-        let (mut lo, mut hi) = (0, 0);
-        let mut labelled = false;
-        for (k, row) in table.rows.iter_mut().enumerate() {
-            let t = steps
-                .start_ms
-                .saturating_add(steps.step_ms.saturating_mul(k as i64));
-            let end = at.unwrap_or(t).saturating_sub(offset);
-            let start = end.saturating_sub(range_ms);
-            while lo < samples.len() && samples[lo].timestamp_ms < start {
-                lo += 1;
-            }
-            hi = hi.max(lo);
-            while hi < samples.len() && samples[hi].timestamp_ms <= end {
-                hi += 1;
-            }
-            if lo >= hi {
-                continue;
-            }
-            table.held[k] += hi - lo;
-            let span = Span {
-                start_ms: start,
-                end_ms: end,
-                range_ms,
-            };
-            if let Some(value) = range_value(name, span, &samples[lo..hi], &no_args) {
-                if !labelled {
-                    table.labels[i] = if name == "last_over_time" {
-                        series.labels.clone()
-                    } else {
-                        ev.range_output_labels(call_key, &series.labels)?
-                    };
-                    labelled = true;
+    let mut i = 0usize;
+    for chunk in chunks {
+        for (k, held) in chunk.held.iter().enumerate() {
+            table.held[k] += held;
+        }
+        for values in chunk.values {
+            let series = &data[i];
+            if !values.is_empty() {
+                table.labels[i] = if name == "last_over_time" {
+                    series.labels.clone()
+                } else {
+                    ev.range_output_labels(call_key, &series.labels)?
+                };
+                for (k, value) in values {
+                    table.rows[k as usize].push((i as u32, value));
                 }
-                row.push((i as u32, value));
             }
+            i += 1;
         }
     }
     Ok(table)
+}
+
+/// Series × steps from which a step table is computed on several threads.
+const PARALLEL_STEP_WORK: usize = 100_000;
+
+/// How a range function's windows move over the steps of a range query.
+struct StepWindows<'a> {
+    steps: crate::eval::Steps,
+    range_ms: i64,
+    at: Option<i64>,
+    offset: i64,
+    name: &'a str,
+}
+
+/// The values of consecutive series at every step.
+struct SeriesSteps {
+    /// Per series: (step, value) where it has one.
+    values: Vec<Vec<(u32, f64)>>,
+    /// Per step: samples in the windows of these series.
+    held: Vec<usize>,
+}
+
+impl StepWindows<'_> {
+    /// The function of each of `series` at every step: each series' window moves forward
+    /// over its samples (each sample is visited a few times, in memory order) instead of
+    /// being searched at every step.
+    fn run(&self, series: &[crate::plan::SeriesData]) -> SeriesSteps {
+        let steps = self.steps;
+        let no_args = RangeArgs {
+            param: 0.0,
+            sf: 0.0,
+            tf: 0.0,
+            eval_time: 0,
+        };
+        let mut out = SeriesSteps {
+            values: Vec::with_capacity(series.len()),
+            held: vec![0; steps.count],
+        };
+        for s in series {
+            let samples = &s.clean;
+            let (mut lo, mut hi) = (0, 0);
+            let mut values = Vec::new();
+            for k in 0..steps.count {
+                let t = steps
+                    .start_ms
+                    .saturating_add(steps.step_ms.saturating_mul(k as i64));
+                let end = self.at.unwrap_or(t).saturating_sub(self.offset);
+                let start = end.saturating_sub(self.range_ms);
+                while lo < samples.len() && samples[lo].timestamp_ms < start {
+                    lo += 1;
+                }
+                hi = hi.max(lo);
+                while hi < samples.len() && samples[hi].timestamp_ms <= end {
+                    hi += 1;
+                }
+                if lo >= hi {
+                    continue;
+                }
+                out.held[k] += hi - lo;
+                let span = Span {
+                    start_ms: start,
+                    end_ms: end,
+                    range_ms: self.range_ms,
+                };
+                if let Some(value) = range_value(self.name, span, &samples[lo..hi], &no_args) {
+                    values.push((k as u32, value));
+                }
+            }
+            out.values.push(values);
+        }
+        out
+    }
 }
 
 /// The value of range function `name` over the window samples `s` (not empty).

@@ -781,3 +781,95 @@ async fn long_range_query_uses_windows() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
+
+/// A range query over many series — its range functions computed for every step at once,
+/// on several threads, and aggregations folded from those tables — answers at each step
+/// exactly (bit for bit) what an instant query at that time answers step by step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_queries_over_many_series_equal_instant_queries_at_each_step() {
+    // 2 400 series × 61 steps: enough work for the threads.
+    let mut all = Vec::new();
+    for i in 0..2_400u32 {
+        let mut value = f64::from(i % 7);
+        let samples: Vec<(i64, f64)> = (0..60)
+            .map(|k| {
+                // Counters with a reset now and then, and a few NaNs and infinities.
+                value = if (k + i as i64) % 23 == 0 {
+                    0.5
+                } else {
+                    value + f64::from((i * 31 + k as u32) % 11) / 3.0
+                };
+                let v = match (i % 97, k % 17) {
+                    (0, 3) => f64::NAN,
+                    (1, 5) => f64::INFINITY,
+                    _ => value,
+                };
+                (k * 10 + i64::from(i % 10), v)
+            })
+            .collect();
+        let group = format!("g{}", i % 13);
+        let instance = format!("i{i}");
+        all.push(series(
+            "c_total",
+            &[("group", &group), ("instance", &instance)],
+            &samples,
+        ));
+    }
+    let source = MemSource(all);
+    let options = EngineOptions::default();
+    let (start, end, step) = (60_000, 660_000, 10_000);
+    for query in [
+        "rate(c_total[1m])",
+        "sum by (group) (rate(c_total[1m]))",
+        "avg by (group) (max_over_time(c_total[30s]))",
+        "stddev without (instance) (increase(c_total[2m]))",
+        "count(changes(c_total[1m])) + min(resets(c_total[2m]))",
+        "max by (group) (deriv(c_total[1m])) - group by (group) (c_total)",
+    ] {
+        let Value::Matrix(range) = range_query(&source, query, start, end, step, &options)
+            .await
+            .unwrap()
+            .value
+        else {
+            panic!("{query}: not a matrix");
+        };
+        let mut by_step: BTreeMap<(i64, String), u64> = BTreeMap::new();
+        for s in &range {
+            for p in &s.samples {
+                by_step.insert(
+                    (p.timestamp_ms, format!("{:?}", s.labels)),
+                    p.value.to_bits(),
+                );
+            }
+        }
+        let mut expected: BTreeMap<(i64, String), u64> = BTreeMap::new();
+        let mut t = start;
+        while t <= end {
+            let Value::Vector(v) = instant_query(&source, query, t, &options)
+                .await
+                .unwrap()
+                .value
+            else {
+                panic!("{query}: not a vector");
+            };
+            for e in v {
+                expected.insert((t, format!("{:?}", e.labels)), e.value.to_bits());
+            }
+            t += step;
+        }
+        assert!(!expected.is_empty(), "{query}: no values");
+        assert_eq!(by_step.len(), expected.len(), "{query}: points");
+        for (key, bits) in &expected {
+            let got = by_step.get(key).copied();
+            let same = got == Some(*bits)
+                || (got.is_some_and(|g| f64::from_bits(g).is_nan())
+                    && f64::from_bits(*bits).is_nan());
+            assert!(
+                same,
+                "{query} at {key:?}: {:?} from the range query, {} step by step",
+                got.map(f64::from_bits),
+                f64::from_bits(*bits)
+            );
+        }
+    }
+}

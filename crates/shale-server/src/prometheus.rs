@@ -375,15 +375,6 @@ pub fn format_value(value: f64) -> String {
     shale_promql::go_format::sample_value(value)
 }
 
-/// A timestamp as Prometheus writes it: Unix seconds, a JSON number.
-fn format_time(ms: i64) -> Value {
-    if ms % 1000 == 0 {
-        json!(ms / 1000)
-    } else {
-        json!(ms as f64 / 1000.0)
-    }
-}
-
 fn labels_json(labels: &Labels) -> Value {
     Value::Object(
         labels
@@ -472,7 +463,6 @@ fn success(
     stats: Option<Value>,
     source: &SplitSource,
 ) -> Response {
-    let counts = source.stats();
     let mut body = json!({"status": "success", "data": data});
     if let (Some(stats), Value::Object(data)) = (stats, &mut body["data"]) {
         data.insert("stats".to_string(), stats);
@@ -480,17 +470,19 @@ fn success(
     if !warnings.is_empty() {
         body["warnings"] = json!(warnings);
     }
-    (
-        [
-            ("x-shale-splits-listed", counts.splits_listed.to_string()),
-            ("x-shale-splits-pruned", counts.splits_pruned.to_string()),
-            ("x-shale-splits-opened", counts.splits_opened.to_string()),
-            ("x-shale-leaf-calls", counts.leaf_calls.to_string()),
-            ("x-shale-live-samples", counts.live_samples.to_string()),
-        ],
-        Json(body),
-    )
-        .into_response()
+    (split_headers(source), Json(body)).into_response()
+}
+
+/// The split counts of a source, as response headers.
+fn split_headers(source: &SplitSource) -> [(&'static str, String); 5] {
+    let counts = source.stats();
+    [
+        ("x-shale-splits-listed", counts.splits_listed.to_string()),
+        ("x-shale-splits-pruned", counts.splits_pruned.to_string()),
+        ("x-shale-splits-opened", counts.splits_opened.to_string()),
+        ("x-shale-leaf-calls", counts.leaf_calls.to_string()),
+        ("x-shale-live-samples", counts.live_samples.to_string()),
+    ]
 }
 
 fn query_stats(params: &Params, output: &QueryOutput, source: &SplitSource) -> Option<Value> {
@@ -514,41 +506,6 @@ fn query_stats(params: &Params, output: &QueryOutput, source: &SplitSource) -> O
             "indexerCalls": counts.live_calls,
         },
     }))
-}
-
-fn value_json(value: &PromValue) -> Value {
-    match value {
-        PromValue::Scalar {
-            timestamp_ms,
-            value,
-        } => json!({
-            "resultType": "scalar",
-            "result": [format_time(*timestamp_ms), format_value(*value)],
-        }),
-        PromValue::String {
-            timestamp_ms,
-            value,
-        } => json!({
-            "resultType": "string",
-            "result": [format_time(*timestamp_ms), value],
-        }),
-        PromValue::Vector(samples) => json!({
-            "resultType": "vector",
-            "result": samples.iter().map(|s| json!({
-                "metric": labels_json(&s.labels),
-                "value": [format_time(s.timestamp_ms), format_value(s.value)],
-            })).collect::<Vec<_>>(),
-        }),
-        PromValue::Matrix(series) => json!({
-            "resultType": "matrix",
-            "result": series.iter().map(|s| json!({
-                "metric": labels_json(&s.labels),
-                "values": s.samples.iter()
-                    .map(|p| json!([format_time(p.timestamp_ms), format_value(p.value)]))
-                    .collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        }),
-    }
 }
 
 /// The `query` parameter.
@@ -597,10 +554,127 @@ async fn prepare(
     Ok((source, options))
 }
 
-/// The answer of an evaluated query.
+/// The answer of an evaluated query, its JSON written directly (a matrix can hold a
+/// million points: no `Value` tree is built for them).
 fn answer(params: &Params, output: &QueryOutput, source: &SplitSource) -> Response {
     let stats = query_stats(params, output, source);
-    success(value_json(&output.value), &output.warnings, stats, source)
+    let mut body: Vec<u8> = Vec::with_capacity(256);
+    body.extend_from_slice(b"{\"status\":\"success\",\"data\":");
+    write_value(&mut body, &output.value);
+    if let Some(stats) = stats {
+        // Inside `data`, after the result: reopen the object just closed.
+        body.pop();
+        body.extend_from_slice(b",\"stats\":");
+        write_json(&mut body, &stats);
+        body.push(b'}');
+    }
+    if !output.warnings.is_empty() {
+        body.extend_from_slice(b",\"warnings\":");
+        write_json(&mut body, &output.warnings);
+    }
+    body.push(b'}');
+    (
+        split_headers(source),
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/json".to_string(),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Appends `value` as JSON (what `serde_json` writes).
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing to a Vec fails only for a type whose `Serialize` fails; these never do.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// Appends a query's value as the Prometheus API writes `data`.
+fn write_value(out: &mut Vec<u8>, value: &PromValue) {
+    let sample = |out: &mut Vec<u8>, timestamp_ms: i64, value: f64| {
+        out.push(b'[');
+        write_time(out, timestamp_ms);
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(format_value(value).as_bytes());
+        out.extend_from_slice(b"\"]");
+    };
+    match value {
+        PromValue::Scalar {
+            timestamp_ms,
+            value,
+        } => {
+            out.extend_from_slice(b"{\"resultType\":\"scalar\",\"result\":");
+            sample(out, *timestamp_ms, *value);
+        }
+        PromValue::String {
+            timestamp_ms,
+            value,
+        } => {
+            out.extend_from_slice(b"{\"resultType\":\"string\",\"result\":[");
+            write_time(out, *timestamp_ms);
+            out.push(b',');
+            write_json(out, value);
+            out.push(b']');
+        }
+        PromValue::Vector(samples) => {
+            out.extend_from_slice(b"{\"resultType\":\"vector\",\"result\":[");
+            for (i, s) in samples.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"metric\":");
+                write_labels(out, &s.labels);
+                out.extend_from_slice(b",\"value\":");
+                sample(out, s.timestamp_ms, s.value);
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
+        PromValue::Matrix(series) => {
+            out.extend_from_slice(b"{\"resultType\":\"matrix\",\"result\":[");
+            for (i, s) in series.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"metric\":");
+                write_labels(out, &s.labels);
+                out.extend_from_slice(b",\"values\":[");
+                for (j, p) in s.samples.iter().enumerate() {
+                    if j > 0 {
+                        out.push(b',');
+                    }
+                    sample(out, p.timestamp_ms, p.value);
+                }
+                out.extend_from_slice(b"]}");
+            }
+            out.push(b']');
+        }
+    }
+    out.push(b'}');
+}
+
+/// Appends a timestamp as Prometheus writes it: Unix seconds, a JSON number.
+fn write_time(out: &mut Vec<u8>, ms: i64) {
+    if ms % 1000 == 0 {
+        write_json(out, &(ms / 1000));
+    } else {
+        write_json(out, &(ms as f64 / 1000.0));
+    }
+}
+
+/// Appends a label set as a JSON object (in label order).
+fn write_labels(out: &mut Vec<u8>, labels: &Labels) {
+    out.push(b'{');
+    for (i, (name, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, name);
+        out.push(b':');
+        write_json(out, value);
+    }
+    out.push(b'}');
 }
 
 /// Most points per series of a range query (Prometheus's limit).
