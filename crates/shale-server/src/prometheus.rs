@@ -618,40 +618,41 @@ fn write_value(out: &mut Vec<u8>, value: &PromValue) {
             out.push(b']');
         }
         PromValue::Vector(samples) => {
-            out.extend_from_slice(b"{\"resultType\":\"vector\",\"result\":[");
-            for (i, s) in samples.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            out.extend_from_slice(b"{\"resultType\":\"vector\",\"result\":");
+            write_list(out, samples, |out, s| {
                 out.extend_from_slice(b"{\"metric\":");
                 write_labels(out, &s.labels);
                 out.extend_from_slice(b",\"value\":");
                 sample(out, s.timestamp_ms, s.value);
                 out.push(b'}');
-            }
-            out.push(b']');
+            });
         }
         PromValue::Matrix(series) => {
-            out.extend_from_slice(b"{\"resultType\":\"matrix\",\"result\":[");
-            for (i, s) in series.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            out.extend_from_slice(b"{\"resultType\":\"matrix\",\"result\":");
+            write_list(out, series, |out, s| {
                 out.extend_from_slice(b"{\"metric\":");
                 write_labels(out, &s.labels);
-                out.extend_from_slice(b",\"values\":[");
-                for (j, p) in s.samples.iter().enumerate() {
-                    if j > 0 {
-                        out.push(b',');
-                    }
-                    sample(out, p.timestamp_ms, p.value);
-                }
-                out.extend_from_slice(b"]}");
-            }
-            out.push(b']');
+                out.extend_from_slice(b",\"values\":");
+                write_list(out, &s.samples, |out, p| {
+                    sample(out, p.timestamp_ms, p.value)
+                });
+                out.push(b'}');
+            });
         }
     }
     out.push(b'}');
+}
+
+/// Appends `items` as a JSON array, each written by `item`.
+fn write_list<T>(out: &mut Vec<u8>, items: &[T], item: impl Fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        item(out, x);
+    }
+    out.push(b']');
 }
 
 /// Appends a timestamp as Prometheus writes it: Unix seconds, a JSON number.
